@@ -1,0 +1,347 @@
+"""The delegation chain and the token that carries it between processes.
+
+A :class:`Chain` is the list of hops (agent, skill) that led to the call being executed, plus the
+chain's identity (``root``), its workspace and its lifetime. Between processes it travels as a JWS
+compact token (RFC 7515), ``HS256`` with the key id in the header, so any JWT library verifies it::
+
+    header  {"alg":"HS256","kid":"k1","typ":"JWT"}
+    claims  {"v":1,"root":"<32 hex>","ws":"default","iat":1764450000.5,"exp":1764450300.5,
+             "hops":[["planner","plan"],["budget",null]]}
+
+Without keys the header is ``{"alg":"none"}`` and the signature empty (an unsecured JWS).
+
+This module knows tokens and nothing about OpenTelemetry. Everything that can go wrong while reading a
+token raises :class:`InvalidToken`, and nothing else: the guard turns it into a ``bad_signature``
+refusal, never into "no chain".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import math
+import random
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Final
+
+TOKEN_VERSION: Final = 1
+MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
+"""The longest token the W3C baggage propagator carries (it drops members of 4096 bytes or more)."""
+MIN_SECRET_BYTES: Final = 32
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_KID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
+_ROOT = re.compile(r"[0-9a-f]{32}")
+_UNSIGNED_HEADER: Final = "eyJhbGciOiJub25lIn0"  # base64url of {"alg":"none"}
+_COMPACT = (",", ":")
+
+
+class InvalidToken(ValueError):
+    """A token that is not a valid delegation chain; the message says what is wrong with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One call in a delegation chain: the agent (or tool) called, and the job it was asked for."""
+
+    agent: str
+    skill: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The hops that led to the call being executed, oldest first; the last hop is the current one."""
+
+    hops: tuple[Hop, ...]
+    root: str
+    workspace: str
+    issued_at: float
+    expires_at: float
+
+    @property
+    def depth(self) -> int:
+        return len(self.hops)
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(hop.agent for hop in self.hops)
+
+    def name_depth(self, name: str) -> int:
+        """How many times ``name`` stands in the chain."""
+        return sum(1 for hop in self.hops if hop.agent == name)
+
+    def extended(self, hop: Hop) -> Chain:
+        """This chain with ``hop`` appended (same root, workspace and lifetime)."""
+        return Chain((*self.hops, hop), self.root, self.workspace, self.issued_at, self.expires_at)
+
+    def path(self) -> str:
+        """The agents joined by arrows, for messages: ``planner → budget``."""
+        return " → ".join(hop.agent for hop in self.hops)
+
+
+def new_root() -> str:
+    """A fresh chain id: 32 lowercase hex characters.
+
+    The root identifies a delegation tree; it is not a secret (the signature protects the chain), so
+    it comes from the same fast generator the SDK uses for trace ids.
+    """
+    return f"{random.getrandbits(128):032x}"
+
+
+def start_chain(hop: Hop, workspace: str, now: float, ttl: float) -> Chain:
+    """A new chain whose first hop is ``hop``."""
+    return Chain((hop,), new_root(), workspace, now, now + ttl)
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(segment: str) -> bytes:
+    if _B64URL.fullmatch(segment) is None:
+        raise InvalidToken("token is not base64url")
+    try:
+        return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidToken(f"token is not base64url ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    kid: str
+    secret: bytes
+    header: str  # the base64url JWS header this library writes for this key
+
+
+class Keyring:
+    """The keys a process signs and verifies with: the first key signs, every key verifies.
+
+    Rotation: add the new key second everywhere, then move it first, then drop the old one.
+    """
+
+    __slots__ = ("_by_header", "_by_kid", "signing")
+
+    def __init__(self, keys: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
+        if not pairs:
+            raise ValueError("keys: at least one key is needed")
+        by_kid: dict[str, _Key] = {}
+        for kid, secret in pairs:
+            if not isinstance(kid, str) or _KID.fullmatch(kid) is None:
+                raise ValueError(f"keys: key id {kid!r} must be 1-64 characters of A-Z a-z 0-9 . _ ~ -")
+            if not isinstance(secret, bytes | bytearray) or len(secret) < MIN_SECRET_BYTES:
+                raise ValueError(f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes")
+            if kid in by_kid:
+                raise ValueError(f"keys: key id {kid!r} is listed twice")
+            header = _b64encode(
+                json.dumps({"alg": "HS256", "kid": kid, "typ": "JWT"}, separators=_COMPACT).encode()
+            )
+            by_kid[kid] = _Key(kid, bytes(secret), header)
+        self._by_kid = by_kid
+        self._by_header = {key.header: key for key in by_kid.values()}
+        self.signing = next(iter(by_kid.values()))
+
+    @classmethod
+    def parse(cls, text: str) -> Keyring:
+        """Read ``kid:secret,kid:secret`` (secrets in base64url), as in ``OTEL_GUARD_KEYS``."""
+        pairs: list[tuple[str, bytes]] = []
+        for raw in text.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            kid, sep, encoded = item.partition(":")
+            if not sep:
+                raise ValueError(f"keys: {kid!r} is not of the form kid:secret")
+            try:
+                secret = _b64decode(encoded.strip())
+            except InvalidToken:
+                raise ValueError(f"keys: the secret of key {kid.strip()!r} is not base64url") from None
+            pairs.append((kid.strip(), secret))
+        return cls(pairs)
+
+    @property
+    def kids(self) -> tuple[str, ...]:
+        return tuple(self._by_kid)
+
+    def key_for(self, header: str) -> _Key:
+        """The key a token's header segment names; raises :class:`InvalidToken` if there is none."""
+        known = self._by_header.get(header)
+        if known is not None:
+            return known
+        # A header another library wrote (other key order, spacing): read it properly.
+        fields = _json_object(_b64decode(header), "header")
+        alg = fields.get("alg")
+        if alg != "HS256":
+            raise InvalidToken(f"token algorithm {alg!r} is not HS256")
+        kid = fields.get("kid")
+        if not isinstance(kid, str):
+            raise InvalidToken("token header has no key id (kid)")
+        key = self._by_kid.get(kid)
+        if key is None:
+            raise InvalidToken(f"token is signed with unknown key id {kid!r}")
+        return key
+
+    def __repr__(self) -> str:  # never shows a secret
+        return f"Keyring(kids={list(self._by_kid)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Keyring) and {k: v.secret for k, v in self._by_kid.items()} == {
+            k: v.secret for k, v in other._by_kid.items()
+        }
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._by_kid))
+
+
+def generate_key(kid: str | None = None) -> tuple[str, str]:
+    """A fresh (key id, base64url secret of 32 random bytes) pair for ``OTEL_GUARD_KEYS``."""
+    return kid or f"k{secrets.token_hex(4)}", _b64encode(secrets.token_bytes(MIN_SECRET_BYTES))
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _hop_json(hop: Hop) -> str:
+    return json.dumps([hop.agent, hop.skill], separators=_COMPACT, ensure_ascii=False)
+
+
+@lru_cache(maxsize=256)
+def _str_json(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+class ChainToken:
+    """A chain ready to travel: the claims are encoded when it is made, the signature on first use.
+
+    The guard puts this object itself into the context's baggage. Inside the process it *is* the
+    verified chain, so nested hops never re-verify; the W3C baggage propagator calls ``str()`` on
+    it when a carrier is injected, and only then is it signed (and the result kept).
+    """
+
+    __slots__ = ("_signing_input", "_text", "chain", "length")
+
+    def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
+        self.chain = chain
+        header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
+        claims = (
+            f'{{"v":{TOKEN_VERSION},"root":"{chain.root}","ws":{_str_json(chain.workspace)},'
+            f'"iat":{chain.issued_at!r},"exp":{chain.expires_at!r},'
+            f'"hops":[{",".join(map(_hop_json, chain.hops))}]}}'
+        ).encode()
+        self._signing_input = (header + "." + _b64encode(claims), keyring)
+        self._text = text
+        # Base64url without padding: 4 characters per 3 bytes, rounded up; HS256 signs 32 bytes (43).
+        self.length = len(header) + 1 + (4 * len(claims) + 2) // 3 + 1 + (43 if keyring else 0)
+
+    def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            signing_input, keyring = self._signing_input
+            if keyring is None:
+                text = signing_input + "."
+            else:
+                digest = hmac.digest(keyring.signing.secret, signing_input.encode("ascii"), "sha256")
+                text = signing_input + "." + _b64encode(digest)
+            self._text = text
+        return text
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"ChainToken(root={self.chain.root!r}, depth={self.chain.depth})"
+
+
+def encode(chain: Chain, keyring: Keyring | None) -> str:
+    """The compact token for ``chain``, signed with the keyring's first key (unsigned without one)."""
+    return str(ChainToken(chain, keyring))
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def _json_object(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidToken(f"token {what} is not JSON ({type(exc).__name__})") from None
+    if not isinstance(value, dict):
+        raise InvalidToken(f"token {what} is not a JSON object")
+    return value
+
+
+def _number(claims: Mapping[str, Any], name: str) -> float:
+    value = claims.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidToken(f"token claim {name!r} must be a number")
+    return float(value)
+
+
+def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
+    version = claims.get("v")
+    if version != TOKEN_VERSION or isinstance(version, bool):
+        raise InvalidToken(f"token format version {version!r} is not {TOKEN_VERSION}")
+    root = claims.get("root")
+    if not isinstance(root, str) or _ROOT.fullmatch(root) is None:
+        raise InvalidToken("token claim 'root' must be 32 lowercase hex characters")
+    workspace = claims.get("ws")
+    if not isinstance(workspace, str) or not workspace:
+        raise InvalidToken("token claim 'ws' must be a non-empty string")
+    raw_hops = claims.get("hops")
+    if not isinstance(raw_hops, list) or not raw_hops:
+        raise InvalidToken("token claim 'hops' must be a non-empty list")
+    hops: list[Hop] = []
+    for item in raw_hops:
+        if not isinstance(item, list) or len(item) != 2:
+            raise InvalidToken("token hop must be a pair [agent, skill]")
+        agent, skill = item
+        if not isinstance(agent, str) or not agent or not (skill is None or isinstance(skill, str)):
+            raise InvalidToken("token hop must be [non-empty string, string or null]")
+        hops.append(Hop(agent, skill))
+    return Chain(tuple(hops), root, workspace, _number(claims, "iat"), _number(claims, "exp"))
+
+
+def decode(token: object, keyring: Keyring | None) -> Chain:
+    """Verify ``token`` and return its chain; raise :class:`InvalidToken` for anything else.
+
+    With a keyring, only ``HS256`` tokens signed by one of its keys pass (the signature is compared
+    in constant time). Without one, signatures cannot be checked: unsigned and signed tokens are read
+    as they are, which is what "no keys" means.
+    """
+    try:
+        return _decode(token, keyring)
+    except InvalidToken:
+        raise
+    except Exception as exc:  # a decoder must never fail in another way: fail closed
+        raise InvalidToken(f"token could not be read ({type(exc).__name__})") from None
+
+
+def _decode(token: object, keyring: Keyring | None) -> Chain:
+    if not isinstance(token, str):
+        raise InvalidToken("token is not a string")
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidToken(f"token is longer than {MAX_TOKEN_LENGTH} characters")
+    if not token.isascii():
+        raise InvalidToken("token has characters outside ASCII")
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise InvalidToken("token is not a JWS compact serialization (header.claims.signature)")
+    header, payload, signature = parts
+    if keyring is None:
+        if header != _UNSIGNED_HEADER:
+            _json_object(_b64decode(header), "header")
+    else:
+        if header == _UNSIGNED_HEADER or not signature:
+            raise InvalidToken("token is unsigned but keys are configured")
+        key = keyring.key_for(header)
+        expected = _b64encode(hmac.digest(key.secret, f"{header}.{payload}".encode("ascii"), "sha256"))
+        if not hmac.compare_digest(expected, signature):
+            raise InvalidToken("token signature does not match")
+    return _claims_to_chain(_json_object(_b64decode(payload), "claims"))

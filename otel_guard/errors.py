@@ -1,0 +1,52 @@
+"""The one exception users catch.
+
+::
+
+    RecursionError
+      └── DelegationRefused     a hop was refused before it ran (status 409, never retryable)
+
+``DelegationRefused`` subclasses ``RecursionError`` so code that already guards against runaway recursion
+catches it too. Its ``code`` is what an A2A gateway or HTTP agent puts on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from otel_guard.chain import Chain, Hop
+
+REASON_CODES: Final[dict[str, str]] = {
+    "cycle": "a2a_delegation_cycle",
+    "depth": "a2a_delegation_depth",
+    "name_depth": "a2a_delegation_depth",
+    "chain_size": "a2a_delegation_depth",
+    "expired": "a2a_delegation_invalid",
+    "bad_signature": "a2a_delegation_invalid",
+    "foreign_workspace": "a2a_delegation_invalid",
+}
+"""Refusal reason -> wire error code (CONTRACT §1, §3)."""
+
+
+class DelegationRefused(RecursionError):
+    """A delegation hop was refused before its body ran.
+
+    Retrying cannot help: the same chain is refused the same way every time, so the caller should
+    answer with what it has. ``str(err)`` names the agent and the path that led to it.
+    """
+
+    status: Final = 409
+    retryable: Final = False
+
+    def __init__(self, reason: str, message: str, hop: Hop, chain: Chain | None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.hop = hop
+        self.chain = chain
+
+    @property
+    def code(self) -> str:
+        return REASON_CODES.get(self.reason, "a2a_delegation_invalid")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.reason, str(self), self.hop, self.chain))

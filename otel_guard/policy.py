@@ -1,0 +1,321 @@
+"""Settings, and the one pure function that decides a hop.
+
+Settings come from the environment (``OTEL_GUARD_*``) and from :func:`configure`, which changes the
+process-wide policy; every value is validated and a bad one raises ``ValueError`` naming the setting.
+
+:func:`decide` is a pure function of (chain on arrival, hop, settings, now): no I/O, no globals.
+
+Per-agent overrides relax or tighten the policy for one agent, e.g. a summarizer that may recurse::
+
+    configure(overrides={"summarizer": {"cycle_rule": "none", "max_name_depth": 12}})
+    # or OTEL_GUARD_OVERRIDES='{"summarizer": {"cycle_rule": "none", "max_name_depth": 12}}'
+
+An override applies when the hop being decided is into that agent (or tool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Final, Literal, cast
+
+from otel_guard.chain import Chain, Hop, Keyring
+
+Mode = Literal["enforce", "observe", "off"]
+CycleRule = Literal["agent_skill", "agent", "none"]
+Outcome = Literal["allow", "refuse", "would_refuse"]
+
+MODES: Final = ("enforce", "observe", "off")
+CYCLE_RULES: Final = ("agent_skill", "agent", "none")
+
+ENV: Final[dict[str, str]] = {
+    "mode": "OTEL_GUARD_MODE",
+    "cycle_rule": "OTEL_GUARD_CYCLE_RULE",
+    "max_depth": "OTEL_GUARD_MAX_DEPTH",
+    "max_name_depth": "OTEL_GUARD_MAX_NAME_DEPTH",
+    "ttl": "OTEL_GUARD_TTL_SECONDS",
+    "keys": "OTEL_GUARD_KEYS",
+    "workspace": "OTEL_GUARD_WORKSPACE",
+    "overrides": "OTEL_GUARD_OVERRIDES",
+    "situational_prompt": "OTEL_GUARD_SITUATIONAL_PROMPT",
+}
+"""Setting name -> environment variable."""
+
+INTEGRITY_REASONS: Final = frozenset({"bad_signature", "expired", "foreign_workspace"})
+"""Reasons that mean the chain itself cannot be trusted: refused in observe mode too (fail closed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOverride:
+    """Settings that apply to hops into one agent; ``None`` keeps the process-wide value."""
+
+    mode: Mode | None = None
+    cycle_rule: CycleRule | None = None
+    max_depth: int | None = None
+    max_name_depth: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The policy in force. See the README's settings table."""
+
+    mode: Mode = "enforce"
+    cycle_rule: CycleRule = "agent_skill"
+    max_depth: int = 8
+    max_name_depth: int = 5
+    ttl: float = 300.0
+    keys: Keyring | None = None
+    workspace: str = "default"
+    overrides: Mapping[str, AgentOverride] = field(default_factory=lambda: MappingProxyType({}))
+    situational_prompt: bool = False
+
+    def for_agent(self, agent: str) -> Settings:
+        """These settings with the override for ``agent`` applied."""
+        override = self.overrides.get(agent)
+        if override is None:
+            return self
+        changes = {f.name: getattr(override, f.name) for f in fields(AgentOverride)}
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What :func:`decide` says about one hop."""
+
+    outcome: Outcome
+    reason: str | None = None
+    message: str = ""
+
+
+ALLOW: Final = Verdict("allow")
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    text = value.strip().lower() if isinstance(value, str) else value
+    if not isinstance(text, str) or text not in choices:
+        raise ValueError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+    return text
+
+
+def _int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: {value!r} is not an integer")
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"{name}: {value!r} is not an integer") from None
+    if not isinstance(value, int):
+        raise ValueError(f"{name}: {value!r} is not an integer")
+    if value < minimum:
+        raise ValueError(f"{name}: {value} is less than {minimum}")
+    return value
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: {value!r} is not a number of seconds")
+    try:
+        seconds = float(value.strip() if isinstance(value, str) else cast(float, value))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {value!r} is not a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{name}: {value!r} must be a positive, finite number of seconds")
+    return seconds
+
+
+def _bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError(f"{name}: {value!r} is not true or false")
+
+
+def _workspace(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"workspace: {value!r} must be a non-empty string")
+    return value.strip()
+
+
+def _keys(value: object) -> Keyring | None:
+    if value is None or isinstance(value, Keyring):
+        return value
+    if isinstance(value, str):
+        return Keyring.parse(value) if value.strip() else None
+    if isinstance(value, Mapping):
+        return Keyring(value)
+    raise ValueError("keys: expected 'kid:secret,...' or a mapping of key id to secret bytes")
+
+
+def _override(agent: str, value: object) -> AgentOverride:
+    if isinstance(value, AgentOverride):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"overrides: the override of {agent!r} must be a mapping of settings")
+    known = {f.name for f in fields(AgentOverride)}
+    unknown = set(value) - known
+    if unknown:
+        raise ValueError(
+            f"overrides: {agent!r} sets {', '.join(sorted(map(str, unknown)))}; "
+            f"an override may set {', '.join(sorted(known))}"
+        )
+    where = f"overrides[{agent!r}]"
+    return AgentOverride(
+        mode=cast(Mode, _choice(f"{where}.mode", value["mode"], MODES)) if "mode" in value else None,
+        cycle_rule=cast(CycleRule, _choice(f"{where}.cycle_rule", value["cycle_rule"], CYCLE_RULES))
+        if "cycle_rule" in value
+        else None,
+        max_depth=_int(f"{where}.max_depth", value["max_depth"], 1) if "max_depth" in value else None,
+        max_name_depth=_int(f"{where}.max_name_depth", value["max_name_depth"], 1)
+        if "max_name_depth" in value
+        else None,
+    )
+
+
+def _overrides(value: object) -> Mapping[str, AgentOverride]:
+    if isinstance(value, str):
+        if not value.strip():
+            return MappingProxyType({})
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"overrides: not JSON ({exc})") from None
+    if not isinstance(value, Mapping):
+        raise ValueError("overrides: expected a mapping of agent name to settings")
+    return MappingProxyType({str(agent): _override(str(agent), v) for agent, v in value.items()})
+
+
+_VALIDATORS: Final[dict[str, Any]] = {
+    "mode": lambda v: _choice("mode", v, MODES),
+    "cycle_rule": lambda v: _choice("cycle_rule", v, CYCLE_RULES),
+    "max_depth": lambda v: _int("max_depth", v, 1),
+    "max_name_depth": lambda v: _int("max_name_depth", v, 1),
+    "ttl": lambda v: _seconds("ttl", v),
+    "keys": _keys,
+    "workspace": _workspace,
+    "overrides": _overrides,
+    "situational_prompt": lambda v: _bool("situational_prompt", v),
+}
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings the environment asks for; a bad value raises ``ValueError`` naming its variable."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, variable in ENV.items():
+        raw = environ.get(variable)
+        if raw is None:
+            continue
+        try:
+            values[name] = _VALIDATORS[name](raw)
+        except ValueError as exc:
+            raise ValueError(f"{variable}: {exc}") from None
+    return Settings(**values)
+
+
+_lock = threading.Lock()
+_current: Settings | None = None
+
+
+def current_settings() -> Settings:
+    """The settings in force (read from the environment the first time)."""
+    settings = _current
+    return settings if settings is not None else reset_settings()
+
+
+def reset_settings() -> Settings:
+    """Forget every :func:`configure` and read the environment again."""
+    global _current
+    with _lock:
+        _current = settings_from_env()
+        return _current
+
+
+def configure(**settings: Any) -> Settings:
+    """Change the process-wide policy; see the settings table in the README.
+
+    Each keyword takes the string form of its environment variable or a Python value; a keyword left
+    out keeps its current value. Returns the settings now in force.
+    """
+    global _current
+    unknown = set(settings) - set(_VALIDATORS)
+    if unknown:
+        raise ValueError(f"unknown setting {', '.join(sorted(unknown))}; settings are {', '.join(ENV)}")
+    validated = {name: _VALIDATORS[name](value) for name, value in settings.items()}
+    with _lock:
+        _current = replace(_current if _current is not None else settings_from_env(), **validated)
+        return _current
+
+
+# -- the decision -------------------------------------------------------------------------------
+
+
+def decide(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> Verdict:
+    """Decide whether ``hop`` may run, given the chain it arrives with.
+
+    Checks, in order: the chain's workspace and lifetime (integrity: refused in observe mode too),
+    then the cycle rule, the per-name depth and the chain depth. In ``off`` mode everything is allowed.
+    """
+    settings = settings.for_agent(hop.agent)
+    if settings.mode == "off":
+        return ALLOW
+    verdict = _check(arrival, hop, settings, now)
+    if verdict is None:
+        return ALLOW
+    reason, message = verdict
+    if settings.mode == "observe" and reason not in INTEGRITY_REASONS:
+        return Verdict("would_refuse", reason, message)
+    return Verdict("refuse", reason, message)
+
+
+def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> tuple[str, str] | None:
+    if arrival is None:
+        return None  # a first hop: nothing to repeat, depth 1
+    if arrival.workspace != settings.workspace:
+        return (
+            "foreign_workspace",
+            f"Delegation chain belongs to workspace {arrival.workspace!r}, not {settings.workspace!r}; "
+            f"agent {hop.agent} refused",
+        )
+    if now >= arrival.expires_at:
+        return (
+            "expired",
+            f"Delegation chain expired {now - arrival.expires_at:.0f} s ago "
+            f"(lifetime {arrival.expires_at - arrival.issued_at:.0f} s from its first hop); "
+            f"agent {hop.agent} refused",
+        )
+    hops = arrival.hops
+    if settings.cycle_rule == "agent" and any(h.agent == hop.agent for h in hops):
+        return "cycle", f"Delegation cycle: agent {hop.agent} is already in chain {arrival.path()}"
+    if settings.cycle_rule == "agent_skill" and hop in hops:
+        skill = f" with skill {hop.skill}" if hop.skill is not None else ""
+        return (
+            "cycle",
+            f"Delegation cycle: agent {hop.agent}{skill} is already in chain {arrival.path()}",
+        )
+    standing = sum(1 for h in hops if h.agent == hop.agent)
+    if standing >= settings.max_name_depth:
+        return (
+            "name_depth",
+            f"Delegation name depth: agent {hop.agent} already stands {standing} times in chain "
+            f"{arrival.path()}; the limit (max_name_depth) is {settings.max_name_depth} "
+            "- possible runaway recursion",
+        )
+    if len(hops) >= settings.max_depth:
+        return (
+            "depth",
+            f"Delegation depth: calling agent {hop.agent} would make chain {arrival.path()} "
+            f"{len(hops) + 1} hops long; the limit (max_depth) is {settings.max_depth}",
+        )
+    return None

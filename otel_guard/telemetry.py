@@ -1,0 +1,132 @@
+"""Every attribute, event and metric name otel-guard writes, and the instruments that write them.
+
+The names are the public contract (CONTRACT §5): dashboards, alert rules and the collector-side
+processor read them. Metrics are cheap on the hot path: decisions are tallied in a dict and reported
+by an observable counter when the SDK collects, instead of a synchronous ``add`` on every hop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Final
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+
+CHAIN_BAGGAGE_KEY: Final = "otel_guard.chain"
+
+# Span attributes (GenAI semantic conventions, then ours).
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+SKILL: Final = "otel_guard.skill"
+CHAIN_AGENTS: Final = "otel_guard.chain.agents"
+CHAIN_SKILLS: Final = "otel_guard.chain.skills"
+CHAIN_ROOT: Final = "otel_guard.chain.root"
+CHAIN_DEPTH: Final = "otel_guard.chain.depth"
+NAME_DEPTH: Final = "otel_guard.name_depth"
+DECISION: Final = "otel_guard.decision"
+REASON: Final = "otel_guard.reason"
+MODE: Final = "otel_guard.mode"
+ERROR_TYPE: Final = "error.type"
+
+INVOKE_AGENT: Final = "invoke_agent"
+EXECUTE_TOOL: Final = "execute_tool"
+
+# Span events.
+EVENT_REFUSED: Final = "otel_guard.refused"
+EVENT_WOULD_REFUSE: Final = "otel_guard.would_refuse"
+EVENT_MESSAGE: Final = "otel_guard.message"
+
+# Metrics.
+METRIC_DECISIONS: Final = "otel_guard.decisions"
+METRIC_CHAIN_DEPTH: Final = "otel_guard.chain.depth"
+
+INSTRUMENTATION_NAME: Final = "otel_guard"
+DEPTH_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("otel-guard")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
+DecisionKey = tuple[str, str | None, str, str]
+"""(decision, reason, name attribute key, name)."""
+
+
+class DecisionTally:
+    """Decision counts kept in a dict and reported by an observable counter at collection time."""
+
+    def __init__(self) -> None:
+        self._counts: dict[DecisionKey, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, key: DecisionKey) -> None:
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            snapshot = list(self._counts.items())
+        for (decision, reason, name_key, name), count in snapshot:
+            attributes = {DECISION: decision, name_key: name}
+            if reason is not None:
+                attributes[REASON] = reason
+            yield Observation(count, attributes)
+
+
+class Telemetry:
+    """The tracer and instruments of one (tracer provider, meter provider) pair."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
+        version = _version()
+        self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, version, tracer_provider)
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, version, meter_provider)
+        self.decisions = DecisionTally()
+        meter.create_observable_counter(
+            METRIC_DECISIONS,
+            callbacks=[self.decisions.observe],
+            unit="{decision}",
+            description="Delegation hops decided by otel-guard, by decision, reason and agent or tool",
+        )
+        self.depth = meter.create_histogram(
+            METRIC_CHAIN_DEPTH,
+            unit="{hop}",
+            description="Delegation chain depth at each hop, this hop included",
+            explicit_bucket_boundaries_advisory=list(DEPTH_BUCKETS),
+        )
+
+
+_telemetry: Telemetry | None = None
+_telemetry_lock = threading.Lock()
+
+
+def current() -> Telemetry:
+    """The telemetry of the global providers, made on first use."""
+    telemetry = _telemetry
+    if telemetry is None:
+        with _telemetry_lock:
+            telemetry = _telemetry
+            if telemetry is None:
+                telemetry = bind()
+    return telemetry
+
+
+def bind(
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+) -> Telemetry:
+    """Send otel-guard's spans and metrics to these providers (the global ones when ``None``)."""
+    global _telemetry
+    _telemetry = Telemetry(tracer_provider, meter_provider)
+    return _telemetry
