@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import json
 import math
@@ -115,11 +116,29 @@ def _b64decode(segment: str) -> bytes:
         raise InvalidToken(f"token is not base64url ({exc})") from None
 
 
-@dataclass(frozen=True, slots=True)
 class _Key:
-    kid: str
-    secret: bytes
-    header: str  # the base64url JWS header this library writes for this key
+    """One HMAC-SHA256 key, with its inner and outer hash states computed once (RFC 2104)."""
+
+    __slots__ = ("_inner", "_outer", "header", "kid", "secret")
+
+    def __init__(self, kid: str, secret: bytes) -> None:
+        self.kid = kid
+        self.secret = secret
+        # The base64url JWS header this library writes for this key.
+        self.header = _b64encode(
+            json.dumps({"alg": "HS256", "kid": kid, "typ": "JWT"}, separators=_COMPACT).encode()
+        )
+        block = (hashlib.sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def sign(self, message: bytes) -> bytes:
+        """HMAC-SHA256 of ``message``: the same bytes as ``hmac.digest``, without re-keying each time."""
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
 
 class Keyring:
@@ -142,10 +161,7 @@ class Keyring:
                 raise ValueError(f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes")
             if kid in by_kid:
                 raise ValueError(f"keys: key id {kid!r} is listed twice")
-            header = _b64encode(
-                json.dumps({"alg": "HS256", "kid": kid, "typ": "JWT"}, separators=_COMPACT).encode()
-            )
-            by_kid[kid] = _Key(kid, bytes(secret), header)
+            by_kid[kid] = _Key(kid, bytes(secret))
         self._by_kid = by_kid
         self._by_header = {key.header: key for key in by_kid.values()}
         self.signing = next(iter(by_kid.values()))
@@ -221,37 +237,59 @@ def _str_json(value: str) -> str:
 
 
 class ChainToken:
-    """A chain ready to travel: the claims are encoded when it is made, the signature on first use.
+    """A chain ready to travel: its length is known when it is made, its text on first use.
 
     The guard puts this object itself into the context's baggage. Inside the process it *is* the
     verified chain, so nested hops never re-verify; the W3C baggage propagator calls ``str()`` on
-    it when a carrier is injected, and only then is it signed (and the result kept).
+    it when a carrier is injected, and only then is it encoded and signed (and the result kept).
     """
 
-    __slots__ = ("_signing_input", "_text", "chain", "length")
+    __slots__ = ("_claims", "_hops_json", "_keyring", "_text", "chain", "length")
 
-    def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        keyring: Keyring | None,
+        text: str | None = None,
+        hops_json: str | None = None,
+    ) -> None:
         self.chain = chain
-        header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
-        claims = (
-            f'{{"v":{TOKEN_VERSION},"root":"{chain.root}","ws":{_str_json(chain.workspace)},'
-            f'"iat":{chain.issued_at!r},"exp":{chain.expires_at!r},'
-            f'"hops":[{",".join(map(_hop_json, chain.hops))}]}}'
-        ).encode()
-        self._signing_input = (header + "." + _b64encode(claims), keyring)
+        self._keyring = keyring
         self._text = text
+        self._hops_json = hops_json
+        if text is not None:  # a token that arrived: its length is its own
+            self._claims = b""
+            self.length = len(text)
+            return
+        if hops_json is None:
+            self._hops_json = hops_json = ",".join(map(_hop_json, chain.hops))
+        self._claims = claims = (
+            f'{{"v":{TOKEN_VERSION},"root":"{chain.root}","ws":{_str_json(chain.workspace)},'
+            f'"iat":{chain.issued_at!r},"exp":{chain.expires_at!r},"hops":[{hops_json}]}}'
+        ).encode()
+        header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
         # Base64url without padding: 4 characters per 3 bytes, rounded up; HS256 signs 32 bytes (43).
         self.length = len(header) + 1 + (4 * len(claims) + 2) // 3 + 1 + (43 if keyring else 0)
+
+    def extended(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
+        """The token of this chain with ``hop`` appended, reusing the hops already encoded."""
+        hops_json = self._hops_json
+        if hops_json is None:
+            hops_json = self._hops_json = ",".join(map(_hop_json, self.chain.hops))
+        hop_json = _hop_json(hop)
+        return ChainToken(
+            self.chain.extended(hop), keyring, None, f"{hops_json},{hop_json}" if hops_json else hop_json
+        )
 
     def __str__(self) -> str:
         text = self._text
         if text is None:
-            signing_input, keyring = self._signing_input
+            keyring = self._keyring
             if keyring is None:
-                text = signing_input + "."
+                text = f"{_UNSIGNED_HEADER}.{_b64encode(self._claims)}."
             else:
-                digest = hmac.digest(keyring.signing.secret, signing_input.encode("ascii"), "sha256")
-                text = signing_input + "." + _b64encode(digest)
+                signing_input = f"{keyring.signing.header}.{_b64encode(self._claims)}"
+                text = f"{signing_input}.{_b64encode(keyring.signing.sign(signing_input.encode('ascii')))}"
             self._text = text
         return text
 
@@ -295,17 +333,19 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
     if not isinstance(workspace, str) or not workspace:
         raise InvalidToken("token claim 'ws' must be a non-empty string")
     raw_hops = claims.get("hops")
-    if not isinstance(raw_hops, list) or not raw_hops:
+    if type(raw_hops) is not list or not raw_hops:
         raise InvalidToken("token claim 'hops' must be a non-empty list")
-    hops: list[Hop] = []
     for item in raw_hops:
-        if not isinstance(item, list) or len(item) != 2:
-            raise InvalidToken("token hop must be a pair [agent, skill]")
-        agent, skill = item
-        if not isinstance(agent, str) or not agent or not (skill is None or isinstance(skill, str)):
-            raise InvalidToken("token hop must be [non-empty string, string or null]")
-        hops.append(Hop(agent, skill))
-    return Chain(tuple(hops), root, workspace, _number(claims, "iat"), _number(claims, "exp"))
+        if (
+            type(item) is not list
+            or len(item) != 2
+            or type(item[0]) is not str
+            or not item[0]
+            or not (item[1] is None or type(item[1]) is str)
+        ):
+            raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
+    hops = tuple([Hop(agent, skill) for agent, skill in raw_hops])
+    return Chain(hops, root, workspace, _number(claims, "iat"), _number(claims, "exp"))
 
 
 def decode(token: object, keyring: Keyring | None) -> Chain:
@@ -341,7 +381,7 @@ def _decode(token: object, keyring: Keyring | None) -> Chain:
         if header == _UNSIGNED_HEADER or not signature:
             raise InvalidToken("token is unsigned but keys are configured")
         key = keyring.key_for(header)
-        expected = _b64encode(hmac.digest(key.secret, f"{header}.{payload}".encode("ascii"), "sha256"))
+        expected = _b64encode(key.sign(f"{header}.{payload}".encode("ascii")))
         if not hmac.compare_digest(expected, signature):
             raise InvalidToken("token signature does not match")
     return _claims_to_chain(_json_object(_b64decode(payload), "claims"))

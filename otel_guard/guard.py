@@ -12,12 +12,10 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -55,51 +53,45 @@ class _VerifiedTokens:
     """Tokens from carriers that this process has verified already, by (keyring, token).
 
     A server reads the same incoming token more than once (``current_chain()``, then the hop): the
-    second read is a dict lookup. Bounded; only successful verifications are kept.
+    second read is a dict lookup. Bounded (emptied when full); only successful verifications are kept.
+    Plain dict operations are atomic under the GIL, so no lock is needed.
     """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._items: OrderedDict[tuple[Keyring | None, str], Chain] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: dict[tuple[Keyring | None, str], Chain] = {}
 
     def verify(self, token: str, keyring: Keyring | None) -> Chain:
         key = (keyring, token)
-        with self._lock:
-            chain = self._items.get(key)
-            if chain is not None:
-                self._items.move_to_end(key)
-                return chain
-        chain = decode(token, keyring)
-        with self._lock:
+        chain = self._items.get(key)
+        if chain is None:
+            chain = decode(token, keyring)
+            if len(self._items) >= self._size:
+                self._items.clear()
             self._items[key] = chain
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
         return chain
 
 
 _verified = _VerifiedTokens()
 
 
-def _arrival(ctx: context.Context | None, keyring: Keyring | None) -> Chain | None:
+def _arrival(ctx: context.Context | None, keyring: Keyring | None) -> ChainToken | None:
     """The chain in ``ctx``; raises :class:`InvalidToken` for one that fails verification."""
     value = baggage.get_baggage(_BAGGAGE_KEY, ctx)
-    if value is None:
-        return None
-    if type(value) is ChainToken:
-        return value.chain
+    if value is None or type(value) is ChainToken:
+        return value
     if not isinstance(value, str):
         raise InvalidToken("baggage member otel_guard.chain is not a token")
-    return _verified.verify(value, keyring)
+    return ChainToken(_verified.verify(value, keyring), keyring, value)
 
 
 def current_chain() -> Chain | None:
     """The verified chain in force in the current context, or ``None`` outside any hop."""
     try:
-        chain = _arrival(None, current_settings().keys)
+        token = _arrival(None, current_settings().keys)
     except InvalidToken:
         return None
-    return chain if chain is not None and chain.hops else None
+    return token.chain if token is not None and token.chain.hops else None
 
 
 def name_depth(name: str) -> int:
@@ -181,53 +173,39 @@ class Delegation:
         parent = context.get_current()
         now = time.time()
         hop = self.hop
-        token: ChainToken | None = None
         try:
-            arrival = _arrival(parent, keyring)
+            arrived = _arrival(parent, keyring)
         except InvalidToken as exc:
-            if settings.for_agent(hop.agent).mode == "off":
-                arrival = None
-            else:
-                self._refuse(
-                    Verdict("refuse", "bad_signature", f"Delegation chain failed verification: {exc}"),
-                    None,
-                    Chain((hop,), "", settings.workspace, now, now),
-                    parent,
-                    settings,
-                )
-                raise AssertionError("unreachable") from None  # _refuse raises
-        if self._receiving and arrival is not None and _continues(arrival, hop):
+            if settings.for_agent(hop.agent).mode != "off":
+                verdict = Verdict("refuse", "bad_signature", f"Delegation chain failed verification: {exc}")
+                self._refuse(verdict, None, Chain((hop,), "", settings.workspace, now, now), parent, settings)
+            arrived = None  # off mode: no checks; the hop starts a new chain
+        arrival = arrived.chain if arrived is not None else None
+        if self._receiving and arrived is not None and arrival and _continues(arrival, hop):
             # The caller's instrumentation already added this hop: check it again, do not add it twice.
             hop = self.hop = arrival.hops[-1]
             before = Chain(
-                arrival.hops[:-1],
-                arrival.root,
-                arrival.workspace,
-                arrival.issued_at,
-                arrival.expires_at,
+                arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
             )
             verdict = decide(before, hop, settings, now)
-            chain = arrival
-            token = ChainToken(chain, keyring, _incoming_text(parent))
+            token = arrived
         else:
             verdict = decide(arrival, hop, settings, now)
-            if arrival is None:
-                chain = start_chain(hop, settings.workspace, now, settings.ttl)
+            if arrived is None:
+                token = ChainToken(start_chain(hop, settings.workspace, now, settings.ttl), keyring)
             else:
-                chain = arrival.extended(hop)
+                token = arrived.extended(hop, keyring)
+        chain = token.chain
         if verdict.outcome == "refuse":
             self._refuse(verdict, arrival, chain, parent, settings)
-        if token is None:
-            token = ChainToken(chain, keyring)
-            if token.length > MAX_TOKEN_LENGTH:
-                verdict = Verdict(
-                    "refuse",
-                    "chain_size",
-                    f"Delegation chain too large: calling agent {hop.agent} would make a token of "
-                    f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
-                )
-                if settings.for_agent(hop.agent).mode != "off":
-                    self._refuse(verdict, arrival, chain, parent, settings)
+        if token.length > MAX_TOKEN_LENGTH and settings.for_agent(hop.agent).mode != "off":
+            verdict = Verdict(
+                "refuse",
+                "chain_size",
+                f"Delegation chain too large: calling agent {hop.agent} would make a token of "
+                f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
+            )
+            self._refuse(verdict, arrival, chain, parent, settings)
         span = self._start_span(verdict, chain, parent, settings)
         self.span = span
         self.chain = chain
@@ -323,7 +301,7 @@ class Delegation:
                 self.hop.agent,
             )
         )
-        tel.depth.record(len(chain.hops))
+        tel.depths.add(len(chain.hops))
         return span
 
     def _refuse(
@@ -333,7 +311,7 @@ class Delegation:
         chain: Chain,
         parent: context.Context,
         settings: Settings,
-    ) -> None:
+    ) -> NoReturn:
         span = self._start_span(verdict, chain, parent, settings)
         span.set_status(Status(StatusCode.ERROR, verdict.message))
         span.set_attribute(names.ERROR_TYPE, DelegationRefused.__name__)
@@ -347,11 +325,6 @@ def _continues(arrival: Chain, hop: Hop) -> bool:
     """Whether ``arrival`` already ends with ``hop`` (a skill of ``None`` on either side matches)."""
     last = arrival.hops[-1]
     return last.agent == hop.agent and (hop.skill is None or last.skill is None or last.skill == hop.skill)
-
-
-def _incoming_text(ctx: context.Context) -> str | None:
-    value = baggage.get_baggage(_BAGGAGE_KEY, ctx)
-    return value if isinstance(value, str) else None
 
 
 def delegate(

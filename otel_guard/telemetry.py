@@ -1,15 +1,20 @@
 """Every attribute, event and metric name otel-guard writes, and the instruments that write them.
 
 The names are the public contract (CONTRACT §5): dashboards, alert rules and the collector-side
-processor read them. Metrics are cheap on the hot path: decisions are tallied in a dict and reported
-by an observable counter when the SDK collects, instead of a synchronous ``add`` on every hop.
+processor read them.
+
+Metrics cost the hop almost nothing: decisions and depths are tallied in dicts. Decisions are
+reported by an observable counter when the SDK collects; the depths are recorded into the histogram
+in that same collection callback (the SDK runs observable callbacks before it reads its
+synchronous instruments), so a hop never pays for the histogram's aggregation and exemplar sampling
+(measured: 17 % of a hop). The price: the histogram has no exemplars.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -60,25 +65,25 @@ DecisionKey = tuple[str, str | None, str, str]
 """(decision, reason, name attribute key, name)."""
 
 
-class DecisionTally:
-    """Decision counts kept in a dict and reported by an observable counter at collection time."""
+class Tally:
+    """Counts kept in a dict behind a lock, taken out at collection time."""
 
     def __init__(self) -> None:
-        self._counts: dict[DecisionKey, int] = {}
+        self._counts: dict[Any, int] = {}
         self._lock = threading.Lock()
 
-    def add(self, key: DecisionKey) -> None:
+    def add(self, key: Any) -> None:
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
 
-    def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+    def snapshot(self) -> list[tuple[Any, int]]:
         with self._lock:
-            snapshot = list(self._counts.items())
-        for (decision, reason, name_key, name), count in snapshot:
-            attributes = {DECISION: decision, name_key: name}
-            if reason is not None:
-                attributes[REASON] = reason
-            yield Observation(count, attributes)
+            return list(self._counts.items())
+
+    def take(self) -> list[tuple[Any, int]]:
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        return list(counts.items())
 
 
 class Telemetry:
@@ -92,19 +97,31 @@ class Telemetry:
         version = _version()
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, version, tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION_NAME, version, meter_provider)
-        self.decisions = DecisionTally()
-        meter.create_observable_counter(
-            METRIC_DECISIONS,
-            callbacks=[self.decisions.observe],
-            unit="{decision}",
-            description="Delegation hops decided by otel-guard, by decision, reason and agent or tool",
-        )
-        self.depth = meter.create_histogram(
+        self.decisions = Tally()  # DecisionKey -> count, cumulative
+        self.depths = Tally()  # depth -> hops since the last collection
+        self._depth_histogram = meter.create_histogram(
             METRIC_CHAIN_DEPTH,
             unit="{hop}",
             description="Delegation chain depth at each hop, this hop included",
             explicit_bucket_boundaries_advisory=list(DEPTH_BUCKETS),
         )
+        meter.create_observable_counter(
+            METRIC_DECISIONS,
+            callbacks=[self._collect],
+            unit="{decision}",
+            description="Delegation hops decided by otel-guard, by decision, reason and agent or tool",
+        )
+
+    def _collect(self, _options: CallbackOptions) -> Iterable[Observation]:
+        record = self._depth_histogram.record
+        for depth, count in self.depths.take():
+            for _ in range(count):
+                record(depth)
+        for (decision, reason, name_key, name), count in self.decisions.snapshot():
+            attributes = {DECISION: decision, name_key: name}
+            if reason is not None:
+                attributes[REASON] = reason
+            yield Observation(count, attributes)
 
 
 _telemetry: Telemetry | None = None

@@ -1,0 +1,153 @@
+"""What a guarded hop costs next to a bare SDK span, measured side by side in one process.
+
+Both arms run under the same SDK: a TracerProvider with a BatchSpanProcessor and an exporter that
+discards, and a MeterProvider with a reader that is never collected during the run. The bare arm
+opens a span with 5 attributes; the guarded arm is one ``delegate()`` hop (verify, decide, sign on
+demand, span with the contract's attributes, decision tally, depth histogram).
+
+* nested: the hop is the third of a chain made in this process (no verification needed).
+* ingress: every hop arrives with a fresh token minted by PyJWT (another library), used once, so no
+  cache can serve it: the guard verifies signature and claims every time. Both arms run inside the
+  context a server's propagator would have extracted, so only the guard's own work differs.
+
+Rounds alternate between the arms and the ratio is of the medians: this machine is noisy.
+Usage: python bench/inline_overhead.py [--rounds 30] [--per-round 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import jwt
+from opentelemetry import baggage, context, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+import otel_guard
+from otel_guard import telemetry
+from otel_guard.chain import new_root
+
+SECRET = b"b" * 32
+
+
+class Discard(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def setup() -> trace.Tracer:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard(), max_queue_size=65536))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    telemetry.bind(provider, meter_provider)
+    otel_guard.configure(keys={"bench": SECRET}, mode="enforce", max_depth=8)
+    return provider.get_tracer("bench")
+
+
+BARE_ATTRIBUTES = {
+    "gen_ai.operation.name": "invoke_agent",
+    "gen_ai.agent.name": "budget",
+    "attr.three": 3,
+    "attr.four": "four",
+    "attr.five": True,
+}
+
+
+def pyjwt_tokens(count: int) -> list[str]:
+    now = time.time()
+    return [
+        jwt.encode(
+            {
+                "v": 1,
+                "root": new_root(),
+                "ws": "default",
+                "iat": now,
+                "exp": now + 3600,
+                "hops": [["planner", "plan"], ["budget", "price"]],
+            },
+            SECRET,
+            algorithm="HS256",
+            headers={"kid": "bench"},
+        )
+        for _ in range(count)
+    ]
+
+
+def time_round(fn: Callable[[int], None], n: int) -> float:
+    start = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - start) / n
+
+
+def measure(
+    name: str, bare: Callable[[int], None], guarded: Callable[[int], None], rounds: int, n: int
+) -> float:
+    bare(n), guarded(n)  # warm up
+    bare_times: list[float] = []
+    guard_times: list[float] = []
+    for _ in range(rounds):
+        gc.collect()
+        bare_times.append(time_round(bare, n))
+        gc.collect()
+        guard_times.append(time_round(guarded, n))
+    b, g = statistics.median(bare_times), statistics.median(guard_times)
+    print(f"{name:8s} bare span {b * 1e6:6.1f} µs   guarded hop {g * 1e6:6.1f} µs   ratio {g / b:.2f}")
+    return g / b
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--per-round", type=int, default=2000)
+    args = parser.parse_args()
+    tracer = setup()
+    rounds, n = args.rounds, args.per_round
+
+    def bare(count: int) -> None:
+        for _ in range(count):
+            with tracer.start_as_current_span("invoke_agent budget", attributes=BARE_ATTRIBUTES):
+                pass
+
+    def nested(count: int) -> None:
+        with otel_guard.delegate("planner", "plan"), otel_guard.delegate("budget", "price"):
+            for _ in range(count):
+                with otel_guard.delegate("fx", "convert"):
+                    pass
+
+    ratio_nested = measure("nested", bare, nested, rounds, n)
+
+    contexts = [baggage.set_baggage("otel_guard.chain", t) for t in pyjwt_tokens(rounds * n * 2 + 2 * n)]
+    position = 0
+
+    def take(count: int) -> list[context.Context]:
+        nonlocal position
+        batch = contexts[position : position + count]
+        position += count
+        return batch
+
+    def bare_ingress(count: int) -> None:
+        for ctx in take(count):
+            token = context.attach(ctx)
+            with tracer.start_as_current_span("invoke_agent fx", attributes=BARE_ATTRIBUTES):
+                pass
+            context.detach(token)
+
+    def guarded_ingress(count: int) -> None:
+        for ctx in take(count):
+            token = context.attach(ctx)
+            with otel_guard.delegate("fx", "convert"):
+                pass
+            context.detach(token)
+
+    ratio_ingress = measure("ingress", bare_ingress, guarded_ingress, rounds, n)
+    print(f"goal <= 1.25: nested {ratio_nested:.2f}, ingress {ratio_ingress:.2f}")
+
+
+if __name__ == "__main__":
+    main()
