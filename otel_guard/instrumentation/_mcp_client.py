@@ -1,0 +1,66 @@
+"""The client side: ``ClientSession.call_tool`` is a hop ``execute_tool {tool}`` (a CLIENT span).
+
+The hop is checked before the request is sent. Inside it the request's ``_meta`` gets the trace
+context and the new chain (see :mod:`._mcp_carrier`), so the server checks the same chain again
+before the tool body runs. A refused call is never sent: ``call_tool`` returns the tool error
+:func:`refusal_result` instead, the same result a refusing server would have sent back.
+
+Every MCP client built on ``ClientSession`` goes through here: ``mcp.Client``, ``ClientSessionGroup``,
+and the MCP adapters of agent frameworks (the OpenAI Agents SDK's ``MCPServer*`` classes call
+``session.call_tool``).
+
+One call is one hop. When the chain in force already ends with this tool -- an agent framework
+opened the ``execute_tool {tool}`` hop for this very call before handing it to its MCP adapter --
+the call joins that hop instead of adding the tool to the chain a second time (which would be a
+false cycle). The one exception is a tool body calling its own tool again: the hop in force is then
+the one this process is serving, and the call is a new hop (a real cycle, refused as one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import SpanKind
+
+from otel_guard.errors import DelegationRefused
+from otel_guard.guard import current_chain, delegate
+from otel_guard.instrumentation._mcp_carrier import meta_with_context
+from otel_guard.instrumentation._mcp_refusal import refusal_result
+from otel_guard.instrumentation._mcp_server import serving_chain
+
+
+async def guard_call_tool(
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """``wrapt`` wrapper of ``ClientSession.call_tool(name, arguments=None, ..., *, meta=None, ...)``."""
+    if not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+    tool = args[0] if args else kwargs.get("name")
+    if not isinstance(tool, str) or not tool:
+        return await wrapped(*args, **kwargs)
+    if _joins_enclosing_hop(tool):
+        kwargs["meta"] = meta_with_context(kwargs.get("meta"))
+        return await wrapped(*args, **kwargs)
+    entered = False
+    try:
+        async with delegate(tool, kind="tool", span_kind=SpanKind.CLIENT):
+            entered = True
+            kwargs["meta"] = meta_with_context(kwargs.get("meta"))
+            return await wrapped(*args, **kwargs)
+    except DelegationRefused as err:
+        if entered:
+            raise  # not this hop's refusal: the session raised it, let it through unchanged
+        return refusal_result(err)
+
+
+def _joins_enclosing_hop(tool: str) -> bool:
+    """Whether the hop in force is this very call's, opened by an agent framework around it."""
+    chain = current_chain()
+    if chain is None or chain.hops[-1].agent != tool:
+        return False
+    return chain != serving_chain.get()

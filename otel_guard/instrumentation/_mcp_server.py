@@ -1,0 +1,80 @@
+"""The server side: every ``tools/call`` a low-level ``Server`` (or an ``MCPServer``) serves is a hop.
+
+The runner looks the handler up with ``Server.get_request_handler(method)`` for each request; for
+``tools/call`` the patched lookup hands back the same handler wrapped in a guard. The guard reads the
+caller's context from the request's ``_meta``, checks the hop with
+``delegate(tool, kind="tool", receiving=True, span_kind=SERVER)`` and only then runs the handler. A
+refusal becomes the tool error :func:`refusal_result`; the handler (and so the tool body) never runs.
+
+``MCPServer`` registers its tool dispatcher as that same ``tools/call`` handler, so its tools are
+guarded the same way. MCP's own ``OpenTelemetryMiddleware`` runs outside the handler: its
+``tools/call {tool}`` span is the parent of the hop's ``execute_tool {tool}`` span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import Any, Final
+
+from mcp.server.context import HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import HandlerEntry
+from opentelemetry import context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import SpanKind
+
+from otel_guard.chain import Chain
+from otel_guard.errors import DelegationRefused
+from otel_guard.guard import delegate
+from otel_guard.instrumentation._mcp_carrier import context_from_meta
+from otel_guard.instrumentation._mcp_refusal import refusal_result
+
+TOOLS_CALL: Final = "tools/call"
+
+Handler = Callable[[ServerRequestContext[Any, Any], Any], Awaitable[HandlerResult]]
+
+serving_chain: ContextVar[Chain | None] = ContextVar("otel_guard_mcp_serving_chain", default=None)
+"""The chain of the ``tools/call`` this context is serving (the client side reads it)."""
+
+
+def guard_request_handler(
+    wrapped: Callable[..., HandlerEntry[Any] | None],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> HandlerEntry[Any] | None:
+    """``wrapt`` wrapper of ``Server.get_request_handler``: guard the ``tools/call`` handler."""
+    entry = wrapped(*args, **kwargs)
+    method = args[0] if args else kwargs.get("method")
+    if entry is None or method != TOOLS_CALL:
+        return entry
+    return HandlerEntry(entry.params_type, _guarded(entry.handler))
+
+
+def _guarded(handler: Handler) -> Handler:
+    async def guarded_call_tool(ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
+        if not is_instrumentation_enabled():
+            return await handler(ctx, params)
+        tool = getattr(params, "name", None)
+        if not isinstance(tool, str) or not tool:
+            # Not a tool call this guard can name; the handler rejects it as it always would.
+            return await handler(ctx, params)
+        meta: Mapping[str, Any] | None = ctx.meta
+        if meta is None:
+            meta = getattr(params, "meta", None)
+        token = context.attach(context_from_meta(meta))
+        try:
+            async with delegate(tool, kind="tool", receiving=True, span_kind=SpanKind.SERVER) as hop:
+                serving = serving_chain.set(hop.chain)
+                try:
+                    return await handler(ctx, params)
+                finally:
+                    serving_chain.reset(serving)
+        except DelegationRefused as err:
+            # Refused on entry (the body never ran), or a deeper hop refused inside the body that
+            # the body left unhandled: either way the model gets the refusal as this tool's error.
+            return refusal_result(err)
+        finally:
+            context.detach(token)
+
+    return guarded_call_tool

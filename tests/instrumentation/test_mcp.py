@@ -1,0 +1,472 @@
+"""MCP in-process: the planner -> budget -> planner loop through real MCP clients and servers.
+
+The server is the real ``MCPServer`` (or the low-level ``Server``) and the client the real
+``mcp.Client``, connected in-process both ways the SDK offers: ``mode="auto"`` dispatches directly
+(no JSON-RPC, no transport) and ``mode="legacy"`` runs JSON-RPC over memory streams.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+import wrapt
+from mcp import Client
+from mcp.client.session import ClientSession
+from mcp.server.lowlevel.server import Server as LowLevelServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_app import ROUNDS, answer_text, build_server  # tests/instrumentation is on sys.path
+from opentelemetry import propagate
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+import otel_guard
+from otel_guard.instrumentation._base import resolve
+from otel_guard.instrumentation._mcp_refusal import REFUSAL_META_KEY
+from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
+
+MODES = ["auto", "legacy"]
+
+
+@pytest.fixture
+def instrumented() -> Iterator[MCPInstrumentor]:
+    instrumentor = MCPInstrumentor()
+    instrumentor.instrument()
+    yield instrumentor
+    instrumentor.uninstrument()
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def hop_spans(spans: Any) -> list[ReadableSpan]:
+    """Our hop spans (MCP's own spans are named after the method, e.g. ``tools/call planner``)."""
+    return [s for s in spans.all() if s.name.startswith(("execute_tool ", "invoke_agent "))]
+
+
+def decisions(spans: Any, name: str) -> list[tuple[SpanKind, str, tuple[str, ...]]]:
+    return [
+        (s.kind, attributes(s)["otel_guard.decision"], tuple(attributes(s)["otel_guard.chain.agents"]))
+        for s in spans.named(name)
+    ]
+
+
+async def call(
+    server: MCPServer | LowLevelServer[Any], mode: str, tool: str, **arguments: Any
+) -> mcp_types.CallToolResult:
+    async with Client(server, mode=mode) as client:
+        return await client.call_tool(tool, arguments)
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_loop_is_refused_at_the_first_bounce(
+    instrumented: MCPInstrumentor, spans: Any, mode: str
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+
+    result = await call(build_server(ran, mode=mode), mode, "planner", rounds=ROUNDS)
+
+    # The outer call completes with an answer; budget's call back into planner never ran.
+    assert ran == ["planner", "budget"]
+    assert not result.is_error
+    text = answer_text(result)
+    assert text.startswith("plan, with budget saying: budget, after planner said: [tool error] ")
+    assert "Refused by otel-guard (a2a_delegation_cycle, reason: cycle)" in text
+    assert "agent planner is already in chain planner → budget" in text
+    assert "do not call it again" in text
+    # The refused hop: a CLIENT span in budget's body, refused before anything was sent.
+    assert decisions(spans, "execute_tool planner") == [
+        (SpanKind.CLIENT, "refuse", ("planner", "budget", "planner")),
+        (SpanKind.SERVER, "allow", ("planner",)),
+        (SpanKind.CLIENT, "allow", ("planner",)),
+    ]
+    refused = spans.named("execute_tool planner")[0]
+    assert attributes(refused)["otel_guard.reason"] == "cycle"
+    assert [e.name for e in refused.events] == ["otel_guard.refused"]
+    assert dict(refused.events[0].attributes or {})["otel_guard.reason"] == "cycle"
+    assert decisions(spans, "execute_tool budget") == [
+        (SpanKind.SERVER, "allow", ("planner", "budget")),
+        (SpanKind.CLIENT, "allow", ("planner", "budget")),
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_observe_mode_lets_the_loop_run_and_records_would_refuse(
+    instrumented: MCPInstrumentor, spans: Any, mode: str
+) -> None:
+    otel_guard.configure(cycle_rule="agent", mode="observe")
+    ran: list[str] = []
+
+    result = await call(build_server(ran, mode=mode), mode, "planner", rounds=3)
+
+    assert ran == ["planner", "budget", "planner", "budget"]
+    assert not result.is_error
+    assert "[tool error]" not in answer_text(result)
+    assert answer_text(result).endswith("budget: out of rounds")
+    would = [s for s in hop_spans(spans) if attributes(s)["otel_guard.decision"] == "would_refuse"]
+    # planner's second entry and budget's second entry, each on the client and again on the server.
+    assert sorted((s.name, s.kind.name, attributes(s)["otel_guard.chain.depth"]) for s in would) == [
+        ("execute_tool budget", "CLIENT", 4),
+        ("execute_tool budget", "SERVER", 4),
+        ("execute_tool planner", "CLIENT", 3),
+        ("execute_tool planner", "SERVER", 3),
+    ]
+    for span in would:
+        assert attributes(span)["otel_guard.reason"] == "cycle"
+        assert attributes(span)["otel_guard.mode"] == "observe"
+        assert [e.name for e in span.events] == ["otel_guard.would_refuse"]
+
+
+async def test_decisions_are_counted(instrumented: MCPInstrumentor, metric_reader: Any) -> None:
+    otel_guard.configure(cycle_rule="agent")
+
+    def refused_planner_calls() -> int:
+        return sum(
+            int(point.value)
+            for attrs, point in metric_reader.points("otel_guard.decisions")
+            if attrs.get("gen_ai.tool.name") == "planner" and attrs.get("otel_guard.decision") == "refuse"
+        )
+
+    before = refused_planner_calls()
+    await call(build_server(), "auto", "planner", rounds=ROUNDS)
+    assert refused_planner_calls() == before + 1
+
+
+# -- spans --------------------------------------------------------------------------------------
+
+
+async def test_spans_carry_the_contract_attributes_and_nest(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    result = await call(build_server(), "legacy", "planner", rounds=0)
+    assert answer_text(result) == "planner: out of rounds"
+
+    client_span, server_span = sorted(spans.named("execute_tool planner"), key=lambda s: s.kind.name)
+    assert (client_span.kind, server_span.kind) == (SpanKind.CLIENT, SpanKind.SERVER)
+    for span in (client_span, server_span):
+        attrs = attributes(span)
+        assert attrs["gen_ai.operation.name"] == "execute_tool"
+        assert attrs["gen_ai.tool.name"] == "planner"
+        assert tuple(attrs["otel_guard.chain.agents"]) == ("planner",)
+        assert tuple(attrs["otel_guard.chain.skills"]) == ("",)
+        assert re.fullmatch("[0-9a-f]{32}", attrs["otel_guard.chain.root"])
+        assert attrs["otel_guard.chain.depth"] == 1
+        assert attrs["otel_guard.name_depth"] == 1
+        assert attrs["otel_guard.decision"] == "allow"
+        assert attrs["otel_guard.mode"] == "enforce"
+        assert "otel_guard.reason" not in attrs
+        assert not any("otel_guard.chain=" in str(value) for value in attrs.values())
+    # One chain: the server checked the client's hop again, it did not start its own.
+    assert (
+        attributes(client_span)["otel_guard.chain.root"] == attributes(server_span)["otel_guard.chain.root"]
+    )
+    # Nesting: client hop -> MCP's send span -> MCP's server span -> server hop, one trace.
+    by_id = {s.context.span_id: s for s in spans.all()}
+    ancestors = []
+    parent = server_span.parent
+    while parent is not None:
+        ancestors.append(by_id[parent.span_id].name)
+        parent = by_id[parent.span_id].parent
+    assert ancestors == ["tools/call planner", "MCP send tools/call planner", "execute_tool planner"]
+
+
+# -- the carrier --------------------------------------------------------------------------------
+
+
+def meta_echo_server() -> MCPServer:
+    server = MCPServer("echo")
+
+    @server.tool()
+    async def show_meta(ctx: Context) -> dict[str, Any]:
+        """Return the request's _meta."""
+        return dict(ctx.request_context.meta or {})
+
+    return server
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_meta_carries_traceparent_and_chain_in_every_in_process_transport(
+    instrumented: MCPInstrumentor, spans: Any, mode: str
+) -> None:
+    async with Client(meta_echo_server(), mode=mode) as client:
+        result = await client.call_tool("show_meta", {}, meta={"app/key": "kept"})
+    meta = result.structured_content
+    assert isinstance(meta, dict)
+    assert meta["app/key"] == "kept"
+    client_span = next(s for s in spans.named("execute_tool show_meta") if s.kind is SpanKind.CLIENT)
+    match = re.fullmatch("00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}", meta["traceparent"])
+    assert match is not None
+    assert int(match[1], 16) == client_span.context.trace_id
+    # The parent the server sees is the client hop, or MCP's send span inside it (JSON-RPC only).
+    inside_client_hop = {client_span.context.span_id} | {
+        s.context.span_id for s in spans.all() if s.parent and s.parent.span_id == client_span.context.span_id
+    }
+    assert int(match[2], 16) in inside_client_hop
+    assert re.search(r"(^|,)otel_guard\.chain=[^,]+", meta["baggage"])
+
+
+async def test_the_chain_travels_without_a_baggage_propagator(instrumented: MCPInstrumentor) -> None:
+    """``OTEL_PROPAGATORS=tracecontext`` leaves baggage out; the chain still reaches the server."""
+    otel_guard.configure(cycle_rule="agent")
+    configured = propagate.get_global_textmap()
+    propagate.set_global_textmap(TraceContextTextMapPropagator())
+    try:
+        async with Client(meta_echo_server(), mode="legacy") as client:
+            meta = (await client.call_tool("show_meta", {})).structured_content
+        ran: list[str] = []
+        result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=ROUNDS)
+    finally:
+        propagate.set_global_textmap(configured)
+    assert isinstance(meta, dict)
+    assert re.fullmatch(r"otel_guard\.chain=[^,]+", meta["baggage"])
+    assert ran == ["planner", "budget"]
+    assert "reason: cycle" in answer_text(result)
+
+
+# -- the server checks what arrives -------------------------------------------------------------
+
+
+def carried_meta(*path: str) -> dict[str, str]:
+    """The ``_meta`` an instrumented client would send from inside the hops ``path``."""
+    meta: dict[str, str] = {}
+
+    def inject(depth: int = 0) -> None:
+        if depth == len(path):
+            propagate.inject(meta)
+            return
+        with otel_guard.delegate(path[depth], kind="tool"):
+            inject(depth + 1)
+
+    inject()
+    return meta
+
+
+async def send_raw_call_tool(client: Client, tool: str, meta: Mapping[str, Any], **arguments: Any) -> Any:
+    """A ``tools/call`` sent without ``ClientSession.call_tool``, as a client without otel-guard sends it."""
+    request = mcp_types.CallToolRequest(
+        params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments, _meta=dict(meta))
+    )
+    return await client.session.send_request(request, mcp_types.CallToolResult)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_server_refuses_an_arriving_cycle_before_the_tool_body(
+    instrumented: MCPInstrumentor, spans: Any, mode: str
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    meta = carried_meta("planner", "budget")
+    ran: list[str] = []
+    spans.clear()
+
+    async with Client(build_server(ran, mode=mode), mode=mode) as client:
+        result = await send_raw_call_tool(client, "planner", meta, rounds=ROUNDS)
+
+    assert ran == []
+    assert result.is_error
+    assert "Refused by otel-guard (a2a_delegation_cycle, reason: cycle)" in answer_text(result)
+    assert result.meta[REFUSAL_META_KEY] == {
+        "code": "a2a_delegation_cycle",
+        "reason": "cycle",
+        "status": 409,
+        "retryable": False,
+        "agent": "planner",
+    }
+    assert decisions(spans, "execute_tool planner") == [
+        (SpanKind.SERVER, "refuse", ("planner", "budget", "planner"))
+    ]
+
+
+async def test_server_refuses_a_chain_signed_with_an_unknown_key(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    otel_guard.configure(keys={"old": b"o" * 32})
+    meta = carried_meta("budget")
+    otel_guard.configure(keys={"new": b"n" * 32})
+    ran: list[str] = []
+
+    async with Client(build_server(ran), mode="auto") as client:
+        result = await send_raw_call_tool(client, "planner", meta, rounds=0)
+
+    assert ran == []
+    assert result.is_error
+    assert "reason: bad_signature" in answer_text(result)
+    assert result.meta[REFUSAL_META_KEY]["code"] == "a2a_delegation_invalid"
+
+
+async def test_server_accepts_a_signed_chain_and_a_call_without_one(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    otel_guard.configure(keys={"k1": b"s" * 32}, cycle_rule="agent")
+    meta = carried_meta("budget")
+    ran: list[str] = []
+    async with Client(build_server(ran), mode="auto") as client:
+        signed = await send_raw_call_tool(client, "planner", meta, rounds=0)
+        bare = await send_raw_call_tool(client, "planner", {}, rounds=0)
+    assert not signed.is_error
+    assert not bare.is_error
+    assert ran == ["planner", "planner"]
+    assert sorted(
+        tuple(attributes(s)["otel_guard.chain.agents"]) for s in spans.named("execute_tool planner")
+    ) == [
+        ("budget", "planner"),
+        ("planner",),
+    ]
+
+
+# -- one call is one hop ------------------------------------------------------------------------
+
+
+async def test_a_framework_hop_around_the_call_is_joined_not_repeated(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """An agent framework's ``execute_tool planner`` hop around an MCP call of planner is one hop."""
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+    async with (
+        Client(build_server(ran), mode="legacy") as client,
+        otel_guard.delegate("planner", kind="tool") as framework_hop,
+    ):
+        result = await client.call_tool("planner", {"rounds": 0})
+    assert not result.is_error
+    assert ran == ["planner"]
+    assert decisions(spans, "execute_tool planner") == [
+        (SpanKind.SERVER, "allow", ("planner",)),
+        (SpanKind.INTERNAL, "allow", ("planner",)),
+    ]
+    assert framework_hop.chain is not None
+    server_span = spans.named("execute_tool planner")[0]
+    assert attributes(server_span)["otel_guard.chain.root"] == framework_hop.chain.root
+
+
+async def test_a_tool_calling_itself_is_a_cycle(instrumented: MCPInstrumentor, spans: Any) -> None:
+    server = MCPServer("self")
+    entries = 0
+
+    @server.tool()
+    async def recurse(ctx: Context) -> str:
+        """Calls itself, with no stop."""
+        nonlocal entries
+        entries += 1
+        if entries > 3:  # the bound of an unguarded run
+            return "stopped by the test's bound"
+        async with Client(server, mode="auto") as client:
+            return answer_text(await client.call_tool("recurse", {}))
+
+    result = await call(server, "auto", "recurse")
+    assert entries == 1
+    assert "Delegation cycle: agent recurse is already in chain recurse" in answer_text(result)
+
+
+async def test_parallel_calls_are_not_a_cycle(instrumented: MCPInstrumentor, spans: Any) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+    results: list[mcp_types.CallToolResult] = []
+    async with Client(build_server(ran), mode="legacy") as client:
+
+        async def one() -> None:
+            results.append(await client.call_tool("planner", {"rounds": 0}))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(one)
+    assert [r.is_error for r in results] == [False, False, False]
+    assert ran == ["planner"] * 3
+
+
+# -- the low-level server -----------------------------------------------------------------------
+
+
+def lowlevel_loop_server(ran: list[str]) -> LowLevelServer[Any]:
+    """planner <-> budget on ``mcp.server.lowlevel.Server``, with its own handler and no MCPServer."""
+    tools = [
+        mcp_types.Tool(
+            name=name, input_schema={"type": "object", "properties": {"rounds": {"type": "integer"}}}
+        )
+        for name in ("planner", "budget")
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        ran.append(params.name)
+        rounds = int((params.arguments or {}).get("rounds", 0))
+        text = f"{params.name}: out of rounds"
+        if rounds > 0:
+            peer = "budget" if params.name == "planner" else "planner"
+            async with Client(server, mode="legacy") as client:
+                text = f"{params.name} <- {answer_text(await client.call_tool(peer, {'rounds': rounds - 1}))}"
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)])
+
+    server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_list_tools=list_tools, on_call_tool=call_tool)
+    return server
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_lowlevel_server_loop_is_refused(instrumented: MCPInstrumentor, spans: Any, mode: str) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+    result = await call(lowlevel_loop_server(ran), mode, "planner", rounds=ROUNDS)
+    assert ran == ["planner", "budget"]
+    assert not result.is_error
+    assert "planner <- budget <- [tool error] Refused by otel-guard" in answer_text(result)
+
+
+async def test_lowlevel_server_refuses_before_the_handler(instrumented: MCPInstrumentor, spans: Any) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    meta = carried_meta("budget", "planner")
+    ran: list[str] = []
+    async with Client(lowlevel_loop_server(ran), mode="legacy") as client:
+        result = await send_raw_call_tool(client, "budget", meta, rounds=1)
+    assert ran == []
+    assert result.is_error
+    assert "agent budget is already in chain budget → planner" in answer_text(result)
+
+
+# -- suppression and uninstrument ---------------------------------------------------------------
+
+
+async def test_suppressed_instrumentation_makes_no_hop(instrumented: MCPInstrumentor, spans: Any) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+    with suppress_instrumentation():
+        result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=3)
+    assert ran == ["planner", "budget", "planner", "budget"]
+    assert "[tool error]" not in answer_text(result)
+    assert hop_spans(spans) == []
+
+
+async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    instrumentor = MCPInstrumentor()
+    instrumentor.instrument()
+    instrumentor.uninstrument()
+
+    for target in PATCH_TARGETS:
+        assert not isinstance(resolve(target), wrapt.ObjectProxy), target
+    assert not isinstance(ClientSession.call_tool, wrapt.ObjectProxy)
+    ran: list[str] = []
+    result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=4)
+    # Unguarded, the loop bounces until the test's own bound stops it.
+    assert ran == ["planner", "budget", "planner", "budget", "planner"]
+    assert answer_text(result).endswith("planner: out of rounds")
+    assert hop_spans(spans) == []
+
+
+def test_patch_targets_exist_and_dependency_matches_installed_mcp() -> None:
+    for target in PATCH_TARGETS:
+        assert callable(resolve(target)), target
+    instrumentor = MCPInstrumentor()
+    assert list(instrumentor.instrumentation_dependencies()) == ["mcp >= 2.3, < 3"]
+    assert instrumentor._check_dependency_conflicts() is None
