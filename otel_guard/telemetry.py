@@ -13,7 +13,8 @@ synchronous instruments), so a hop never pays for the histogram's aggregation an
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 from opentelemetry import metrics, trace
@@ -147,3 +148,17 @@ def bind(
     global _telemetry
     _telemetry = Telemetry(tracer_provider, meter_provider)
     return _telemetry
+
+
+@contextmanager
+def bound(
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+) -> Iterator[Telemetry]:
+    """Within the block, send otel-guard's spans and metrics to these providers; then restore."""
+    global _telemetry
+    previous = _telemetry
+    try:
+        yield bind(tracer_provider, meter_provider)
+    finally:
+        _telemetry = previous

@@ -1,0 +1,126 @@
+"""The ``otel-guard`` command: ``demo``, ``keygen``, ``inspect`` and ``processor``.
+
+Exit status: 0 on success, 2 on bad usage, 1 on failure (the reason goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from collections.abc import Sequence
+
+from otel_guard.chain import InvalidToken, decode, generate_key
+from otel_guard.policy import ENV, current_settings
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    kid, secret = generate_key(args.kid)
+    print(f"{ENV['keys']}={kid}:{secret}")
+    return 0
+
+
+def _when(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="seconds")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    try:
+        settings = current_settings()
+    except ValueError as exc:
+        print(f"otel-guard inspect: {exc}", file=sys.stderr)
+        return 1
+    token = args.token.strip()
+    try:
+        chain = decode(token, settings.keys)
+    except InvalidToken as exc:
+        print(f"otel-guard inspect: bad_signature: {exc}", file=sys.stderr)
+        return 1
+    signed = "unsigned (no keys configured: the signature was not checked)"
+    if settings.keys is not None:
+        signed = "signature verified"
+    print(f"root:       {chain.root}")
+    print(f"workspace:  {chain.workspace}")
+    print(f"issued at:  {_when(chain.issued_at)}")
+    print(f"expires at: {_when(chain.expires_at)}")
+    print(f"status:     {signed}")
+    print(f"hops:       {chain.depth}")
+    for number, hop in enumerate(chain.hops, start=1):
+        skill = f"  (skill {hop.skill})" if hop.skill is not None else ""
+        print(f"  {number}. {hop.agent}{skill}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from otel_guard.demo import run_demo
+
+    run_demo()
+    return 0
+
+
+def _processor(argv: Sequence[str]) -> int:
+    try:
+        from otel_guard_processor.cli import main as processor_main
+    except ImportError as exc:
+        print(
+            "otel-guard processor: the processor is not installed "
+            f"({exc}); install it with: pip install 'otel-guard[processor]'",
+            file=sys.stderr,
+        )
+        return 1
+    return processor_main(list(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="otel-guard",
+        description="Stop AI agents from delegating in loops, and see every loop in OpenTelemetry.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the Planner / Budget example and an A -> A runaway, offline",
+        description="Run the Planner / Budget example under the default rule, the strict rule and "
+        "observe mode, then an A -> A runaway stopped by the name-depth backstop. No servers, "
+        "no keys needed.",
+    )
+    demo.set_defaults(run=_demo)
+
+    keygen = commands.add_parser(
+        "keygen",
+        help="print a fresh signing key as OTEL_GUARD_KEYS=kid:secret",
+        description="Print a fresh key (32 random bytes, base64url) as OTEL_GUARD_KEYS=kid:secret. "
+        "To rotate, list the new key first and keep the old one after it until every process has it.",
+    )
+    keygen.add_argument("--kid", help="the key id (default: a random one)")
+    keygen.set_defaults(run=_keygen)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="verify a chain token with the configured keys and print it",
+        description="Verify TOKEN with the keys in OTEL_GUARD_KEYS and print its root, workspace, "
+        "times and hops. Exit status 1 and the reason on stderr for a token that fails.",
+    )
+    inspect.add_argument("token", metavar="TOKEN", help="the value of the otel_guard.chain baggage member")
+    inspect.set_defaults(run=_inspect)
+
+    commands.add_parser(
+        "processor",
+        help="run the collector-side processor (see: otel-guard processor --help)",
+        add_help=False,
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["processor"]:
+        return _processor(arguments[1:])
+    args = build_parser().parse_args(arguments)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
