@@ -1,0 +1,254 @@
+"""The patches of the LangGraph instrumentation: which call is which hop, and what a refusal returns.
+
+Three kinds of call are hops:
+
+* a graph run (``Pregel.stream`` / ``astream``, which ``invoke`` / ``ainvoke`` consume) is
+  ``invoke_agent {graph name}``; a graph left with LangGraph's default name ``"LangGraph"`` (an
+  unnamed subgraph, say) is not an agent and makes no hop, so two unnamed graphs are never taken
+  for one agent calling itself;
+* a tool call (``BaseTool.run`` / ``arun``, which ``ToolNode`` reaches through ``invoke``) is
+  ``execute_tool {tool name}``;
+* a ``RemoteGraph`` run is a client hop ``invoke_agent {name}`` whose request headers carry the chain
+  (W3C ``baggage``) and ``traceparent`` to the server.
+
+One delegation is one hop. The innermost hop this instrumentation opened is remembered in the
+OpenTelemetry context, so a graph (or remote graph) run directly by a tool of the same name joins
+that tool's hop instead of standing in the chain twice. A graph run whose arriving chain already
+ends with its name, a hop this instrumentation did not open, was delegated by someone else: by
+another process (the hop is checked again, ``receiving``) or by other code in this process that
+opened the hop's span (the run joins it).
+
+A refused tool call, or a refusal raised anywhere inside a tool, becomes what the tool returns: a
+``ToolMessage`` with ``status="error"`` and :func:`refusal_text` when the call came from a model, so
+``ToolNode`` hands it to the model and the graph goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, NamedTuple
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from opentelemetry import context, propagate, trace
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import SpanKind
+from opentelemetry.util.types import AttributeValue
+
+from otel_guard.chain import Chain
+from otel_guard.errors import DelegationRefused
+from otel_guard.guard import Delegation, current_chain, delegate
+from otel_guard.instrumentation._base import refusal_text
+from otel_guard.instrumentation._langgraph_streams import (
+    StepContext,
+    astream_in_hop,
+    stream_in_hop,
+)
+from otel_guard.telemetry import EXECUTE_TOOL, INVOKE_AGENT
+
+DEFAULT_GRAPH_NAME: Final = "LangGraph"
+"""The name LangGraph gives a graph compiled without one: not an agent's name."""
+
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+
+_OPEN_HOP: Final = context.create_key("otel_guard.langgraph.open_hop")
+"""Context key of the innermost hop this instrumentation opened (an :class:`_OpenHop`)."""
+
+Wrapped = Callable[..., Any]
+
+
+# -- where a run stands -------------------------------------------------------------------------
+
+
+class _OpenHop(NamedTuple):
+    """The innermost hop this instrumentation opened, and the chain it put in force."""
+
+    kind: str  # "tool" or "graph"
+    name: str
+    chain: Chain | None
+
+
+def _with_open_hop(ctx: context.Context, kind: str, name: str, chain: Chain | None) -> context.Context:
+    return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
+
+
+def _hop_span_is_current(name: str) -> bool:
+    """Whether the current span is a hop span of ``name`` started in this process."""
+    span = trace.get_current_span()
+    return span.is_recording() and getattr(span, "name", None) in (
+        f"{INVOKE_AGENT} {name}",
+        f"{EXECUTE_TOOL} {name}",
+    )
+
+
+def _graph_step_context(
+    name: str, attributes: Mapping[str, AttributeValue], span_kind: SpanKind, remote: bool
+) -> StepContext:
+    """Open (or join) the hop of a graph run named ``name``; called at the stream's first step."""
+    parent = context.get_current()
+    opened = context.get_value(_OPEN_HOP, parent)
+    chain = current_chain()
+    ours = isinstance(opened, _OpenHop) and opened.chain == chain
+    if ours and opened == _OpenHop("tool", name, chain):
+        # The tool of this name *is* this run (agent-as-tool, a tool that runs this graph): one hop.
+        return _with_open_hop(parent, "graph", name, chain), None
+    receiving = False
+    if not ours and chain is not None and chain.hops[-1].agent == name:
+        # The hop into this graph was opened outside this instrumentation.
+        if _hop_span_is_current(name):
+            # By code in this process (another adapter, @agentic, delegate): join it.
+            return _with_open_hop(parent, "graph", name, chain), None
+        # By the caller's process, which sent the chain: check the hop again, do not add it twice.
+        receiving = not remote
+    hop = delegate(name, kind="agent", span_kind=span_kind, receiving=receiving, attributes=attributes)
+    ctx = hop.start()
+    return _with_open_hop(ctx, "graph", name, hop.chain), hop
+
+
+def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    config = kwargs.get("config", args[1] if len(args) > 1 else None)
+    thread_id = None
+    if isinstance(config, Mapping):
+        configurable = config.get("configurable")
+        if isinstance(configurable, Mapping):
+            thread_id = configurable.get("thread_id")
+    return {GEN_AI_CONVERSATION_ID: str(thread_id)} if thread_id is not None else {}
+
+
+# -- graphs -------------------------------------------------------------------------------------
+
+
+def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``Pregel.stream``: the run is one ``invoke_agent`` hop, from first chunk to last."""
+    name = getattr(instance, "name", None)
+    if not is_instrumentation_enabled() or not name or name == DEFAULT_GRAPH_NAME:
+        return wrapped(*args, **kwargs)
+    attributes = _conversation_attributes(args, kwargs)
+    return stream_in_hop(
+        lambda: _graph_step_context(name, attributes, SpanKind.INTERNAL, remote=False),
+        lambda: wrapped(*args, **kwargs),
+    )
+
+
+def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``Pregel.astream``: as :func:`graph_stream`."""
+    name = getattr(instance, "name", None)
+    if not is_instrumentation_enabled() or not name or name == DEFAULT_GRAPH_NAME:
+        return wrapped(*args, **kwargs)
+    attributes = _conversation_attributes(args, kwargs)
+    return astream_in_hop(
+        lambda: _graph_step_context(name, attributes, SpanKind.INTERNAL, remote=False),
+        lambda: wrapped(*args, **kwargs),
+    )
+
+
+# -- remote graphs ------------------------------------------------------------------------------
+
+
+def _with_carrier(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the current context (chain in baggage, traceparent) added to ``headers``."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    headers = dict(kwargs.get("headers") or {})
+    for key, value in carrier.items():
+        existing = next((k for k in headers if k.lower() == key), None)
+        if existing is not None and key == "baggage" and headers[existing]:
+            # The caller's own baggage members travel too (W3C baggage is a comma-separated list).
+            headers[existing] = f"{headers[existing]},{value}"
+        else:
+            if existing is not None:
+                del headers[existing]
+            headers[key] = value
+    return {**kwargs, "headers": headers}
+
+
+def remote_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``RemoteGraph.stream``: a client hop into the remote graph; the headers carry the chain."""
+    name = getattr(instance, "name", None)
+    if not is_instrumentation_enabled() or not name:
+        return wrapped(*args, **kwargs)
+    attributes = _conversation_attributes(args, kwargs)
+    return stream_in_hop(
+        lambda: _graph_step_context(name, attributes, SpanKind.CLIENT, remote=True),
+        lambda: wrapped(*args, **_with_carrier(kwargs)),
+    )
+
+
+def remote_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``RemoteGraph.astream``: as :func:`remote_stream`."""
+    name = getattr(instance, "name", None)
+    if not is_instrumentation_enabled() or not name:
+        return wrapped(*args, **kwargs)
+    attributes = _conversation_attributes(args, kwargs)
+    return astream_in_hop(
+        lambda: _graph_step_context(name, attributes, SpanKind.CLIENT, remote=True),
+        lambda: wrapped(*args, **_with_carrier(kwargs)),
+    )
+
+
+# -- tools --------------------------------------------------------------------------------------
+
+
+def refusal_output(err: DelegationRefused, tool: str, tool_call_id: str | None) -> Any:
+    """What a refused tool call returns, as a tool that handled its own error would.
+
+    For a model's tool call (it has an id) a ``ToolMessage`` with ``status="error"``; for a direct
+    call without one, the text alone (``BaseTool`` returns a handled ``ToolException`` the same way).
+    """
+    text = refusal_text(err)
+    if tool_call_id is None:
+        return text
+    return ToolMessage(content=text, tool_call_id=tool_call_id, name=tool, status="error")
+
+
+def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, str | None]:
+    tool_call_id = kwargs.get("tool_call_id")
+    attributes = {GEN_AI_TOOL_CALL_ID: tool_call_id} if tool_call_id else None
+    return delegate(instance.name, kind="tool", attributes=attributes), tool_call_id
+
+
+def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``BaseTool.run``: one ``execute_tool`` hop; a refusal is returned, not raised."""
+    if not is_instrumentation_enabled():
+        return wrapped(*args, **kwargs)
+    hop, tool_call_id = _tool_hop(instance, kwargs)
+    try:
+        ctx = hop.start()
+        token = context.attach(_with_open_hop(ctx, "tool", instance.name, hop.chain))
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            hop.finish(exc)
+            raise
+        finally:
+            context.detach(token)
+        hop.finish()
+        return result
+    except DelegationRefused as err:
+        return refusal_output(err, instance.name, tool_call_id)
+
+
+def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Awaitable[Any]:
+    """``BaseTool.arun``: as :func:`tool_run`."""
+    if not is_instrumentation_enabled():
+        return wrapped(*args, **kwargs)  # type: ignore[no-any-return]
+
+    async def run() -> Any:
+        hop, tool_call_id = _tool_hop(instance, kwargs)
+        try:
+            ctx = hop.start()
+            token = context.attach(_with_open_hop(ctx, "tool", instance.name, hop.chain))
+            try:
+                result = await wrapped(*args, **kwargs)
+            except BaseException as exc:
+                hop.finish(exc)
+                raise
+            finally:
+                context.detach(token)
+            hop.finish()
+            return result
+        except DelegationRefused as err:
+            return refusal_output(err, instance.name, tool_call_id)
+
+    return run()

@@ -1,0 +1,84 @@
+"""Guard LangGraph agents with no code change.
+
+Install ``pip install 'otel-guard[langgraph]'`` and run the program as usual under
+``opentelemetry-instrument python app.py``, or instrument it yourself::
+
+    from otel_guard.instrumentation.langgraph import LangGraphInstrumentor
+
+    LangGraphInstrumentor().instrument()
+
+From then on:
+
+* every run of a named graph (``graph.invoke`` / ``ainvoke`` / ``stream`` / ``astream``; a graph
+  made with ``StateGraph(...).compile(name="planner")`` or ``create_react_agent(..., name=...)``) is a
+  hop ``invoke_agent planner``. ``invoke`` runs through ``stream``: one run is one hop. A graph left
+  with LangGraph's default name ``"LangGraph"`` is not taken for an agent and makes no hop;
+* every tool call (``BaseTool.run`` / ``arun``: what ``ToolNode`` and the prebuilt agents run) is a
+  hop ``execute_tool {tool}``. A tool that runs a graph of its own name (an agent offered as a tool)
+  is one hop, not two;
+* a ``RemoteGraph`` run is a client hop whose HTTP request carries the chain (W3C ``baggage``) and
+  ``traceparent`` to the LangGraph server; a graph on the server whose arriving chain already ends
+  with its name checks that hop again instead of adding it twice.
+
+A refused hop never runs. When a model asked for it, the tool call returns a ``ToolMessage`` with
+``status="error"`` whose text gives the reason, the path and that retrying will not help, so the graph
+goes on and the model answers with what it has. A graph run refused outside any tool (for example a
+request from another process whose chain already holds this graph) raises
+:class:`~otel_guard.DelegationRefused` to its caller.
+
+Settings are the ``OTEL_GUARD_*`` environment variables (or :func:`otel_guard.configure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Final
+
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+
+_PREGEL: Final = "langgraph.pregel.main"
+_REMOTE: Final = "langgraph.pregel.remote"
+_TOOLS: Final = "langchain_core.tools.base"
+
+PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
+    (_PREGEL, "Pregel.stream"),
+    (_PREGEL, "Pregel.astream"),
+    (_REMOTE, "RemoteGraph.stream"),
+    (_REMOTE, "RemoteGraph.astream"),
+    (_TOOLS, "BaseTool.run"),
+    (_TOOLS, "BaseTool.arun"),
+)
+"""Every (module, attribute) this instrumentation patches."""
+
+_INSTRUMENTS: Final = ("langgraph >= 1.2, < 2", "langchain-core >= 1.8, < 2")
+
+
+class LangGraphInstrumentor(GuardInstrumentor):
+    """Makes LangGraph graph runs, tool calls and remote graph calls guarded hops."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _INSTRUMENTS
+
+    def _instrument(self, **kwargs: Any) -> None:
+        from wrapt import wrap_function_wrapper
+
+        from otel_guard import telemetry
+        from otel_guard.instrumentation import _langgraph_wrappers as wrappers
+
+        tracer_provider = kwargs.get("tracer_provider")
+        meter_provider = kwargs.get("meter_provider")
+        if tracer_provider is not None or meter_provider is not None:
+            telemetry.bind(tracer_provider, meter_provider)
+        patches = (
+            wrappers.graph_stream,
+            wrappers.graph_astream,
+            wrappers.remote_stream,
+            wrappers.remote_astream,
+            wrappers.tool_run,
+            wrappers.tool_arun,
+        )
+        for (module, name), wrapper in zip(PATCH_TARGETS, patches, strict=True):
+            wrap_function_wrapper(module, name, wrapper)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        unwrap_all(PATCH_TARGETS)
