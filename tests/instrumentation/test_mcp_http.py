@@ -1,0 +1,310 @@
+"""MCP over streamable HTTP: a real uvicorn server on 127.0.0.1, in this process and in another one.
+
+The cross-process tests run ``mcp_app.py`` the way a user runs a server: under
+``opentelemetry-instrument``, configured only by environment variables, spans printed by the console
+exporter. The loop crosses the process boundary twice: planner (this process) -> budget (the other
+process) -> planner (this process again), which the other process must refuse from the chain that
+came in over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+from mcp_app import ROUNDS, answer_text, build_server, http_server, listening_socket
+from opentelemetry import propagate
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+
+import otel_guard
+from otel_guard.chain import generate_key
+from otel_guard.instrumentation._mcp_refusal import REFUSAL_META_KEY
+from otel_guard.instrumentation.mcp import MCPInstrumentor
+
+APP = Path(__file__).with_name("mcp_app.py")
+STARTUP_SECONDS = 60.0
+"""Generous: the other process imports the SDKs on a 2-core machine shared with other test runs."""
+CALL_SECONDS = 30.0
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def instrumented() -> Iterator[MCPInstrumentor]:
+    instrumentor = MCPInstrumentor()
+    instrumentor.instrument()
+    yield instrumentor
+    instrumentor.uninstrument()
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+@dataclass
+class ServedHere:
+    """The planner/budget server on uvicorn in a thread of this process."""
+
+    url: str
+    ran: list[str]
+
+
+@pytest.fixture
+def served_here() -> Iterator[ServedHere]:
+    ran: list[str] = []
+    sock = listening_socket()
+    server = http_server(build_server(ran))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield ServedHere(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", ran)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+        assert not thread.is_alive(), "uvicorn did not stop"
+
+
+async def call(url: str, tool: str, meta: Mapping[str, Any] | None = None, **arguments: Any) -> Any:
+    with anyio.fail_after(CALL_SECONDS):
+        async with Client(url) as client:
+            if meta is None:
+                return await client.call_tool(tool, arguments)
+            # A tools/call sent the way a client without otel-guard sends it.
+            request = mcp_types.CallToolRequest(
+                params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments, _meta=dict(meta))
+            )
+            return await client.session.send_request(request, mcp_types.CallToolResult)
+
+
+# -- one process, real HTTP ---------------------------------------------------------------------
+
+
+async def test_loop_over_http_is_refused_at_the_first_bounce(
+    instrumented: MCPInstrumentor, spans: Any, served_here: ServedHere
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    url = served_here.url
+
+    result = await call(url, "planner", rounds=ROUNDS, here=url, there=url)
+
+    assert served_here.ran == ["planner", "budget"]
+    assert not result.is_error
+    text = answer_text(result)
+    assert "budget, after planner said: [tool error] Refused by otel-guard (a2a_delegation_cycle" in text
+    assert "agent planner is already in chain planner → budget" in text
+    ours = [s for s in spans.all() if s.name.startswith("execute_tool ")]
+    assert sorted(
+        (s.name, s.kind.name, attributes(s)["otel_guard.decision"], attributes(s)["otel_guard.chain.depth"])
+        for s in ours
+    ) == [
+        ("execute_tool budget", "CLIENT", "allow", 2),
+        ("execute_tool budget", "SERVER", "allow", 2),
+        ("execute_tool planner", "CLIENT", "allow", 1),
+        ("execute_tool planner", "CLIENT", "refuse", 3),
+        ("execute_tool planner", "SERVER", "allow", 1),
+    ]
+    # Every hop is in one trace and one chain: both crossed HTTP in _meta.
+    assert len({s.context.trace_id for s in ours}) == 1
+    assert len({attributes(s)["otel_guard.chain.root"] for s in ours}) == 1
+
+
+async def test_server_over_http_refuses_an_arriving_cycle(
+    instrumented: MCPInstrumentor, served_here: ServedHere
+) -> None:
+    """The raw call does not go through ``call_tool``: only the server's check stands in the way."""
+    otel_guard.configure(cycle_rule="agent")
+    meta: dict[str, str] = {}
+    with otel_guard.delegate("planner", kind="tool"), otel_guard.delegate("budget", kind="tool"):
+        propagate.inject(meta)
+
+    result = await call(served_here.url, "planner", meta, rounds=ROUNDS)
+    assert served_here.ran == []
+    assert result.is_error
+    assert result.meta[REFUSAL_META_KEY]["code"] == "a2a_delegation_cycle"
+    assert "agent planner is already in chain planner → budget" in answer_text(result)
+
+
+# -- another process, under opentelemetry-instrument --------------------------------------------
+
+
+@dataclass
+class OtherProcess:
+    """``mcp_app.py`` under ``opentelemetry-instrument`` in a subprocess; its output in files."""
+
+    url: str
+    keys: str
+    stdout: Path
+    stderr: Path
+    process: subprocess.Popen[bytes]
+
+    def spans(self) -> list[dict[str, Any]]:
+        """The spans the console exporter has printed so far (concatenated JSON objects)."""
+        text = self.stdout.read_text()
+        decoder = json.JSONDecoder()
+        found: list[dict[str, Any]] = []
+        position = 0
+        while True:
+            start = text.find("{", position)
+            if start < 0:
+                return found
+            try:
+                span, position = decoder.raw_decode(text, start)
+            except json.JSONDecodeError:
+                return found  # the exporter is part-way through writing this one
+            found.append(span)
+
+    def wait_for_spans(self, name: str, count: int, **attrs: Any) -> list[dict[str, Any]]:
+        """The spans ``name`` with the attribute values ``attrs``, once there are ``count`` of them."""
+        deadline = time.monotonic() + CALL_SECONDS
+        while True:
+            found = [
+                s
+                for s in self.spans()
+                if s["name"] == name and all(s["attributes"].get(k) == v for k, v in attrs.items())
+            ]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+    def bodies_run(self) -> list[str]:
+        prefix = "mcp_app: ran "
+        return [
+            line[len(prefix) :] for line in self.stderr.read_text().splitlines() if line.startswith(prefix)
+        ]
+
+
+@pytest.fixture(scope="module")
+def other_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtherProcess]:
+    folder = tmp_path_factory.mktemp("mcp_app")
+    port_file = folder / "port"
+    kid, secret = generate_key()
+    keys = f"{kid}:{secret}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env.update(
+        OTEL_SERVICE_NAME="mcp-budget",
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_GUARD_CYCLE_RULE="agent",
+        OTEL_GUARD_KEYS=keys,
+        PYTHONUNBUFFERED="1",
+    )
+    instrument = Path(sys.executable).with_name("opentelemetry-instrument")
+    stdout, stderr = folder / "stdout", folder / "stderr"
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [str(instrument), sys.executable, str(APP), "--port-file", str(port_file)],
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not port_file.exists():
+            assert process.poll() is None, f"mcp_app exited early:\n{stderr.read_text()}"
+            assert time.monotonic() < deadline, f"mcp_app did not start:\n{stderr.read_text()}"
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
+        yield OtherProcess(url, keys, stdout, stderr, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.mark.slow
+async def test_cross_process_loop_is_refused_in_the_other_process(
+    instrumented: MCPInstrumentor, spans: Any, served_here: ServedHere, other_process: OtherProcess
+) -> None:
+    otel_guard.configure(cycle_rule="agent", keys=other_process.keys)
+    here, there = served_here.url, other_process.url
+    bodies_before = len(other_process.bodies_run())
+    refusals = {"otel_guard.decision": "refuse"}
+    refused_before = len(other_process.wait_for_spans("execute_tool planner", 0, **refusals))
+    allowed_before = len(
+        other_process.wait_for_spans("execute_tool budget", 0, **{"otel_guard.decision": "allow"})
+    )
+
+    # planner runs here and asks budget there, which calls planner here again.
+    result = await call(here, "planner", rounds=ROUNDS, here=here, there=there)
+
+    assert not result.is_error
+    assert "agent planner is already in chain planner → budget" in answer_text(result)
+    assert served_here.ran == ["planner"]
+    assert other_process.bodies_run()[bodies_before:] == ["budget"]
+    # The other process checked budget's hop from the signed chain that came in over HTTP...
+    allowed = other_process.wait_for_spans(
+        "execute_tool budget", allowed_before + 1, **{"otel_guard.decision": "allow"}
+    )
+    budget_span = allowed[-1]
+    assert budget_span["kind"] == str(SpanKind.SERVER)
+    assert budget_span["attributes"]["otel_guard.decision"] == "allow"
+    assert budget_span["attributes"]["otel_guard.chain.agents"] == ["planner", "budget"]
+    # ... and refused the bounce back into planner before it was sent.
+    refused = other_process.wait_for_spans("execute_tool planner", refused_before + 1, **refusals)[-1]
+    assert refused["kind"] == str(SpanKind.CLIENT)
+    assert refused["attributes"]["otel_guard.decision"] == "refuse"
+    assert refused["attributes"]["otel_guard.reason"] == "cycle"
+    assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
+    assert [event["name"] for event in refused["events"]] == ["otel_guard.refused"]
+    # One trace and one chain across both processes.
+    planner_here = next(s for s in spans.named("execute_tool planner") if s.kind is SpanKind.CLIENT)
+    assert budget_span["context"]["trace_id"] == f"0x{planner_here.context.trace_id:032x}"
+    assert (
+        budget_span["attributes"]["otel_guard.chain.root"]
+        == attributes(planner_here)["otel_guard.chain.root"]
+    )
+    assert "otel_guard.chain=" not in other_process.stdout.read_text()  # the token never reaches a span
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signed_with_the_shared_key", "expected_reason"),
+    [(True, "cycle"), (False, "bad_signature")],
+)
+async def test_other_process_refuses_before_the_tool_body(
+    other_process: OtherProcess, signed_with_the_shared_key: bool, expected_reason: str
+) -> None:
+    """A raw client (no otel-guard instrumentation) sends a chain; the server alone refuses it."""
+    kid, secret = generate_key()
+    otel_guard.configure(keys=other_process.keys if signed_with_the_shared_key else f"{kid}:{secret}")
+    meta: dict[str, str] = {}
+    with otel_guard.delegate("budget", kind="tool"), otel_guard.delegate("planner", kind="tool"):
+        propagate.inject(meta)
+    bodies_before = len(other_process.bodies_run())
+    reason = {"otel_guard.reason": expected_reason}
+    refused_before = len(other_process.wait_for_spans("execute_tool budget", 0, **reason))
+
+    result = await call(other_process.url, "budget", meta, rounds=0)
+
+    assert result.is_error
+    assert f"reason: {expected_reason}" in answer_text(result)
+    assert result.meta[REFUSAL_META_KEY]["reason"] == expected_reason
+    refused = other_process.wait_for_spans("execute_tool budget", refused_before + 1, **reason)
+    assert len(refused) == refused_before + 1
+    assert refused[-1]["kind"] == str(SpanKind.SERVER)
+    assert refused[-1]["attributes"]["otel_guard.decision"] == "refuse"
+    assert other_process.bodies_run()[bodies_before:] == []
