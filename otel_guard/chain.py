@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
@@ -227,13 +227,31 @@ def generate_key(kid: str | None = None) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=4096)
-def _hop_json(hop: Hop) -> str:
-    return json.dumps([hop.agent, hop.skill], separators=_COMPACT, ensure_ascii=False)
+def _hop_json(hop: Hop) -> tuple[str, int]:
+    """A hop as JSON, and its length in UTF-8 bytes."""
+    text = json.dumps([hop.agent, hop.skill], separators=_COMPACT, ensure_ascii=False)
+    return text, len(text.encode())
 
 
 @lru_cache(maxsize=256)
 def _str_json(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _claims_prefix(chain: Chain) -> tuple[str, int]:
+    """The claims before the hops (the same for every hop of a chain), and its length in bytes."""
+    text = (
+        f'{{"v":{TOKEN_VERSION},"root":"{chain.root}","ws":{_str_json(chain.workspace)},'
+        f'"iat":{chain.issued_at!r},"exp":{chain.expires_at!r},"hops":['
+    )
+    return text, len(text.encode())
+
+
+class _Encoded(NamedTuple):
+    prefix: str
+    prefix_bytes: int
+    hops_json: str
+    hops_bytes: int
 
 
 class ChainToken:
@@ -244,51 +262,56 @@ class ChainToken:
     it when a carrier is injected, and only then is it encoded and signed (and the result kept).
     """
 
-    __slots__ = ("_claims", "_hops_json", "_keyring", "_text", "chain", "length")
+    __slots__ = ("_encoded", "_keyring", "_text", "chain", "length")
 
     def __init__(
         self,
         chain: Chain,
         keyring: Keyring | None,
         text: str | None = None,
-        hops_json: str | None = None,
+        _encoded: _Encoded | None = None,
     ) -> None:
         self.chain = chain
         self._keyring = keyring
         self._text = text
-        self._hops_json = hops_json
+        if _encoded is None:
+            encoded = [_hop_json(hop) for hop in chain.hops]
+            _encoded = _Encoded(
+                *_claims_prefix(chain),
+                ",".join([text for text, _ in encoded]),
+                sum(size for _, size in encoded) + max(len(encoded) - 1, 0),
+            )
+        self._encoded = _encoded
         if text is not None:  # a token that arrived: its length is its own
-            self._claims = b""
             self.length = len(text)
             return
-        if hops_json is None:
-            self._hops_json = hops_json = ",".join(map(_hop_json, chain.hops))
-        self._claims = claims = (
-            f'{{"v":{TOKEN_VERSION},"root":"{chain.root}","ws":{_str_json(chain.workspace)},'
-            f'"iat":{chain.issued_at!r},"exp":{chain.expires_at!r},"hops":[{hops_json}]}}'
-        ).encode()
+        # The claims are only encoded when the token is sent; its length is known now. Base64url
+        # without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43.
+        claims = _encoded.prefix_bytes + _encoded.hops_bytes + 2
         header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
-        # Base64url without padding: 4 characters per 3 bytes, rounded up; HS256 signs 32 bytes (43).
-        self.length = len(header) + 1 + (4 * len(claims) + 2) // 3 + 1 + (43 if keyring else 0)
+        self.length = len(header) + 1 + (4 * claims + 2) // 3 + 1 + (43 if keyring else 0)
 
     def extended(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
-        """The token of this chain with ``hop`` appended, reusing the hops already encoded."""
-        hops_json = self._hops_json
-        if hops_json is None:
-            hops_json = self._hops_json = ",".join(map(_hop_json, self.chain.hops))
-        hop_json = _hop_json(hop)
-        return ChainToken(
-            self.chain.extended(hop), keyring, None, f"{hops_json},{hop_json}" if hops_json else hop_json
-        )
+        """The token of this chain with ``hop`` appended, reusing what is already encoded."""
+        hop_json, hop_bytes = _hop_json(hop)
+        before = self._encoded
+        if before.hops_json:
+            hops_json, hops_bytes = f"{before.hops_json},{hop_json}", before.hops_bytes + 1 + hop_bytes
+        else:
+            hops_json, hops_bytes = hop_json, hop_bytes
+        encoded = _Encoded(before.prefix, before.prefix_bytes, hops_json, hops_bytes)
+        return ChainToken(self.chain.extended(hop), keyring, None, encoded)
 
     def __str__(self) -> str:
         text = self._text
         if text is None:
             keyring = self._keyring
+            encoded = self._encoded
+            claims = _b64encode(f"{encoded.prefix}{encoded.hops_json}]}}".encode())
             if keyring is None:
-                text = f"{_UNSIGNED_HEADER}.{_b64encode(self._claims)}."
+                text = f"{_UNSIGNED_HEADER}.{claims}."
             else:
-                signing_input = f"{keyring.signing.header}.{_b64encode(self._claims)}"
+                signing_input = f"{keyring.signing.header}.{claims}"
                 text = f"{signing_input}.{_b64encode(keyring.signing.sign(signing_input.encode('ascii')))}"
             self._text = text
         return text
@@ -305,11 +328,19 @@ def encode(chain: Chain, keyring: Keyring | None) -> str:
 # -- decoding -----------------------------------------------------------------------------------
 
 
+_JSON = json.JSONDecoder()
+
+
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
+        text = raw.decode()
+        # raw_decode skips json.loads' encoding sniffing and trailing-whitespace scan (a third of
+        # its cost here); anything after the value is refused below.
+        value, end = _JSON.raw_decode(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidToken(f"token {what} is not JSON ({type(exc).__name__})") from None
+    if end != len(text):
+        raise InvalidToken(f"token {what} has data after its JSON value")
     if not isinstance(value, dict):
         raise InvalidToken(f"token {what} is not a JSON object")
     return value
