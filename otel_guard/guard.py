@@ -164,19 +164,21 @@ class Delegation:
     def start(self) -> context.Context:
         """Decide the hop and start its span; return the context to run the body in.
 
+        ``settings`` below are the ones in force for this hop's agent (overrides applied).
+
         Raises :class:`DelegationRefused` (after recording the refused span) when the hop is refused.
         """
-        settings = current_settings()
+        hop = self.hop
+        settings = current_settings().for_agent(hop.agent)
         keyring = settings.keys
         if keyring is None:
             _warn_unsigned_once()
         parent = context.get_current()
         now = time.time()
-        hop = self.hop
         try:
             arrived = _arrival(parent, keyring)
         except InvalidToken as exc:
-            if settings.for_agent(hop.agent).mode != "off":
+            if settings.mode != "off":
                 verdict = Verdict("refuse", "bad_signature", f"Delegation chain failed verification: {exc}")
                 self._refuse(verdict, None, Chain((hop,), "", settings.workspace, now, now), parent, settings)
             arrived = None  # off mode: no checks; the hop starts a new chain
@@ -198,7 +200,7 @@ class Delegation:
         chain = token.chain
         if verdict.outcome == "refuse":
             self._refuse(verdict, arrival, chain, parent, settings)
-        if token.length > MAX_TOKEN_LENGTH and settings.for_agent(hop.agent).mode != "off":
+        if token.length > MAX_TOKEN_LENGTH and settings.mode != "off":
             verdict = Verdict(
                 "refuse",
                 "chain_size",
@@ -256,16 +258,17 @@ class Delegation:
     ) -> dict[str, AttributeValue]:
         hop = self.hop
         hops = chain.hops
+        agents = tuple([h.agent for h in hops])
         tool = self.kind == "tool"
         attributes: dict[str, AttributeValue] = {
             names.GEN_AI_OPERATION_NAME: names.EXECUTE_TOOL if tool else names.INVOKE_AGENT,
             names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME: hop.agent,
-            names.CHAIN_AGENTS: tuple([h.agent for h in hops]),
+            names.CHAIN_AGENTS: agents,
             names.CHAIN_SKILLS: tuple([h.skill or "" for h in hops]),
             names.CHAIN_DEPTH: len(hops),
-            names.NAME_DEPTH: sum(1 for h in hops if h.agent == hop.agent),
+            names.NAME_DEPTH: agents.count(hop.agent),
             names.DECISION: verdict.outcome,
-            names.MODE: settings.for_agent(hop.agent).mode,
+            names.MODE: settings.mode,
         }
         if chain.root:
             attributes[names.CHAIN_ROOT] = chain.root
