@@ -1,0 +1,68 @@
+"""Every instrumentor's patch targets exist in the installed runtimes, and the metadata is in step.
+
+Internal patch targets move between runtime versions. When one disappears this test names it, so an
+upgrade fails here rather than by silently not guarding anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import distribution, entry_points
+
+import pytest
+from packaging.requirements import Requirement
+
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, resolve
+
+OURS = sorted(
+    (ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.value.startswith("otel_guard.")),
+    key=lambda ep: ep.name,
+)
+
+
+def test_every_runtime_has_an_instrumentor_entry_point() -> None:
+    assert [ep.name for ep in OURS] == [
+        "otel_guard_a2a",
+        "otel_guard_langgraph",
+        "otel_guard_mcp",
+        "otel_guard_openai_agents",
+        "otel_guard_pydantic_ai",
+    ]
+
+
+@pytest.mark.parametrize("entry_point", OURS, ids=lambda ep: ep.name)
+def test_patch_targets_exist_in_the_installed_runtime(entry_point: object) -> None:
+    instrumentor_class = entry_point.load()  # type: ignore[attr-defined]
+    assert issubclass(instrumentor_class, GuardInstrumentor)
+    module = importlib.import_module(instrumentor_class.__module__)
+    targets: tuple[PatchTarget, ...] = module.PATCH_TARGETS
+    assert targets, f"{module.__name__} lists no PATCH_TARGETS"
+    missing = []
+    for target in targets:
+        try:
+            resolve(target)
+        except LookupError as exc:
+            missing.append(str(exc))
+    assert not missing, "\n".join(missing)
+
+
+def test_resolve_names_a_missing_target() -> None:
+    with pytest.raises(LookupError, match=r"opentelemetry\.trace\.NoSuchThing"):
+        resolve(("opentelemetry.trace", "NoSuchThing.method"))
+    with pytest.raises(LookupError, match="no_such_module"):
+        resolve(("no_such_module", "f"))
+
+
+def test_instruments_any_extra_matches_the_instrumentors() -> None:
+    """opentelemetry-instrument checks the distribution's ``instruments-any`` extra; each instrumentor
+    checks its own runtime again. Both must name the same version ranges."""
+    declared = set()
+    for text in distribution("otel-guard").requires or []:
+        requirement = Requirement(text)
+        if requirement.marker is not None and requirement.marker.evaluate({"extra": "instruments-any"}):
+            declared.add(str(Requirement(text.split(";")[0])))
+    instrumented = set()
+    for entry_point in OURS:
+        for dependency in entry_point.load()().instrumentation_dependencies():
+            instrumented.add(str(Requirement(dependency)))
+    assert declared == instrumented
