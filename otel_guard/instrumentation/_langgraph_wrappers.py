@@ -106,6 +106,27 @@ def _graph_step_context(
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
+def _entering(
+    name: str, args: tuple[Any, ...], kwargs: dict[str, Any], span_kind: SpanKind, remote: bool
+) -> Callable[[], StepContext]:
+    """What opens the hop at the stream's first step, in the context the stream was called in.
+
+    A stream may be consumed later or elsewhere (another thread, LangGraph's v3 event streams): the
+    hop still belongs to the caller that started the run.
+    """
+    parent = context.get_current()
+    attributes = _conversation_attributes(args, kwargs)
+
+    def enter() -> StepContext:
+        token = context.attach(parent)
+        try:
+            return _graph_step_context(name, attributes, span_kind, remote)
+        finally:
+            context.detach(token)
+
+    return enter
+
+
 def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     config = kwargs.get("config", args[1] if len(args) > 1 else None)
     thread_id = None
@@ -124,9 +145,8 @@ def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs:
     name = getattr(instance, "name", None)
     if not is_instrumentation_enabled() or not name or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
-    attributes = _conversation_attributes(args, kwargs)
     return stream_in_hop(
-        lambda: _graph_step_context(name, attributes, SpanKind.INTERNAL, remote=False),
+        _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),
     )
 
@@ -136,9 +156,8 @@ def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
     name = getattr(instance, "name", None)
     if not is_instrumentation_enabled() or not name or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
-    attributes = _conversation_attributes(args, kwargs)
     return astream_in_hop(
-        lambda: _graph_step_context(name, attributes, SpanKind.INTERNAL, remote=False),
+        _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),
     )
 
@@ -168,9 +187,8 @@ def remote_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
     name = getattr(instance, "name", None)
     if not is_instrumentation_enabled() or not name:
         return wrapped(*args, **kwargs)
-    attributes = _conversation_attributes(args, kwargs)
     return stream_in_hop(
-        lambda: _graph_step_context(name, attributes, SpanKind.CLIENT, remote=True),
+        _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
         lambda: wrapped(*args, **_with_carrier(kwargs)),
     )
 
@@ -180,9 +198,8 @@ def remote_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwarg
     name = getattr(instance, "name", None)
     if not is_instrumentation_enabled() or not name:
         return wrapped(*args, **kwargs)
-    attributes = _conversation_attributes(args, kwargs)
     return astream_in_hop(
-        lambda: _graph_step_context(name, attributes, SpanKind.CLIENT, remote=True),
+        _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
         lambda: wrapped(*args, **_with_carrier(kwargs)),
     )
 

@@ -63,10 +63,14 @@ class Script:
 
 
 class ScriptedToolModel(BaseChatModel):
-    """An offline chat model that binds tools and scripts its tool calls from what it receives."""
+    """An offline chat model that binds tools and scripts its tool calls from what it receives.
+
+    On a fresh question it calls its first tool, or with ``fan_out`` all its tools at once.
+    """
 
     agent: str
     script: Script
+    fan_out: bool = False
 
     @property
     def _llm_type(self) -> str:
@@ -85,19 +89,24 @@ class ScriptedToolModel(BaseChatModel):
         last = messages[-1]
         tools = kwargs.get("tools") or []
         if isinstance(last, ToolMessage):
-            self.script.saw_tool_reply(self.agent, last)
-            reply = AIMessage(f"{self.agent} answers with what it has. {last.name} said: {last.content}")
+            replies = list(itertools.takewhile(lambda m: isinstance(m, ToolMessage), messages[::-1]))
+            said = []
+            for message in reversed(replies):
+                self.script.saw_tool_reply(self.agent, message)
+                said.append(f"{message.name} said: {message.content}")
+            reply = AIMessage(f"{self.agent} answers with what it has. {' '.join(said)}")
         else:
             self.script.start_run(self.agent)
-            call_id = self.script.take_tool_call() if tools else None
-            if call_id is None:
-                reply = AIMessage(f"{self.agent} answers on its own.")
-            else:
-                tool = tools[0]["function"]["name"]
-                question = f"{self.agent} asks: {last.content}"
-                reply = AIMessage(
-                    "", tool_calls=[{"name": tool, "args": {"question": question}, "id": call_id}]
-                )
+            question = f"{self.agent} asks: {last.content}"
+            calls = []
+            for tool in tools if self.fan_out else tools[:1]:
+                call_id = self.script.take_tool_call()
+                if call_id is not None:
+                    name = tool["function"]["name"]
+                    calls.append({"name": name, "args": {"question": question}, "id": call_id})
+            reply = (
+                AIMessage("", tool_calls=calls) if calls else AIMessage(f"{self.agent} answers on its own.")
+            )
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
@@ -144,15 +153,21 @@ def agent_tool(
     )
 
 
+AgentBuilder = Callable[[str, BaseChatModel, Sequence[BaseTool]], CompiledStateGraph]
+
+
 def delegation_loop(
-    script: Script, *, tool_names: dict[str, str] | None = None
+    script: Script,
+    *,
+    tool_names: dict[str, str] | None = None,
+    build: AgentBuilder = agent_graph,
 ) -> dict[str, CompiledStateGraph]:
     """``planner`` with the tool ``budget`` (the budget agent) and ``budget`` with ``planner``."""
     graphs: dict[str, CompiledStateGraph] = {}
     names = tool_names or {}
     for agent, other in (("planner", "budget"), ("budget", "planner")):
         tool = agent_tool(other, lambda other=other: graphs[other], tool_name=names.get(other))
-        graphs[agent] = agent_graph(agent, ScriptedToolModel(agent=agent, script=script), [tool])
+        graphs[agent] = build(agent, ScriptedToolModel(agent=agent, script=script), [tool])
     return graphs
 
 

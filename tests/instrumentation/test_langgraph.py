@@ -71,10 +71,18 @@ def assert_stopped_at_first_bounce(script: Script, state: dict[str, Any]) -> Non
     assert REFUSAL_START in answer
 
 
-def test_loop_is_stopped_at_the_first_bounce(instrumented: Any, spans: Any) -> None:
+def react_agent(name: str, model: Any, tools: Any) -> Any:
+    """The prebuilt agent (deprecated in LangGraph 1.x for langchain's, still widely used)."""
+    from langgraph.prebuilt import create_react_agent
+
+    return create_react_agent(model, tools, name=name)
+
+
+@pytest.mark.parametrize("build", [agent_graph, react_agent], ids=["StateGraph", "react_agent"])
+def test_loop_is_stopped_at_the_first_bounce(instrumented: Any, spans: Any, build: Any) -> None:
     otel_guard.configure(cycle_rule="agent")
     script = Script(max_tool_calls=6)
-    state = delegation_loop(script)["planner"].invoke(QUESTION)
+    state = delegation_loop(script, build=build)["planner"].invoke(QUESTION)
     assert_stopped_at_first_bounce(script, state)
 
 
@@ -168,6 +176,37 @@ def test_observe_mode_lets_the_loop_through_and_records_would_refuse(instrumente
         assert attrs(span)["otel_guard.reason"] == "cycle"
         assert attrs(span)["otel_guard.mode"] == "observe"
         assert [e.name for e in span.events] == ["otel_guard.would_refuse"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_parallel_tool_calls_are_sibling_hops(instrumented: Any, spans: Any, mode: str) -> None:
+    # ToolNode runs the two calls at once (threads, or tasks): each is its own branch of the chain,
+    # never taken for recursion.
+    otel_guard.configure(cycle_rule="agent")
+    script = Script(max_tool_calls=2)
+    leaves = {
+        name: agent_graph(name, ScriptedToolModel(agent=name, script=script), [])
+        for name in ("budget", "weather")
+    }
+    tools = [agent_tool(name, lambda name=name: leaves[name]) for name in leaves]
+    planner_model = ScriptedToolModel(agent="planner", script=script, fan_out=True)
+    planner = agent_graph("planner", planner_model, tools)
+    if mode == "sync":
+        planner.invoke(QUESTION)
+    else:
+        await planner.ainvoke(QUESTION)
+    assert script.runs == {"planner": 1, "budget": 1, "weather": 1}
+    assert sorted((m.name, m.status) for _, m in script.tool_replies) == [
+        ("budget", "success"),
+        ("weather", "success"),
+    ]
+    top = spans.one("invoke_agent planner")
+    for name in ("budget", "weather"):
+        tool_span = spans.one(f"execute_tool {name}")
+        assert attrs(tool_span)["otel_guard.chain.agents"] == ("planner", name)
+        assert attrs(tool_span)["otel_guard.decision"] == "allow"
+        assert tool_span.parent is not None
+        assert tool_span.parent.span_id == top.context.span_id
 
 
 def test_a_refusal_inside_a_tool_reaches_the_model_as_that_tools_error(instrumented: Any, spans: Any) -> None:
