@@ -1,0 +1,504 @@
+"""Finding delegation cycles in a stream of spans, incrementally and in bounded memory.
+
+What counts
+-----------
+A *call span* is one whose operation is ``invoke_agent`` or ``execute_tool``: by its span name
+(``invoke_agent planner``, as the OpenTelemetry GenAI conventions name it) or by its
+``gen_ai.operation.name`` attribute. Its *name* is the span name's subject, else its
+``gen_ai.agent.name`` / ``gen_ai.tool.name`` attribute. Every other span -- HTTP client and server
+spans, model calls, queue spans -- is an unnamed link in the ancestry.
+
+Each span's *path* is the list of names of its named ancestors, oldest first. A *cycle* is a name
+that is already on its own path. Its label is the path from that name's latest earlier occurrence
+to the repeat (``planner>budget>planner``), so recursion that goes round many times counts as one
+cycle, not one per depth. Its kind:
+
+- ``cross_trace``: the cycle's path crosses into another trace, through a span link or through a
+  chain carried by ``otel_guard.chain.*`` attributes;
+- ``direct``: nothing named stands between the two occurrences (A -> A, perhaps through HTTP spans);
+- ``cross_function``: other names stand between (A -> B -> A).
+
+Each distinct (kind, label) counts once per trace, in the trace of the span that repeats the name.
+``delegations`` counts one per named span, on the edge from its nearest named ancestor; a named span
+with no named ancestor starts a path and has no edge.
+
+One call seen from both sides is not a cycle: the client span of a remote call and the server span
+that receives it (``invoke_agent budget`` as a CLIENT or PRODUCER span, then ``invoke_agent budget``
+as a SERVER or CONSUMER span below it), and a runtime's own span directly inside the guard's span
+for the same call. When both spans carry ``otel_guard.chain.depth`` the depth decides: the same
+depth is the same hop, a deeper one is a new hop.
+
+Across traces
+-------------
+A span that starts a trace (it has no parent) continues the path of
+
+- the chain it carries, when the inline guard put one on it (``otel_guard.chain.agents`` with more
+  than one hop: the earlier hops, identified by the shared ``otel_guard.chain.root``, are its
+  ancestors), else
+- its first span link (the OpenTelemetry pattern for work handed over through a queue), waiting for
+  the linked span if it has not arrived yet.
+
+Order, duplicates and bounds
+----------------------------
+Spans arrive in any order and in any request. A span whose parent has not arrived waits for it, and
+is settled -- with all its waiting descendants -- the moment the parent arrives. A span whose parent
+never arrives is settled as a root when its trace is evicted: the wait is bounded by the trace TTL.
+A span seen twice (a retried request) is not counted twice while its trace is held.
+
+State is bounded: at most ``max_traces`` traces, ``max_spans`` spans in all and
+``max_spans_per_trace`` per trace (checked as each request starts on a trace, so one request may
+overshoot it by its own spans), each trace dropped ``trace_ttl`` seconds after its last span.
+Traces are evicted least recently active first and counted in ``evictions`` by reason; spans left
+out because their trace is full are counted in ``dropped``. Paths keep their last
+``MAX_PATH_NAMES`` names.
+
+Reading is lazy, because this runs once per span at line rate: a span's attributes are read only
+when it is a call span and the request holds ``otel_guard.`` attributes, or when its name does not
+say whether it is a call and the request holds a ``gen_ai.operation.name`` of a call. Ids are read
+as opaque keys and not checked: the request goes downstream unchanged, and a downstream that
+rejects an id answers for it.
+
+The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parsed requests
+(:mod:`otel_guard_processor.otlp`) and tallies into plain dicts that the metrics module exposes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from otel_guard_processor.otlp import (
+    KIND_CLIENT,
+    KIND_CONSUMER,
+    KIND_PRODUCER,
+    KIND_SERVER,
+    AnyValueView,
+    RequestView,
+    SpanView,
+)
+
+__all__ = ["CALL_OPERATIONS", "MAX_PATH_NAMES", "Detector", "DetectorLimits"]
+
+CALL_OPERATIONS: Final = frozenset({"invoke_agent", "execute_tool"})
+_OP_LENGTH: Final = 12  # len("invoke_agent") == len("execute_tool")
+MAX_PATH_NAMES: Final = 64
+
+# A path is a tuple (boundary, last, name, name, ...), kept as a plain tuple of ints and strings
+# because one exists for every named span: such tuples allocate once and the garbage collector
+# stops tracking them, where an object per span would be scanned on every full collection.
+# Unnamed spans share their parent's path object.
+#   boundary: how many of the names lie before the latest crossing into this trace;
+#   last:     the marker of the nearest named span (see below);
+#   names:    the named ancestors, oldest first (the span's own name last when it is named).
+# Names are strings and the two heads are ints, so `name in path` tests the names alone.
+Path = tuple[int | str, ...]
+_HEAD: Final = 2
+ROOT_PATH: Final[Path] = (0, 0)
+
+# A marker packs what the same-call rule needs of a named span: its guard chain depth (0 when it
+# carries none) and whether it is the sending or the receiving side of a remote call.
+_CLIENT: Final = 1
+_SERVER: Final = 2
+_DEPTH_SHIFT: Final = 2
+_CLIENT_KINDS: Final = frozenset({KIND_CLIENT, KIND_PRODUCER})
+_SERVER_KINDS: Final = frozenset({KIND_SERVER, KIND_CONSUMER})
+
+_GUARD_BYTES: Final = b"otel_guard."
+# The AnyValue strings "invoke_agent" / "execute_tool" as protobuf encodes them: a request without
+# them has no gen_ai.operation.name of a call to look for.
+_OP_VALUE_BYTES: Final = tuple(b"\n\x0c" + op.encode() for op in sorted(CALL_OPERATIONS))
+
+# A span that waits for its parent (or, for a trace root, for the span it links to). A plain tuple
+# because spans wait often -- a batch usually holds children before their parents -- and fields by
+# index: trace id, span id, parent span id (b"" for a linked trace root), name (None when unnamed),
+# marker, decision ((decision, reason, name) from otel_guard.decision, or None).
+Waiter = tuple[bytes, bytes, bytes, str | None, int, tuple[str, str, str] | None]
+_TRACE_ID: Final = 0
+_SPAN_ID: Final = 1
+_PARENT_ID: Final = 2
+_NAME: Final = 3
+_MARKER: Final = 4
+_DECISION: Final = 5
+
+
+@dataclass(frozen=True)
+class DetectorLimits:
+    """The bounds on detection state (see the module docstring)."""
+
+    max_traces: int = 50_000
+    max_spans: int = 2_000_000
+    max_spans_per_trace: int = 10_000
+    trace_ttl: float = 120.0
+
+
+class _Trace:
+    """Detection state of one trace: settled paths, spans waiting here, cycles seen."""
+
+    __slots__ = ("cycles", "held", "last_seen", "paths", "trace_id", "waiting")
+
+    def __init__(self, trace_id: bytes) -> None:
+        self.trace_id = trace_id
+        self.paths: dict[bytes, Path] = {}
+        # span id of this trace -> the spans waiting for it: its children that came first, and
+        # trace roots of other traces that link to it
+        self.waiting: dict[bytes, list[Waiter]] = {}
+        self.held = 0  # spans in ``waiting``
+        self.cycles: set[tuple[str, str]] | None = None
+        self.last_seen = 0.0
+
+
+class Detector:
+    """Incremental cycle detection over parsed OTLP requests; see the module docstring.
+
+    Counters are plain dicts, read by the metrics collector at scrape time:
+    ``cycles[(kind, label)]``, ``delegations[(caller, callee)]``,
+    ``decisions[(decision, reason, name)]``, ``evictions[reason]``, ``dropped[reason]``, and
+    ``duplicates``.
+    """
+
+    def __init__(self, limits: DetectorLimits | None = None) -> None:
+        self.limits = limits or DetectorLimits()
+        if self.limits.max_traces < 2:
+            raise ValueError("max_traces must be at least 2")
+        self.cycles: dict[tuple[str, str], int] = {}
+        self.delegations: dict[tuple[str, str], int] = {}
+        self.decisions: dict[tuple[str, str, str], int] = {}
+        self.evictions: dict[str, int] = {"ttl": 0, "capacity": 0}
+        self.dropped: dict[str, int] = {"trace_full": 0}
+        self.duplicates = 0
+        self._traces: dict[bytes, _Trace] = {}  # least recently active first
+        self._stored = 0  # spans held, settled or waiting, over all traces
+        self._pending = 0  # of which waiting
+
+    @property
+    def active_traces(self) -> int:
+        return len(self._traces)
+
+    @property
+    def stored_spans(self) -> int:
+        return self._stored
+
+    @property
+    def pending_spans(self) -> int:
+        return self._pending
+
+    # --- ingest -----------------------------------------------------------------------------
+
+    def ingest(self, request: RequestView, raw: bytes, now: float) -> int:
+        """Take one parsed request (``raw`` is its protobuf bytes); return how many spans it had.
+
+        Every span whose ancestry is complete is settled now, with every span that waited for it.
+        """
+        guard = _GUARD_BYTES in raw
+        operation_attributes = any(pattern in raw for pattern in _OP_VALUE_BYTES)
+        per_trace = self.limits.max_spans_per_trace
+        received = skipped = 0
+        last_trace_id = b""
+        trace: _Trace | None = None
+        paths: dict[bytes, Path] = {}
+        full = False
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                spans = scope_spans.spans
+                received += len(spans)
+                for span in spans:
+                    trace_id = span.trace_id
+                    if trace is None or trace_id != last_trace_id:
+                        trace = self._touch(trace_id, now)
+                        paths = trace.paths
+                        last_trace_id = trace_id
+                        full = len(paths) + trace.held >= per_trace
+                    span_id = span.span_id
+                    if span_id in paths:
+                        self.duplicates += 1
+                        skipped += 1
+                        continue
+                    if full:
+                        self.dropped["trace_full"] += 1
+                        skipped += 1
+                        continue
+                    parent_id = span.parent_span_id
+                    span_name = span.name
+                    if span_name[:_OP_LENGTH] in CALL_OPERATIONS or (
+                        operation_attributes and _operation_attribute(span) in CALL_OPERATIONS
+                    ):
+                        self._call(trace, span, span_id, parent_id, span_name, guard, now)
+                        continue
+                    if parent_id:
+                        parent = paths.get(parent_id)
+                        if parent is None:
+                            self._wait(trace, parent_id, (trace_id, span_id, parent_id, None, 0, None))
+                            continue
+                    elif span.links:
+                        waiter = (trace_id, span_id, parent_id, None, 0, None)
+                        linked = self._linked_path(span, waiter, now)
+                        if linked is None:
+                            continue
+                        parent = linked
+                    else:
+                        parent = ROOT_PATH
+                    # The common case, kept inline: an unnamed span shares its parent's path.
+                    paths[span_id] = parent
+                    if trace.waiting and span_id in trace.waiting:
+                        self._release(trace, span_id, parent)
+        self._stored += received - skipped
+        self._enforce_span_budget()
+        return received
+
+    def _call(
+        self,
+        trace: _Trace,
+        span: SpanView,
+        span_id: bytes,
+        parent_id: bytes,
+        span_name: str,
+        guard: bool,
+        now: float,
+    ) -> None:
+        """Read a call span (its name, side, guard depth and decision); settle or park it."""
+        name: str | None = span_name[_OP_LENGTH + 1 :] if len(span_name) > _OP_LENGTH + 1 else None
+        depth = 0
+        decision = None
+        chain: Path | None = None
+        if name is None or guard:
+            attributes = span.attributes
+            if name is None:
+                name = _call_name(span, attributes)
+            if guard and name is not None:
+                depth_value = attributes.get("otel_guard.chain.depth")
+                if depth_value is not None:
+                    depth = max(depth_value.int_value, 0)
+                decision_value = attributes.get("otel_guard.decision")
+                if decision_value is not None:
+                    verdict = decision_value.string_value
+                    reason = attributes.get("otel_guard.reason") if verdict != "allow" else None
+                    decision = (verdict, reason.string_value if reason is not None else "", name)
+                if not parent_id and depth > 1:
+                    chain = _chain_path(attributes.get("otel_guard.chain.agents"), name, depth)
+        marker = 0
+        if name is not None:
+            kind = span.kind
+            side = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
+            marker = depth << _DEPTH_SHIFT | side
+        waiter = (trace.trace_id, span_id, parent_id, name, marker, decision)
+        if parent_id:
+            parent = trace.paths.get(parent_id)
+            if parent is None:
+                self._wait(trace, parent_id, waiter)
+                return
+        elif chain is not None:
+            parent = chain
+        elif span.links:
+            linked = self._linked_path(span, waiter, now)
+            if linked is None:
+                return
+            parent = linked
+        else:
+            parent = ROOT_PATH
+        self._settle(trace, waiter, parent)
+
+    def _touch(self, trace_id: bytes, now: float) -> _Trace:
+        traces = self._traces
+        trace = traces.pop(trace_id, None)
+        if trace is None:
+            if len(traces) >= self.limits.max_traces:
+                # The least recently active trace goes; never the one being read, which is the
+                # most recent (hence max_traces >= 2).
+                self._evict(next(iter(traces)), "capacity")
+            trace = _Trace(trace_id)
+        trace.last_seen = now
+        traces[trace_id] = trace  # re-inserted: the dict stays ordered by last activity
+        return trace
+
+    def _wait(self, holder: _Trace, span_id: bytes, waiter: Waiter) -> None:
+        holder.waiting.setdefault(span_id, []).append(waiter)
+        holder.held += 1
+        self._pending += 1
+
+    def _linked_path(self, span: SpanView, waiter: Waiter, now: float) -> Path | None:
+        """The path a trace root continues through its first link; None when it has to wait."""
+        link = span.links[0]
+        holder = self._traces.get(link.trace_id)
+        if holder is None:
+            holder = self._touch(link.trace_id, now)
+            # The root's own trace must stay the most recent one, or a later capacity eviction
+            # could take it while this request is still on it.
+            own = self._traces.pop(waiter[_TRACE_ID])
+            self._traces[waiter[_TRACE_ID]] = own
+        else:
+            found = holder.paths.get(link.span_id)
+            if found is not None:
+                return _crossed(found)
+        self._wait(holder, link.span_id, waiter)
+        return None
+
+    def _settle(self, owner: _Trace, waiter: Waiter, parent: Path) -> None:
+        """Give a span its path, count what it shows, then settle whatever waited for it."""
+        name = waiter[_NAME]
+        path = parent if name is None else self._named(owner, name, waiter[_MARKER], parent)
+        decision = waiter[_DECISION]
+        if decision is not None:
+            self.decisions[decision] = self.decisions.get(decision, 0) + 1
+        span_id = waiter[_SPAN_ID]
+        owner.paths[span_id] = path
+        if owner.waiting and span_id in owner.waiting:
+            self._release(owner, span_id, path)
+
+    def _named(self, trace: _Trace, name: str, marker: int, parent: Path) -> Path:
+        """The path of a named span under ``parent``; counts its cycle and its delegation edge."""
+        last = len(parent) - 1
+        if name in parent:
+            index = last
+            while parent[index] != name:
+                index -= 1
+            if index == last and _same_call(int(parent[1]), marker):
+                return (parent[0], marker, *parent[_HEAD:])
+            if index - _HEAD < int(parent[0]):
+                kind = "cross_trace"
+            elif index == last:
+                kind = "direct"
+            else:
+                kind = "cross_function"
+            label = ">".join([*(str(n) for n in parent[index:]), name])
+            seen = trace.cycles
+            if seen is None:
+                seen = trace.cycles = set()
+            key = (kind, label)
+            if key not in seen:
+                seen.add(key)
+                self.cycles[key] = self.cycles.get(key, 0) + 1
+        if last >= _HEAD:
+            edge = (str(parent[last]), name)
+            self.delegations[edge] = self.delegations.get(edge, 0) + 1
+        if last - _HEAD + 1 >= MAX_PATH_NAMES:
+            boundary = max(0, int(parent[0]) - 1)
+            return (boundary, marker, *parent[_HEAD + 1 :], name)
+        return (parent[0], marker, *parent[_HEAD:], name)
+
+    def _release(self, holder: _Trace, span_id: bytes, path: Path) -> None:
+        """Settle the spans that waited for ``span_id``, and those that waited for them."""
+        stack = [(holder, span_id, path)]
+        while stack:
+            holder, parent_id, parent_path = stack.pop()
+            group = holder.waiting.pop(parent_id, None)
+            if not group:
+                continue
+            for waiter in group:
+                owner = self._take(holder, waiter)
+                if owner is None:
+                    continue
+                # A waiter with no parent is a trace root that waited for the span it links to.
+                base = parent_path if waiter[_PARENT_ID] else _crossed(parent_path)
+                name = waiter[_NAME]
+                new_path = base if name is None else self._named(owner, name, waiter[_MARKER], base)
+                decision = waiter[_DECISION]
+                if decision is not None:
+                    self.decisions[decision] = self.decisions.get(decision, 0) + 1
+                span_id = waiter[_SPAN_ID]
+                owner.paths[span_id] = new_path
+                if owner.waiting and span_id in owner.waiting:
+                    stack.append((owner, span_id, new_path))
+
+    def _take(self, holder: _Trace, waiter: Waiter) -> _Trace | None:
+        """Take a span out of waiting: the trace to settle it in, or None when it is not to be."""
+        holder.held -= 1
+        self._pending -= 1
+        trace_id = waiter[_TRACE_ID]
+        owner = holder if trace_id == holder.trace_id else self._traces.get(trace_id)
+        if owner is None:  # its own trace was evicted meanwhile
+            self._stored -= 1
+            return None
+        if waiter[_SPAN_ID] in owner.paths:
+            self.duplicates += 1
+            self._stored -= 1
+            return None
+        return owner
+
+    # --- bounds -----------------------------------------------------------------------------
+
+    def expire(self, now: float) -> int:
+        """Evict every trace idle for longer than the TTL; return how many went."""
+        deadline = now - self.limits.trace_ttl
+        expired = 0
+        traces = self._traces
+        while traces:
+            trace_id = next(iter(traces))
+            if traces[trace_id].last_seen > deadline:
+                break
+            self._evict(trace_id, "ttl")
+            expired += 1
+        return expired
+
+    def _enforce_span_budget(self) -> None:
+        traces = self._traces
+        while self._stored > self.limits.max_spans and len(traces) > 1:
+            self._evict(next(iter(traces)), "capacity")
+
+    def _evict(self, trace_id: bytes, reason: str) -> None:
+        """Drop a trace, after settling as roots the spans that waited here in vain."""
+        trace = self._traces.pop(trace_id)
+        self._settle_orphans(trace)
+        self._stored -= len(trace.paths)
+        self.evictions[reason] = self.evictions.get(reason, 0) + 1
+
+    def _settle_orphans(self, trace: _Trace) -> None:
+        waiting = trace.waiting
+        while waiting:
+            waiting_here = {
+                waiter[_SPAN_ID]
+                for group in waiting.values()
+                for waiter in group
+                if waiter[_TRACE_ID] == trace.trace_id
+            }
+            # Orphans wait for a span that is neither settled nor waiting itself; when every
+            # group waits for a waiting span, their parent ids form a loop: break it anywhere.
+            parent_id = next((p for p in waiting if p not in waiting_here), next(iter(waiting)))
+            for waiter in waiting.pop(parent_id):
+                owner = self._take(trace, waiter)
+                if owner is not None:
+                    self._settle(owner, waiter, ROOT_PATH)
+
+
+def _operation_attribute(span: SpanView) -> str:
+    value = span.attributes.get("gen_ai.operation.name")
+    return value.string_value if value is not None else ""
+
+
+def _call_name(span: SpanView, attributes: Mapping[str, AnyValueView]) -> str | None:
+    """A call span's agent or tool name from its attributes, for spans whose name lacks it."""
+    operation = span.name[:_OP_LENGTH]
+    if operation not in CALL_OPERATIONS:
+        operation = _operation_attribute(span)
+    key = "gen_ai.agent.name" if operation == "invoke_agent" else "gen_ai.tool.name"
+    value = attributes.get(key)
+    return value.string_value if value is not None and value.string_value else None
+
+
+def _chain_path(agents_value: AnyValueView | None, name: str, depth: int) -> Path | None:
+    """The path of the earlier hops of a chain that a trace-root span continues."""
+    if agents_value is None:
+        return None
+    agents = [value.string_value for value in agents_value.array_value.values]
+    prior = agents[:-1] if agents and agents[-1] == name else agents
+    if not prior:
+        return None
+    prior = prior[-MAX_PATH_NAMES:]
+    return (len(prior), (depth - 1) << _DEPTH_SHIFT, *prior)
+
+
+def _crossed(path: Path) -> Path:
+    """The same path after it crossed into another trace: every name so far lies before it."""
+    return (len(path) - _HEAD, *path[1:])
+
+
+def _same_call(ancestor: int, marker: int) -> bool:
+    """Whether a named span directly under a span of the same name is that same call again."""
+    ancestor_depth = ancestor >> _DEPTH_SHIFT
+    depth = marker >> _DEPTH_SHIFT
+    if ancestor_depth and depth:
+        return depth <= ancestor_depth
+    if ancestor_depth or depth:
+        # One is the guard's span, the other the runtime's own span of the same call.
+        return True
+    return bool(ancestor & _CLIENT or marker & _SERVER)
