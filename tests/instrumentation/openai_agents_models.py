@@ -52,7 +52,7 @@ class LoopModel(Model):
         items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
         last = items[-1]
         if last.get("type") == "function_call_output" and not _hands_over_to(last, self.me):
-            return [assistant_message(f"{self.me} answers: {last['output']}")]
+            return [assistant_message(f"{self.me} answers: {_text(last['output'])}")]
         if self.tool is None or not self.budget.take():
             return [assistant_message(f"{self.me} answers on its own")]
         arguments = {"input": f"question from {self.me}"}
@@ -87,6 +87,13 @@ def _hands_over_to(item: dict[str, Any], agent: str) -> bool:
         return json.loads(item["output"]) == {"assistant": agent}
     except (TypeError, ValueError):
         return False
+
+
+def _text(output: Any) -> str:
+    """A tool output as text (an MCP tool's output is a list of content parts)."""
+    if isinstance(output, list):
+        return "".join(part.get("text", "") for part in output)
+    return str(output)
 
 
 def _first_user_text(model_input: Any) -> str:

@@ -16,7 +16,7 @@ HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 APP = HERE / "openai_agents_app.py"
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def run_app(shape: str, **env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
