@@ -450,7 +450,7 @@ def test_malformed_token_is_invalid(token: object, keyring: Keyring | None) -> N
 
 @pytest.mark.parametrize("claims", BAD_CLAIMS.values(), ids=BAD_CLAIMS.keys())
 def test_signed_bad_claims_are_invalid_with_keys(claims: object) -> None:
-    with pytest.raises(InvalidToken, match="claim|version|JSON|base64|could not be read|hop"):
+    with pytest.raises(InvalidToken, match=r"claim|version|JSON|base64|could not be read|hop"):
         decode(_signed_segment(claims), KEYRING)
 
 
@@ -544,10 +544,13 @@ ANY_TOKEN = st.one_of(
 
 def _assert_well_formed(chain: Chain) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", chain.root)
-    assert isinstance(chain.workspace, str) and chain.workspace
-    assert chain.hops and all(isinstance(h.agent, str) and h.agent for h in chain.hops)
+    assert isinstance(chain.workspace, str)
+    assert chain.workspace
+    assert chain.hops
+    assert all(isinstance(h.agent, str) and h.agent for h in chain.hops)
     assert all(h.skill is None or isinstance(h.skill, str) for h in chain.hops)
-    assert math.isfinite(chain.issued_at) and math.isfinite(chain.expires_at)
+    assert math.isfinite(chain.issued_at)
+    assert math.isfinite(chain.expires_at)
 
 
 @FUZZ
