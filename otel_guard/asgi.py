@@ -1,0 +1,162 @@
+"""Guard any HTTP agent: an ASGI middleware that makes each request one hop into a named agent.
+
+An agent that speaks plain HTTP (a FastAPI or Starlette service, a bare ASGI app) gets the same guard
+as an A2A server with one line::
+
+    from otel_guard.asgi import GuardMiddleware
+
+    app = GuardMiddleware(app, agent="budget", skill="price")
+    # or with Starlette / FastAPI:
+    app.add_middleware(GuardMiddleware, agent="budget", skill=lambda scope: scope["path"].strip("/"))
+
+For every HTTP request the middleware
+
+1. continues the caller's context from the request headers (``traceparent`` and ``baggage``, read by
+   the global OpenTelemetry propagator; when an OpenTelemetry ASGI middleware outside this one has
+   already done so, its server span stays the parent and only the chain is read),
+2. checks the hop into ``agent`` against the chain that arrived (the ``otel_guard.chain`` baggage
+   member) with ``delegate(agent, skill, receiving=True, span_kind=SERVER)``: a chain whose last hop is
+   already this agent (the caller's client instrumentation added it) is checked again, not extended,
+3. runs the app inside that hop, so the app's own outgoing calls carry the extended chain (any
+   OpenTelemetry propagator injects it), and ends the ``invoke_agent {agent}`` span when the app is done.
+
+A refused hop never reaches the app. The caller gets ``409 Conflict`` and a JSON body::
+
+    {"error": "a2a_delegation_cycle",
+     "reason": "cycle",
+     "message": "Delegation cycle: agent planner is already in chain planner → budget"}
+
+``error`` is the contract's code (``a2a_delegation_cycle``, ``a2a_delegation_depth`` or
+``a2a_delegation_invalid``); 409 means the same call will be refused again, so the caller should
+answer with what it has instead of retrying. In observe mode the request goes through and the span
+records ``would_refuse``; a chain that fails verification is refused in observe mode too.
+
+``skill`` is a string, ``None``, or a callable that gets the ASGI scope and returns the skill (or
+``None``). WebSocket and lifespan scopes pass through untouched. The policy is the process-wide one
+(``OTEL_GUARD_*`` or :func:`otel_guard.configure`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from contextvars import Token
+from typing import Any
+
+from opentelemetry import baggage, propagate, trace
+from opentelemetry import context as otel_context
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.trace import SpanKind
+
+from otel_guard.errors import DelegationRefused
+from otel_guard.guard import delegate
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+SkillOf = Callable[[Scope], str | None]
+
+__all__ = ["GuardMiddleware", "attach_caller_context", "carrier_from_headers", "refusal_body"]
+
+_BAGGAGE_ONLY = W3CBaggagePropagator()
+
+
+def carrier_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """ASGI raw headers as a propagator carrier: lower-case names, repeated headers joined by ``,``.
+
+    Joining is how HTTP combines repeated fields, and it is what the W3C baggage header expects when
+    a proxy split one baggage header in two.
+    """
+    carrier: dict[str, str] = {}
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        carrier[name] = f"{carrier[name]},{value}" if name in carrier else value
+    return carrier
+
+
+def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Context] | None:
+    """Continue the caller's trace and chain from ``carrier``; return the token to detach, or ``None``.
+
+    When the current context has no span, the whole caller context is extracted (its span becomes the
+    parent). When it has one (an OpenTelemetry server middleware or the runtime's own tracing started
+    it), that span stays the parent and only the baggage is read, and not at all when the chain is
+    already in the context.
+    """
+    current = otel_context.get_current()
+    if trace.get_current_span(current).get_span_context().is_valid:
+        if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not None:
+            return None
+        ctx = _BAGGAGE_ONLY.extract(carrier, context=current)
+    else:
+        ctx = propagate.extract(carrier, context=current)
+    return otel_context.attach(ctx)
+
+
+def refusal_body(err: DelegationRefused) -> dict[str, str]:
+    """The JSON body of a refused HTTP hop: the contract's code, the reason and the message."""
+    return {"error": err.code, "reason": err.reason, "message": str(err)}
+
+
+class GuardMiddleware:
+    """ASGI middleware that guards an HTTP endpoint as the agent ``agent`` (see the module docs)."""
+
+    def __init__(self, app: ASGIApp, *, agent: str, skill: str | SkillOf | None = None) -> None:
+        if not isinstance(agent, str) or not agent:
+            raise ValueError(f"GuardMiddleware: agent must be a non-empty string, not {agent!r}")
+        if skill is not None and not isinstance(skill, str) and not callable(skill):
+            raise ValueError(
+                f"GuardMiddleware: skill must be a string, None or a callable(scope), not {skill!r}"
+            )
+        self.app = app
+        self.agent = agent
+        self.skill = skill
+
+    def _skill_of(self, scope: Scope) -> str | None:
+        skill = self.skill
+        if callable(skill):
+            skill = skill(scope)
+        return skill or None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = attach_caller_context(carrier_from_headers(scope.get("headers") or ()))
+        try:
+            hop = delegate(self.agent, self._skill_of(scope), receiving=True, span_kind=SpanKind.SERVER)
+            try:
+                hop_context = hop.start()
+            except DelegationRefused as err:
+                await _send_refusal(send, err)
+                return
+            hop_token = otel_context.attach(hop_context)
+            try:
+                await self.app(scope, receive, send)
+            except BaseException as exc:
+                otel_context.detach(hop_token)
+                hop.finish(exc)
+                raise
+            otel_context.detach(hop_token)
+            hop.finish()
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+
+
+async def _send_refusal(send: Send, err: DelegationRefused) -> None:
+    body = json.dumps(refusal_body(err), ensure_ascii=False).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": err.status,
+            "headers": [
+                (b"content-type", b"application/json; charset=utf-8"),
+                (b"content-length", str(len(body)).encode("ascii")),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,132 @@
+"""Guard A2A (``a2a-sdk``) clients and servers: every send is a hop, every server checks the chain.
+
+Install ``pip install 'otel-guard[a2a]'`` and run the agent under ``opentelemetry-instrument``; or
+in code::
+
+    from otel_guard.instrumentation.a2a import A2AInstrumentor
+
+    A2AInstrumentor().instrument()
+
+Client: ``Client.send_message`` (streaming or not, JSON-RPC, HTTP+JSON or gRPC) is one hop
+``invoke_agent {agent card name}`` of span kind CLIENT, for the skill named in the request metadata
+(``{"skill": "price"}`` on the ``SendMessageRequest`` or its ``Message``), else the card's only
+skill. The new chain (W3C baggage member ``otel_guard.chain``) and the ``traceparent`` travel as
+request headers. A refused send raises :class:`A2ADelegationRefused` before any request is made.
+
+Server: before the ``AgentExecutor`` runs, the incoming chain is read from the request headers and
+checked with the agent card's name as a receiving hop (kind SERVER). A refused hop never reaches the
+executor; the caller receives a JSON-RPC error (code ``-32099``) or an HTTP+JSON ``409``, both with a
+``google.rpc.ErrorInfo`` whose metadata carries the contract's ``code`` (``a2a_delegation_cycle``,
+...), the ``reason``, ``status: "409"`` and ``retryable: "false"``. An instrumented client raises it
+as :class:`A2ADelegationRefused` (an ``A2AClientError`` and a ``DelegationRefused``), so an agent that
+already handles the SDK's errors answers with what it has.
+
+The policy is the process-wide one (``OTEL_GUARD_*`` or ``otel_guard.configure``). The
+``tracer_provider`` and ``meter_provider`` keyword arguments of ``instrument()``, when given, bind
+all otel-guard telemetry to those providers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Collection
+from typing import Any, Final
+
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+
+_log = logging.getLogger("otel_guard.instrumentation")
+
+_CLIENT: Final = "otel_guard.instrumentation._a2a_client"
+_SERVER: Final = "otel_guard.instrumentation._a2a_server"
+_V2: Final = "a2a.server.request_handlers.default_request_handler_v2"
+_LEGACY: Final = "a2a.server.request_handlers.default_request_handler"
+
+_PATCHES: Final[dict[PatchTarget, tuple[str, str]]] = {
+    # client: the hop, and the two parsers that recognise a remote refusal
+    ("a2a.client.base_client", "BaseClient.send_message"): (_CLIENT, "send_message"),
+    ("a2a.client.transports.jsonrpc", "JsonRpcTransport._create_jsonrpc_error"): (
+        _CLIENT,
+        "create_jsonrpc_error",
+    ),
+    ("a2a.client.transports.rest", "_parse_rest_error"): (_CLIENT, "parse_rest_error"),
+    # server: continue the caller's trace where the SDK starts its own server span
+    ("a2a.server.routes.jsonrpc_dispatcher", "JsonRpcDispatcher.handle_requests"): (
+        _SERVER,
+        "continue_caller",
+    ),
+    ("a2a.server.routes.rest_dispatcher", "RestDispatcher.on_message_send"): (
+        _SERVER,
+        "continue_caller",
+    ),
+    ("a2a.server.routes.rest_dispatcher", "RestDispatcher.on_message_send_stream"): (
+        _SERVER,
+        "continue_caller",
+    ),
+    # server: the hop, before the executor runs
+    (_V2, "DefaultRequestHandlerV2.on_message_send"): (_SERVER, "on_message_send"),
+    (_V2, "DefaultRequestHandlerV2.on_message_send_stream"): (_SERVER, "on_message_send_stream"),
+    (_LEGACY, "LegacyRequestHandler.on_message_send"): (_SERVER, "on_message_send"),
+    (_LEGACY, "LegacyRequestHandler.on_message_send_stream"): (_SERVER, "on_message_send_stream"),
+    # server: a refusal in the transport's own error shape
+    ("a2a.server.routes.jsonrpc_dispatcher", "build_error_response"): (
+        _SERVER,
+        "build_error_response",
+    ),
+    ("a2a.utils.error_handlers", "build_rest_error_payload"): (_SERVER, "build_rest_error_payload"),
+}
+
+PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = tuple(_PATCHES)
+"""Every (module, attribute) this instrumentor wraps, where the SDK looks it up."""
+
+INSTRUMENTS: Final = ("a2a-sdk >= 1.3, < 2",)
+"""The a2a-sdk versions this instrumentor is tested with."""
+
+
+class A2AInstrumentor(GuardInstrumentor):
+    """Makes every A2A send a guarded hop and checks the chain on every A2A server."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return INSTRUMENTS
+
+    def _instrument(self, **kwargs: Any) -> None:
+        import wrapt
+
+        from otel_guard import telemetry
+        from otel_guard.instrumentation._a2a_hop import switch
+
+        tracer_provider = kwargs.get("tracer_provider")
+        meter_provider = kwargs.get("meter_provider")
+        if tracer_provider is not None or meter_provider is not None:
+            telemetry.bind(tracer_provider, meter_provider)
+        self._patched: list[PatchTarget] = []
+        for (module, attribute), (wrapper_module, wrapper_name) in _PATCHES.items():
+            wrapper = getattr(importlib.import_module(wrapper_module), wrapper_name)
+            try:
+                wrapt.wrap_function_wrapper(module, attribute, wrapper)
+                self._patched.append((module, attribute))
+            except ImportError as exc:
+                # An optional part of the SDK that is not installed (e.g. the HTTP server extras).
+                _log.debug("otel-guard: A2A patch %s.%s skipped: %s", module, attribute, exc)
+            except AttributeError:
+                _log.warning(
+                    "otel-guard: A2A patch target %s.%s does not exist in this a2a-sdk; "
+                    "that part of A2A is not guarded",
+                    module,
+                    attribute,
+                )
+        switch.active = True
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        from otel_guard.instrumentation._a2a_hop import switch
+
+        switch.active = False
+        unwrap_all(getattr(self, "_patched", ()))
+        self._patched = []
+
+
+def __getattr__(name: str) -> Any:
+    # The error class subclasses the SDK's A2AClientError, so it exists only where a2a-sdk does.
+    if name in ("A2ADelegationRefused", "JSONRPC_REFUSED_CODE"):
+        return getattr(importlib.import_module("otel_guard.instrumentation._a2a_errors"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
