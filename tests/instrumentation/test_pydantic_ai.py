@@ -15,7 +15,8 @@ import pytest
 import wrapt
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
-from pydantic_ai import Agent, Tool
+from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -454,3 +455,41 @@ async def test_no_situational_prefix_when_off_or_when_the_agent_cannot_see_itsel
     else:
         await self_named_agent(requests).run("Find sources on ant colonies")
         assert user_prompt_of(requests[0][0]) == "Find sources on ant colonies"
+
+
+async def test_a_raw_dispatch_gets_the_refusal_as_pydantic_ai_tool_failed(
+    instrumented: PydanticAIInstrumentor, spans: Any
+) -> None:
+    # A dispatcher tool (as code mode's sandbox does) calls another tool through the ToolManager with
+    # wrap_validation_errors=False: the refusal comes back raw, as the ToolFailed pydantic-ai uses.
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        if returned:
+            return ModelResponse(parts=[TextPart(f"done: {returned[0].content}")])
+        return ModelResponse(parts=[ToolCallPart("dispatch", {"tool": "planner"})])
+
+    async def dispatch(ctx: RunContext[None], tool: str) -> str:
+        assert ctx.tool_manager is not None
+        try:
+            await ctx.tool_manager.handle_call(ToolCallPart(tool, {}), wrap_validation_errors=False)
+        except ToolFailed as failed:
+            return f"dispatch failed: {failed.message}"
+        return "dispatched"
+
+    async def planner_tool() -> str:
+        ran.append("planner")
+        return "re-entered"
+
+    agent = Agent(
+        FunctionModel(model),
+        name="planner",
+        tools=[Tool(dispatch, takes_ctx=True), Tool(planner_tool, name="planner")],
+    )
+    result = await agent.run("go")
+
+    assert ran == []
+    assert result.output.startswith("done: dispatch failed: Refused by otel-guard (a2a_delegation_cycle")
+    assert decisions(spans)[-1] == ("execute_tool planner", "refuse", ("planner", "dispatch", "planner"))
