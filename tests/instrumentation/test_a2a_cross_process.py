@@ -1,0 +1,289 @@
+"""A2A across processes: Planner and Budget each in their own process, run the way a user runs them.
+
+Each agent is ``a2a_apps/travel_agent.py`` under ``opentelemetry-instrument``, configured only by
+environment variables (``OTEL_GUARD_*``, the console span exporter), serving on 127.0.0.1. The test
+process is the user: an instrumented A2A client that asks Planner for a plan. Planner's process asks
+Budget's process, which asks Planner's process again: the chain that stops that bounce came in over
+HTTP, signed with the key the processes share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a_apps.travel_agent import CALL_SECONDS, RAN_PREFIX, REST, ask, request
+from google.protobuf.json_format import MessageToDict
+from opentelemetry import propagate
+from opentelemetry.trace import SpanKind
+
+import otel_guard
+from otel_guard.chain import generate_key
+from otel_guard.instrumentation.a2a import A2AInstrumentor
+
+APP = Path(__file__).parent / "a2a_apps" / "travel_agent.py"
+STARTUP_SECONDS = 90.0
+"""Generous: each process imports every installed runtime's SDK on a 2-core machine shared with
+other test runs (opentelemetry-instrument loads every otel-guard instrumentor)."""
+REFUSED_TEXT = "Delegation cycle: agent planner is already in chain planner → budget"
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def instrumented() -> Iterator[A2AInstrumentor]:
+    instrumentor = A2AInstrumentor()
+    instrumentor.instrument()
+    yield instrumentor
+    instrumentor.uninstrument()
+
+
+@dataclass
+class AgentProcess:
+    """One travel agent under ``opentelemetry-instrument``; its output in files."""
+
+    name: str
+    port_file: Path
+    stdout: Path
+    stderr: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port_file.read_text().strip()}"
+
+    def spans(self) -> list[dict[str, Any]]:
+        """The spans the console exporter has printed so far (concatenated JSON objects)."""
+        text = self.stdout.read_text()
+        decoder = json.JSONDecoder()
+        found: list[dict[str, Any]] = []
+        position = 0
+        while (start := text.find("{", position)) >= 0:
+            try:
+                span, position = decoder.raw_decode(text, start)
+            except json.JSONDecodeError:
+                break  # the exporter is part-way through writing this one
+            found.append(span)
+        return found
+
+    def hop_spans(self, name: str, count: int, **attributes: Any) -> list[dict[str, Any]]:
+        """The spans ``name`` with these attribute values, once ``count`` of them were exported."""
+        deadline = time.monotonic() + CALL_SECONDS
+        while True:
+            found = [
+                span
+                for span in self.spans()
+                if span["name"] == name and all(span["attributes"].get(k) == v for k, v in attributes.items())
+            ]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+    def executions(self) -> list[dict[str, Any]]:
+        return [
+            json.loads(line[len(RAN_PREFIX) :])
+            for line in self.stderr.read_text().splitlines()
+            if line.startswith(RAN_PREFIX)
+        ]
+
+
+def start(name: str, peer: str, folder: Path, env: dict[str, str], *args: str) -> AgentProcess:
+    port_file, stdout, stderr = (folder / f"{name}.{kind}" for kind in ("port", "out", "err"))
+    instrument = Path(sys.executable).with_name("opentelemetry-instrument")
+    command = [instrument, sys.executable, APP, "--name", name, "--port-file", port_file]
+    command += ["--peer-port-file", folder / f"{peer}.port", *args]
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [str(part) for part in command],
+            env={**env, "OTEL_SERVICE_NAME": name},
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+    return AgentProcess(name, port_file, stdout, stderr, process)
+
+
+def stop(agent: AgentProcess) -> None:
+    agent.process.terminate()
+    try:
+        agent.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        agent.process.kill()
+        agent.process.wait(timeout=10)
+
+
+def wait_until_serving(agents: list[AgentProcess]) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    for agent in agents:
+        while not agent.port_file.exists():
+            assert agent.process.poll() is None, f"{agent.name} exited:\n{agent.stderr.read_text()}"
+            assert time.monotonic() < deadline, f"{agent.name} did not start:\n{agent.stderr.read_text()}"
+            time.sleep(0.05)
+
+
+@dataclass
+class Pair:
+    planner: AgentProcess
+    budget: AgentProcess
+    keys: str
+
+
+def base_env(keys: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env.update(
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_GUARD_CYCLE_RULE="agent",
+        OTEL_GUARD_KEYS=keys,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def enforcing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    """Both agents enforce (JSON-RPC, no streaming)."""
+    folder = tmp_path_factory.mktemp("a2a_enforcing")
+    kid, secret = generate_key()
+    keys = f"{kid}:{secret}"
+    env = base_env(keys)
+    planner = start("planner", "budget", folder, env)
+    budget = start("budget", "planner", folder, env)
+    try:
+        wait_until_serving([planner, budget])
+        yield Pair(planner, budget, keys)
+    finally:
+        stop(planner)
+        stop(budget)
+
+
+@pytest.fixture(scope="module")
+def budget_observing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    """Planner enforces; Budget's process is still in observe mode (HTTP+JSON, streaming)."""
+    folder = tmp_path_factory.mktemp("a2a_budget_observing")
+    kid, secret = generate_key()
+    keys = f"{kid}:{secret}"
+    env = base_env(keys)
+    options = ("--binding", REST, "--streaming")
+    planner = start("planner", "budget", folder, env, *options)
+    budget = start("budget", "planner", folder, {**env, "OTEL_GUARD_MODE": "observe"}, *options)
+    try:
+        wait_until_serving([planner, budget])
+        yield Pair(planner, budget, keys)
+    finally:
+        stop(planner)
+        stop(budget)
+
+
+async def test_budget_process_refuses_the_bounce_into_planner_before_sending(
+    instrumented: A2AInstrumentor, spans: Any, enforcing: Pair
+) -> None:
+    otel_guard.configure(cycle_rule="agent", keys=enforcing.keys)
+    planner, budget = enforcing.planner, enforcing.budget
+    before = len(planner.executions()), len(budget.executions())
+
+    answer = await ask(planner.url, "a 3-day Lisbon trip under 1500 EUR", "plan")
+
+    assert answer.startswith("plan: 3 days in Lisbon <price: 1200 EUR [A2ADelegationRefused: ")
+    assert REFUSED_TEXT in answer
+    # Planner ran once, Budget once; Budget's call back never left Budget's process.
+    assert planner.executions()[before[0] :] == [
+        {"agent": "planner", "skill": "plan", "hops": 1, "chain": ["planner"]}
+    ]
+    assert budget.executions()[before[1] :] == [
+        {"agent": "budget", "skill": "price", "hops": 2, "chain": ["planner", "budget"]}
+    ]
+    refused = budget.hop_spans("invoke_agent planner", 1, **{"otel_guard.decision": "refuse"})[-1]
+    assert refused["kind"] == str(SpanKind.CLIENT)
+    assert refused["attributes"]["otel_guard.reason"] == "cycle"
+    assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
+    assert [event["name"] for event in refused["events"]] == ["otel_guard.refused"]
+    # Planner's process checked the hop that came in from this process without adding it twice.
+    planner_server = planner.hop_spans("invoke_agent planner", 1, **{"otel_guard.decision": "allow"})
+    assert planner_server[-1]["kind"] == str(SpanKind.SERVER)
+    assert planner_server[-1]["attributes"]["otel_guard.chain.depth"] == 1
+    # One trace and one chain across the three processes.
+    mine = next(s for s in spans.named("invoke_agent planner") if s.kind is SpanKind.CLIENT)
+    trace_id = f"0x{mine.context.trace_id:032x}"
+    root = dict(mine.attributes or {})["otel_guard.chain.root"]
+    for span in (refused, planner_server[-1]):
+        assert span["context"]["trace_id"] == trace_id
+        assert span["attributes"]["otel_guard.chain.root"] == root
+    # The token never reaches a span.
+    for agent in (planner, budget):
+        assert "otel_guard.chain=" not in agent.stdout.read_text()
+
+
+@pytest.mark.parametrize(
+    ("signed_with_the_shared_key", "reason", "code"),
+    [(True, "cycle", "a2a_delegation_cycle"), (False, "bad_signature", "a2a_delegation_invalid")],
+)
+async def test_budget_process_refuses_an_arriving_chain_before_its_executor(
+    enforcing: Pair, signed_with_the_shared_key: bool, reason: str, code: str
+) -> None:
+    """A client without otel-guard sends the chain budget -> planner: Budget's server alone stands."""
+    kid, secret = generate_key()
+    otel_guard.configure(keys=enforcing.keys if signed_with_the_shared_key else f"{kid}:{secret}")
+    headers = {"A2A-Version": "1.0"}
+    with otel_guard.delegate("budget"), otel_guard.delegate("planner"):
+        propagate.inject(headers)
+    before = len(enforcing.budget.executions())
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": MessageToDict(request("price this", "price")),
+    }
+
+    async with httpx.AsyncClient(timeout=CALL_SECONDS) as client:
+        response = await client.post(f"{enforcing.budget.url}/", json=body, headers=headers)
+
+    error = response.json()["error"]
+    assert error["code"] == -32099
+    assert error["data"][0]["metadata"]["code"] == code
+    assert error["data"][0]["metadata"]["reason"] == reason
+    assert error["data"][0]["metadata"]["status"] == "409"
+    refusals = enforcing.budget.hop_spans("invoke_agent budget", 1, **{"otel_guard.reason": reason})
+    assert refusals[-1]["kind"] == str(SpanKind.SERVER)
+    assert refusals[-1]["attributes"]["otel_guard.decision"] == "refuse"
+    assert enforcing.budget.executions()[before:] == []
+
+
+async def test_planner_process_refuses_the_bounce_that_an_observing_budget_let_through(
+    instrumented: A2AInstrumentor, budget_observing: Pair
+) -> None:
+    """Rolling out: Budget only observes, so its call goes out; Planner's server refuses it."""
+    otel_guard.configure(cycle_rule="agent", keys=budget_observing.keys)
+    planner, budget = budget_observing.planner, budget_observing.budget
+    before = len(planner.executions()), len(budget.executions())
+
+    answer = await ask(planner.url, "a 3-day Lisbon trip", "plan", binding=REST, streaming=True)
+
+    # Budget received Planner's refusal as an A2A error and answered with what it had.
+    assert answer.startswith("plan: 3 days in Lisbon <price: 1200 EUR [A2ADelegationRefused: ")
+    assert REFUSED_TEXT in answer
+    assert [e["skill"] for e in planner.executions()[before[0] :]] == ["plan"]
+    assert [e["skill"] for e in budget.executions()[before[1] :]] == ["price"]
+    # Budget's process recorded what it would have refused, and let the call through...
+    let_through = budget.hop_spans("invoke_agent planner", 1, **{"otel_guard.decision": "would_refuse"})
+    assert let_through[-1]["kind"] == str(SpanKind.CLIENT)
+    assert let_through[-1]["attributes"]["otel_guard.mode"] == "observe"
+    events = [event["name"] for event in let_through[-1]["events"]]
+    assert events[0] == "otel_guard.would_refuse"
+    assert "exception" in events  # ... and the remote refusal it got back
+    # ... and Planner's process refused it from the chain that came in over HTTP.
+    refused = planner.hop_spans("invoke_agent planner", 1, **{"otel_guard.decision": "refuse"})
+    assert refused[-1]["kind"] == str(SpanKind.SERVER)
+    assert refused[-1]["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
+    assert [event["name"] for event in refused[-1]["events"]] == ["otel_guard.refused"]
