@@ -1,0 +1,51 @@
+"""otel-guard processor: find agent delegation cycles in OpenTelemetry traces.
+
+The inline guard (``otel_guard``) stops loops whose chain it carries. Loops it cannot see -- agents
+that drop the chain, runtimes instrumented by other GenAI instrumentations, work handed over through
+queues into new traces -- are visible only in the telemetry. The processor reads every trace that
+passes through the OpenTelemetry pipeline and counts the cycles it finds, as Prometheus metrics.
+
+Run it::
+
+    pip install 'otel-guard[processor]'
+    otel-guard processor --listen 127.0.0.1:4317 --forward tempo:4317 --prometheus 127.0.0.1:9464
+
+- Receivers: OTLP/gRPC (``--listen``) and OTLP/HTTP ``/v1/traces`` (``--http-listen``, protobuf or
+  JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing.
+- Detection (:mod:`otel_guard_processor.detector`): a call span (``invoke_agent X`` /
+  ``execute_tool X``) whose name is already on its own path of named ancestors is a cycle:
+  ``direct`` (A -> A), ``cross_function`` (A -> B -> A) or ``cross_trace`` (through a span link or
+  an ``otel_guard.chain.root`` shared across traces). Incremental, in any arrival order, bounded.
+- Forwarding (``--forward``): each request goes downstream byte for byte and is acknowledged only
+  after the downstream did; a downstream that is down or slow gets the client a retryable
+  UNAVAILABLE / RESOURCE_EXHAUSTED (HTTP 503 / 429). Without it the processor is a sink for a
+  fan-out pipeline. SIGTERM drains requests in flight.
+- Metrics (``--prometheus``, ``/metrics``): ``otel_guard_cycles_total{kind,cycle}``,
+  ``otel_guard_delegations_total{caller,callee}``,
+  ``otel_guard_span_decisions_total{decision,reason,agent}``,
+  ``otel_guard_processor_spans_total{outcome}`` and the processor's health metrics
+  (:mod:`otel_guard_processor.metrics`).
+- Configuration (:mod:`otel_guard_processor.config`): flags, a YAML file, ``OTEL_GUARD_PROCESSOR_*``.
+
+Programmatic use: ``Processor(ProcessorConfig(...))``, ``await processor.start()``,
+``await processor.stop()``; ``Detector`` alone reads parsed requests and needs no network.
+"""
+
+from otel_guard_processor.cli import main
+from otel_guard_processor.config import ConfigError, ProcessorConfig, load_config
+from otel_guard_processor.detector import Detector, DetectorLimits
+from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf, parse_request
+from otel_guard_processor.service import Processor
+
+__all__ = [
+    "ConfigError",
+    "Detector",
+    "DetectorLimits",
+    "MalformedRequest",
+    "Processor",
+    "ProcessorConfig",
+    "json_to_protobuf",
+    "load_config",
+    "main",
+    "parse_request",
+]

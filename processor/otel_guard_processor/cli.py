@@ -1,0 +1,103 @@
+"""``otel-guard processor``: run the collector-side processor until SIGTERM or SIGINT.
+
+Exit status: 0 after a clean stop, 2 on bad usage (an unknown flag, a wrong value), 1 when the
+processor cannot run (an address in use, an unreadable config file); the reason goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import signal
+import sys
+from typing import Any
+
+from otel_guard_processor.config import OPTIONS, ConfigError, ProcessorConfig, load_config
+from otel_guard_processor.service import Processor
+
+__all__ = ["build_parser", "main"]
+
+_DESCRIPTION = """\
+Reads OpenTelemetry traces (OTLP/gRPC, and OTLP/HTTP when enabled), finds agent delegation cycles
+(A -> A, A -> B -> A, and across traces through span links and otel_guard.chain.root), and serves
+them as Prometheus metrics. With --forward it sits inline: each request goes downstream unchanged
+and is acknowledged only once the downstream acknowledged it.
+
+Every option can also be set in a YAML file (--config, keys are the option names with
+underscores) or in the environment (OTEL_GUARD_PROCESSOR_<OPTION>, e.g.
+OTEL_GUARD_PROCESSOR_FORWARD); flags win over the environment, which wins over the file.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; ``--help`` documents every option with its default and variable."""
+    parser = _Parser(
+        prog="otel-guard processor",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = ProcessorConfig()
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML file of options (keys: the option names below)"
+    )
+    for option in OPTIONS:
+        default = getattr(defaults, option.name)
+        shown = "off" if default is None else default
+        parser.add_argument(
+            option.flag,
+            dest=option.name,
+            metavar=option.metavar,
+            default=None,
+            help=f"{option.help} (default: {shown}; env {option.env})",
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``otel-guard processor`` with ``argv`` (default: ``sys.argv[1:]``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    flags = {option.name: getattr(args, option.name) for option in OPTIONS}
+    try:
+        config = load_config(flags, config_file=args.config)
+    except ConfigError as exc:
+        if exc.option == "config":
+            print(f"otel-guard processor: {exc}", file=sys.stderr)
+            return 1
+        parser.print_usage(sys.stderr)
+        print(f"otel-guard processor: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        return asyncio.run(_run(config))
+    except OSError as exc:
+        print(f"otel-guard processor: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _run(config: ProcessorConfig) -> int:
+    processor = Processor(config)
+    await processor.start()
+    # Detection keeps many small long-lived objects. Leaving what exists at start out of every
+    # collection, and collecting the young generation less often, keeps the garbage collector
+    # off the per-span cost (it measured at about 1 µs a span with default thresholds).
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    print(f"otel-guard processor: ready: {processor.describe()}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("otel-guard processor: draining", file=sys.stderr, flush=True)
+    await processor.stop()
+    print("otel-guard processor: stopped", file=sys.stderr, flush=True)
+    return 0

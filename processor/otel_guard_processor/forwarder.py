@@ -1,0 +1,122 @@
+"""Forwarding requests downstream, byte for byte, and turning its failures into retryable answers.
+
+The processor never re-encodes a request: the bytes it received over OTLP/gRPC or OTLP/HTTP
+protobuf are the bytes it sends (an OTLP/JSON request is sent in its protobuf encoding). The client
+is acknowledged only after the downstream acknowledged, with the downstream's own response (so a
+``partial_success`` reaches the client unchanged).
+
+When the downstream cannot take the request the client is told to retry, as the OpenTelemetry
+Collector's exporters expect, so their retry and sending queue keep the data:
+
+==========================================  =====================  ==========
+what happened                               gRPC status            HTTP
+==========================================  =====================  ==========
+downstream unreachable or UNAVAILABLE       UNAVAILABLE            503
+downstream slower than ``forward_timeout``  RESOURCE_EXHAUSTED     429
+``max_inflight`` requests already waiting   RESOURCE_EXHAUSTED     429
+downstream said RESOURCE_EXHAUSTED          RESOURCE_EXHAUSTED     429
+downstream said anything else               the same status        mapped
+==========================================  =====================  ==========
+
+Retryable answers carry a ``google.rpc.RetryInfo`` detail (gRPC) or ``Retry-After`` (HTTP) of
+``retry_after`` seconds: the Collector retries RESOURCE_EXHAUSTED only when it carries one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+__all__ = ["EXPORT_METHOD", "DownstreamError", "Forwarder"]
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+@dataclass
+class DownstreamError(Exception):
+    """The downstream did not acknowledge a request: the status to answer the client with."""
+
+    code: grpc.StatusCode
+    details: str
+    retryable: bool
+    reason: str  # for the downstream_errors metric: the status name, or busy / timeout
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.details}"
+
+
+class Forwarder:
+    """One gRPC channel to the downstream, with a bound on requests in flight."""
+
+    def __init__(self, target: str, *, timeout: float, max_inflight: int, max_message_bytes: int) -> None:
+        self.target = target
+        self._timeout = timeout
+        self._max_inflight = max_inflight
+        self._inflight = 0
+        self._channel = grpc.aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ],
+        )
+        # No (de)serializers: requests and responses pass as the bytes they are.
+        self._export = self._channel.unary_unary(
+            EXPORT_METHOD, request_serializer=None, response_deserializer=None
+        )
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def start(self, raw: bytes) -> asyncio.Future[bytes]:
+        """Start sending ``raw``; the future gives the downstream's response bytes.
+
+        Raises DownstreamError at once when ``max_inflight`` requests are already waiting.
+        The call is started before the caller goes on to detection, so that the downstream
+        works on it meanwhile.
+        """
+        if self._inflight >= self._max_inflight:
+            raise DownstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._inflight} requests already waiting for the downstream {self.target}",
+                retryable=True,
+                reason="busy",
+            )
+        self._inflight += 1
+        return asyncio.ensure_future(self._send(raw))
+
+    async def _send(self, raw: bytes) -> bytes:
+        try:
+            response: bytes = await self._export(raw, timeout=self._timeout)
+            return response
+        except grpc.aio.AioRpcError as exc:
+            raise _downstream_error(exc, self.target, self._timeout) from None
+        finally:
+            self._inflight -= 1
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+
+def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) -> DownstreamError:
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DownstreamError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the downstream {target} did not answer within {timeout:g} s",
+            retryable=True,
+            reason="timeout",
+        )
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return DownstreamError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the downstream {target} is unavailable: {exc.details()}",
+            retryable=True,
+            reason=code.name,
+        )
+    retryable = code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    return DownstreamError(code, f"the downstream {target} answered: {exc.details()}", retryable, code.name)

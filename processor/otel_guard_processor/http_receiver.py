@@ -1,0 +1,180 @@
+"""The OTLP/HTTP receiver (``POST /v1/traces``) and the small ASGI server it and ``/metrics`` run on.
+
+Requests are ``application/x-protobuf`` (forwarded as the bytes received) or ``application/json``
+(OTLP/JSON: hex ids, converted to protobuf and forwarded so), optionally ``Content-Encoding:
+gzip``. The body is read with a limit: more than ``max_request_bytes`` -- as sent or once
+decompressed -- is answered 413 without reading the rest. Answers follow the OTLP/HTTP
+specification: the response (or a ``google.rpc.Status`` on error) in the request's content type,
+400 for a malformed request, 415 for another content type or encoding, 429 / 503 with
+``Retry-After`` when the client should retry.
+
+Both HTTP endpoints are Starlette apps served by uvicorn inside the processor's event loop; the
+processor owns the signals (uvicorn's own handlers are not installed) and binds the sockets itself,
+so a port already in use is an error it reports, not an exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+
+import grpc
+import uvicorn
+from google.protobuf import json_format
+from google.rpc import status_pb2  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from otel_guard_processor.config import parse_address
+from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
+from otel_guard_processor.pipeline import Answer, Pipeline, http_status
+
+__all__ = ["AsgiServer", "build_http_app"]
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def build_http_app(pipeline: Pipeline, max_request_bytes: int) -> Starlette:
+    """The Starlette app of the OTLP/HTTP receiver."""
+
+    async def traces(request: Request) -> Response:
+        started = time.perf_counter()
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        is_json = content_type == JSON
+        if content_type not in (PROTOBUF, JSON):
+            answer = pipeline.refuse("http", "unsupported", grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"unsupported Content-Type {content_type!r}; use {PROTOBUF} or {JSON}",
+                                     0, started)  # fmt: skip
+            return _reply(answer, is_json, status=415)
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip"):
+            answer = pipeline.refuse("http", "unsupported", grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"unsupported Content-Encoding {encoding!r}; use gzip or none",
+                                     0, started)  # fmt: skip
+            return _reply(answer, is_json, status=415)
+        try:
+            body = await _read_body(request, max_request_bytes, gzip=encoding == "gzip")
+        except _TooLarge:
+            answer = pipeline.refuse("http", "too_large", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                     f"request body is larger than max_request_bytes ({max_request_bytes})",
+                                     max_request_bytes, started)  # fmt: skip
+            return _reply(answer, is_json, status=413)
+        except zlib.error as exc:
+            answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"body is not valid gzip: {exc}", 0, started)  # fmt: skip
+            return _reply(answer, is_json)
+        if is_json:
+            try:
+                body = json_to_protobuf(body)
+            except MalformedRequest as exc:
+                answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                                         str(exc), len(body), started)  # fmt: skip
+                return _reply(answer, is_json)
+        return _reply(await pipeline.export(body, "http", started), is_json)
+
+    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+
+
+async def _read_body(request: Request, limit: int, *, gzip: bool) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    decompressor = zlib.decompressobj(wbits=31) if gzip else None
+    chunks: list[bytes] = []
+    size = 0
+    async for received in request.stream():
+        chunk = received
+        if decompressor is not None:
+            # Decompress with a bound, so a small bomb cannot inflate past the limit.
+            chunk = decompressor.decompress(received, limit + 1 - size)
+            if decompressor.unconsumed_tail:
+                raise _TooLarge
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+    if decompressor is not None:
+        if not decompressor.eof:
+            raise zlib.error("truncated gzip stream")
+        chunks.append(decompressor.flush())
+    return b"".join(chunks)
+
+
+def _reply(answer: Answer, is_json: bool, status: int | None = None) -> Response:
+    media_type = JSON if is_json else PROTOBUF
+    headers: dict[str, str] = {}
+    if answer.code == grpc.StatusCode.OK:
+        body = answer.response
+        if is_json:
+            body = json_format.MessageToJson(ExportTraceServiceResponse.FromString(body)).encode()
+        return Response(body, status_code=200, media_type=media_type)
+    if answer.retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(answer.retry_after)))
+    message = status_pb2.Status(code=answer.code.value[0], message=answer.message)
+    payload = json_format.MessageToJson(message).encode() if is_json else message.SerializeToString()
+    return Response(payload, status_code=status or http_status(answer.code), media_type=media_type,
+                    headers=headers)  # fmt: skip
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the processor decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class AsgiServer:
+    """One ASGI app served by uvicorn on a socket the processor bound itself."""
+
+    def __init__(self, app: ASGIApp, address: str, *, what: str, graceful_timeout: float) -> None:
+        host, port = parse_address(address, option=what)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+        except OSError as exc:
+            self._socket.close()
+            raise OSError(f"cannot listen for {what} on {address}: {exc.strerror or exc}") from None
+        self._socket.listen(1024)
+        self._socket.setblocking(False)
+        self.port: int = self._socket.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=max(1, math.ceil(graceful_timeout)),
+        )
+        self._server = _QuietServer(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                raise OSError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (up to the graceful timeout)."""
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+        self._socket.close()

@@ -1,0 +1,196 @@
+"""The processor's Prometheus metrics: plain-dict tallies, turned into metric families at scrape time.
+
+Counting happens on the hot path, once or more per span, so it is a dict increment: no
+``prometheus_client`` metric object is touched per span. :class:`ProcessorCollector` reads the
+tallies of the detector and of :class:`RequestStats` when Prometheus scrapes ``/metrics``.
+Everything runs on one event loop, so a scrape sees a consistent snapshot.
+
+Metric names are listed in ``docs/processor.md``; a test checks that list against ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from otel_guard_processor.detector import Detector
+
+__all__ = ["LATENCY_BUCKETS", "ProcessorCollector", "RequestStats", "new_registry"]
+
+SPAN_OUTCOMES = ("received", "forwarded", "rejected")
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class _Histogram:
+    """Fixed-bucket latency tallies: one list of counts and a sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        cumulative = 0
+        out: list[tuple[str, float]] = []
+        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts, strict=True):
+            cumulative += count
+            out.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        return out
+
+
+class RequestStats:
+    """Tallies of the receivers and the forwarder (the detector keeps its own)."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str], int] = {}  # (protocol, outcome) -> requests
+        self.received_bytes: dict[str, int] = {}  # protocol -> bytes
+        self.spans: dict[str, int] = dict.fromkeys(SPAN_OUTCOMES, 0)
+        self.downstream_errors: dict[str, int] = {}  # gRPC status name -> errors
+        self.detection_errors = 0
+        self.inflight = 0
+        self._latency: dict[str, _Histogram] = {}
+
+    def request(self, protocol: str, outcome: str, size: int, seconds: float) -> None:
+        key = (protocol, outcome)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        self.received_bytes[protocol] = self.received_bytes.get(protocol, 0) + size
+        histogram = self._latency.get(protocol)
+        if histogram is None:
+            histogram = self._latency[protocol] = _Histogram()
+        histogram.observe(seconds)
+
+    def latency(self) -> dict[str, _Histogram]:
+        return self._latency
+
+
+class ProcessorCollector(Collector):
+    """Exposes the detector's and the receivers' tallies as Prometheus metric families."""
+
+    def __init__(self, detector: Detector, stats: RequestStats) -> None:
+        self._detector = detector
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        detector, stats = self._detector, self._stats
+        yield _counter(
+            "otel_guard_cycles",
+            "Distinct delegation cycles, each counted once in the trace where a name repeats.",
+            ("kind", "cycle"),
+            detector.cycles.items(),
+        )
+        yield _counter(
+            "otel_guard_delegations",
+            "Calls, each counted on the edge from its nearest named ancestor.",
+            ("caller", "callee"),
+            detector.delegations.items(),
+        )
+        yield _counter(
+            "otel_guard_span_decisions",
+            "Guard decisions read from otel_guard.decision on incoming spans.",
+            ("decision", "reason", "agent"),
+            detector.decisions.items(),
+        )
+        yield _counter(
+            "otel_guard_processor_spans",
+            "Spans received, forwarded downstream (acknowledged), and rejected back to the client.",
+            ("outcome",),
+            [((outcome,), count) for outcome, count in stats.spans.items()],
+        )
+        yield _counter(
+            "otel_guard_processor_requests",
+            "Export requests by protocol and outcome.",
+            ("protocol", "outcome"),
+            stats.requests.items(),
+        )
+        yield _counter(
+            "otel_guard_processor_received_bytes",
+            "Bytes of export requests received (after decompression).",
+            ("protocol",),
+            [((protocol,), size) for protocol, size in stats.received_bytes.items()],
+        )
+        latency = HistogramMetricFamily(
+            "otel_guard_processor_request_duration_seconds",
+            "Time from receiving an export request to answering it, downstream included.",
+            labels=("protocol",),
+        )
+        for protocol, histogram in stats.latency().items():
+            latency.add_metric([protocol], histogram.buckets(), histogram.total)
+        yield latency
+        yield _counter(
+            "otel_guard_processor_downstream_errors",
+            "Forwarding failures by gRPC status (busy and timeout are the processor's own).",
+            ("code",),
+            [((code,), count) for code, count in stats.downstream_errors.items()],
+        )
+        yield _counter(
+            "otel_guard_processor_detection_errors",
+            "Requests whose detection failed unexpectedly (they were forwarded all the same).",
+            (),
+            [((), stats.detection_errors)],
+        )
+        yield _counter(
+            "otel_guard_processor_trace_evictions",
+            "Traces dropped from detection state, by reason (ttl, capacity).",
+            ("reason",),
+            [((reason,), count) for reason, count in detector.evictions.items()],
+        )
+        yield _counter(
+            "otel_guard_processor_dropped_spans",
+            "Spans left out of detection, by reason (trace_full); they are still forwarded.",
+            ("reason",),
+            [((reason,), count) for reason, count in detector.dropped.items()],
+        )
+        yield _counter(
+            "otel_guard_processor_duplicate_spans",
+            "Spans received again while their trace was held; not counted twice.",
+            (),
+            [((), detector.duplicates)],
+        )
+        yield _gauge("otel_guard_processor_active_traces", "Traces held.", detector.active_traces)
+        yield _gauge("otel_guard_processor_held_spans", "Spans held.", detector.stored_spans)
+        yield _gauge(
+            "otel_guard_processor_waiting_spans",
+            "Held spans still waiting for their parent or linked span.",
+            detector.pending_spans,
+        )
+        yield _gauge(
+            "otel_guard_processor_inflight_requests",
+            "Export requests being handled now.",
+            stats.inflight,
+        )
+
+
+def _counter(
+    name: str,
+    documentation: str,
+    labels: tuple[str, ...],
+    samples: Iterable[tuple[tuple[str, ...], float]],
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for label_values, value in samples:
+        family.add_metric(list(label_values), value)
+    return family
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def new_registry(detector: Detector, stats: RequestStats) -> CollectorRegistry:
+    """A registry holding only the processor's metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProcessorCollector(detector, stats))
+    return registry

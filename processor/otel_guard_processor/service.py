@@ -1,0 +1,144 @@
+"""The processor as a running service: receivers, forwarder, detector, metrics and their lifecycle.
+
+:class:`Processor` builds every part from a :class:`~otel_guard_processor.config.ProcessorConfig`,
+``start()`` binds every listener (an address in use fails the start, naming the option), and
+``stop()`` drains: the receivers stop taking requests, the requests in flight finish -- forwarded
+and acknowledged, or answered with a retryable error -- for up to ``drain_timeout`` seconds, and
+only then is the downstream channel closed. The CLI calls ``stop()`` on SIGTERM and SIGINT.
+
+Detection state lives in memory only: a restart loses the traces being watched (cycles whose
+spans straddle the restart may go unseen), never spans, which are acknowledged only once the
+downstream has them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from otel_guard_processor.config import ProcessorConfig
+from otel_guard_processor.detector import Detector, DetectorLimits
+from otel_guard_processor.forwarder import Forwarder
+from otel_guard_processor.grpc_receiver import GrpcReceiver
+from otel_guard_processor.http_receiver import AsgiServer, build_http_app
+from otel_guard_processor.metrics import RequestStats, new_registry
+from otel_guard_processor.pipeline import Pipeline
+
+__all__ = ["Processor"]
+
+SWEEP_INTERVAL = 1.0
+
+
+class Processor:
+    """Everything one ``otel-guard processor`` runs; see the module docstring."""
+
+    def __init__(self, config: ProcessorConfig) -> None:
+        self.config = config.validate()
+        self.detector = Detector(
+            DetectorLimits(
+                max_traces=config.max_traces,
+                max_spans=config.max_spans,
+                max_spans_per_trace=config.max_spans_per_trace,
+                trace_ttl=config.trace_ttl,
+            )
+        )
+        self.stats = RequestStats()
+        self.registry = new_registry(self.detector, self.stats)
+        self.forwarder: Forwarder | None = None
+        self.grpc: GrpcReceiver | None = None
+        self.http: AsgiServer | None = None
+        self.prometheus: AsgiServer | None = None
+        self.pipeline: Pipeline | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        """Bind and start every listener; on any failure, stop what had started and raise."""
+        config = self.config
+        if config.forward is not None:
+            self.forwarder = Forwarder(
+                config.forward,
+                timeout=config.forward_timeout,
+                max_inflight=config.max_inflight,
+                max_message_bytes=config.max_request_bytes,
+            )
+        self.pipeline = Pipeline(self.detector, self.stats, self.forwarder, retry_after=config.retry_after)
+        try:
+            self.grpc = GrpcReceiver(self.pipeline, config.listen, config.max_request_bytes)
+            await self.grpc.start()
+            if config.http_listen is not None:
+                app = build_http_app(self.pipeline, config.max_request_bytes)
+                self.http = AsgiServer(
+                    app, config.http_listen, what="http_listen", graceful_timeout=config.drain_timeout
+                )
+                await self.http.start()
+            if config.prometheus is not None:
+                self.prometheus = AsgiServer(
+                    self._metrics_app(), config.prometheus, what="prometheus", graceful_timeout=1.0
+                )
+                await self.prometheus.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._sweeper = asyncio.create_task(self._sweep())
+
+    def describe(self) -> str:
+        parts = [f"OTLP/gRPC on {self._where(self.config.listen, self.grpc)}"]
+        if self.http is not None:
+            parts.append(f"OTLP/HTTP on {self._where(self.config.http_listen, self.http)}")
+        parts.append(f"forwarding to {self.config.forward}" if self.forwarder else "not forwarding")
+        if self.prometheus is not None:
+            parts.append(f"metrics on {self._where(self.config.prometheus, self.prometheus)}/metrics")
+        return ", ".join(parts)
+
+    @staticmethod
+    def _where(address: str | None, server: GrpcReceiver | AsgiServer | None) -> str:
+        assert address is not None
+        assert server is not None
+        host = address.rpartition(":")[0]
+        return f"{host}:{server.port}"
+
+    def _metrics_app(self) -> Starlette:
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+        async def metrics(_: Request) -> Response:
+            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            self.detector.expire(time.monotonic())
+
+    async def stop(self) -> None:
+        """Drain and stop; safe to call more than once."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        drain = self.config.drain_timeout
+        stopping = []
+        if self.grpc is not None:
+            stopping.append(self.grpc.stop(drain))
+        if self.http is not None:
+            stopping.append(self.http.stop())
+        await asyncio.gather(*stopping)
+        self.grpc = self.http = None
+        if self.prometheus is not None:
+            await self.prometheus.stop()
+            self.prometheus = None
+        if self.forwarder is not None:
+            await self.forwarder.close()
+            self.forwarder = None
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
