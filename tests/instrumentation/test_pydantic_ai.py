@@ -259,12 +259,36 @@ async def test_every_entry_point_makes_one_hop_per_run(
     assert all(s.attributes["otel_guard.chain.depth"] == 1 for s in runs)
 
 
-def test_run_sync_is_one_hop(instrumented: PydanticAIInstrumentor, spans: Any) -> None:
-    solo = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("done")])), name="solo")
+def test_the_sync_entry_points_make_one_hop_per_run(instrumented: PydanticAIInstrumentor, spans: Any) -> None:
+    solo = Agent(TestModel(custom_output_text="done"), name="solo")
 
     assert solo.run_sync("a").output == "done"
+    with solo.run_stream_sync("b") as streamed:
+        assert streamed.get_output() == "done"
 
-    assert [s.attributes["otel_guard.chain.agents"] for s in spans.named("invoke_agent solo")] == [("solo",)]
+    assert [s.attributes["otel_guard.chain.agents"] for s in spans.named("invoke_agent solo")] == [
+        ("solo",)
+    ] * 2
+
+
+async def test_a_sync_tool_runs_inside_its_hop(instrumented: PydanticAIInstrumentor) -> None:
+    # pydantic-ai runs sync tools in a worker thread: the chain must follow the call there.
+    seen: list[tuple[str, ...]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("lookup", {"key": "a"})])
+
+    def lookup(key: str) -> str:
+        chain = otel_guard.current_chain()
+        assert chain is not None
+        seen.append(tuple(hop.agent for hop in chain.hops))
+        return key
+
+    await Agent(FunctionModel(model), name="searcher", tools=[lookup]).run("find")
+
+    assert seen == [("searcher", "lookup")]
 
 
 async def test_an_unnamed_agent_is_named_as_pydantic_ai_infers_it(
