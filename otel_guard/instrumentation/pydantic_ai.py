@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -124,16 +124,10 @@ async def _agent_run_hop(
 ) -> AsyncIterator[Any]:
     # The hop's context stays attached while the caller iterates the run inside its `async with`,
     # which is where pydantic-ai drives the graph (model requests, tool calls, nested runs).
-    if _tool_call_in_progress.get() == name:
-        # This run is the tool call of the same name that is already the hop.
-        previous = _tool_call_in_progress.set(None)
-        try:
-            async with wrapped(*args, **kwargs) as run:
-                yield run
-        finally:
-            _tool_call_in_progress.reset(previous)
-        return
-    async with delegate(name, kind="agent"):
+    # A run inside the tool call of the same name is that call, which is already the hop.
+    same_call = _tool_call_in_progress.get() == name
+    hop: AbstractAsyncContextManager[object] = nullcontext() if same_call else delegate(name, kind="agent")
+    async with hop:
         previous = _tool_call_in_progress.set(None)
         try:
             async with wrapped(*args, **kwargs) as run:
