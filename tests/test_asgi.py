@@ -1,0 +1,359 @@
+"""GuardMiddleware: a Starlette app served by uvicorn on 127.0.0.1, called with httpx and websockets.
+
+The app is Budget, a plain-HTTP agent. Every request to it is one hop into ``budget``; the tests
+send the chain the way any OpenTelemetry client does, in the ``baggage`` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+from websockets.asyncio.client import connect
+
+import otel_guard
+from otel_guard.asgi import GuardMiddleware
+from otel_guard.chain import generate_key
+
+pytestmark = pytest.mark.integration
+
+CALL_SECONDS = 30.0
+
+
+@dataclass
+class Budget:
+    """What the app saw: one entry per request that reached it, and whether its lifespan ran."""
+
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    started: bool = False
+
+
+def budget_app(budget: Budget) -> Starlette:
+    async def price(request: Request) -> JSONResponse:
+        chain = otel_guard.current_chain()
+        onward: dict[str, str] = {}
+        propagate.inject(onward)  # what an onward call from here would carry
+        seen = {
+            "path": request.url.path,
+            "chain": None if chain is None else [[h.agent, h.skill] for h in chain.hops],
+            "onward_carries_chain": "otel_guard.chain=" in onward.get("baggage", ""),
+        }
+        budget.seen.append(seen)
+        if request.url.path == "/fail":
+            raise RuntimeError("the pricing backend is down")
+        return JSONResponse(seen)
+
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(await websocket.receive_text())
+        await websocket.close()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        budget.started = True
+        yield
+
+    return Starlette(
+        routes=[
+            Route("/price", price, methods=["POST"]),
+            Route("/quote", price, methods=["POST"]),
+            Route("/fail", price, methods=["POST"]),
+            WebSocketRoute("/echo", echo),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def skill_from_path(scope: Any) -> str | None:
+    return {"/price": "price", "/fail": "price"}.get(scope["path"])
+
+
+@dataclass
+class Served:
+    url: str
+    budget: Budget
+
+
+@pytest.fixture
+def serve_asgi() -> Iterator[Callable[[Any], str]]:
+    """Serve an ASGI app on uvicorn in a thread of this process; stopped at teardown."""
+    servers: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
+
+    def start(app: Any) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="auto"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        servers.append((server, thread, sock))
+        deadline = time.monotonic() + 10
+        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.started, "uvicorn did not start"
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for server, thread, sock in servers:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+        assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@pytest.fixture
+def serve(serve_asgi: Callable[[Any], str]) -> Callable[..., Served]:
+    """Serve Budget behind the middleware (``app.add_middleware(GuardMiddleware, ...)``)."""
+
+    def start(**middleware: Any) -> Served:
+        budget = Budget()
+        app = budget_app(budget)
+        app.add_middleware(GuardMiddleware, **{"agent": "budget", **middleware})
+        return Served(serve_asgi(app), budget)
+
+    return start
+
+
+def chain_headers(*agents: str) -> dict[str, str]:
+    """The headers an OpenTelemetry client sends from inside hops through ``agents``."""
+    headers: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for agent in agents:
+            stack.enter_context(otel_guard.delegate(agent))
+        propagate.inject(headers)
+    return headers
+
+
+async def post(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=CALL_SECONDS) as client:
+        return await client.post(url, headers=headers or {}, json={"draft": "3 days in Lisbon"})
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def server_hops(spans: Any) -> list[ReadableSpan]:
+    return [s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER]
+
+
+async def test_a_first_request_is_a_new_chain_into_the_agent(
+    spans: Any, serve: Callable[..., Served]
+) -> None:
+    served = serve(skill=skill_from_path)
+
+    response = await post(f"{served.url}/price")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "path": "/price",
+        "chain": [["budget", "price"]],
+        "onward_carries_chain": True,
+    }
+    (span,) = server_hops(spans)
+    root = attributes(span)["otel_guard.chain.root"]
+    assert attributes(span) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "budget",
+        "otel_guard.skill": "price",
+        "otel_guard.chain.agents": ("budget",),
+        "otel_guard.chain.skills": ("price",),
+        "otel_guard.chain.root": root,
+        "otel_guard.chain.depth": 1,
+        "otel_guard.name_depth": 1,
+        "otel_guard.decision": "allow",
+        "otel_guard.mode": "enforce",
+    }
+
+
+async def test_a_cycle_is_answered_with_409_before_the_app_runs(
+    spans: Any, serve: Callable[..., Served]
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    served = serve(skill=skill_from_path)
+
+    response = await post(f"{served.url}/price", chain_headers("budget", "planner"))
+
+    assert response.status_code == 409
+    assert response.headers["content-type"] == "application/json; charset=utf-8"
+    assert response.json() == {
+        "error": "a2a_delegation_cycle",
+        "reason": "cycle",
+        "message": "Delegation cycle: agent budget is already in chain budget → planner",
+    }
+    assert served.budget.seen == []  # the app never ran
+    (span,) = server_hops(spans)
+    assert attributes(span)["otel_guard.decision"] == "refuse"
+    assert attributes(span)["otel_guard.chain.agents"] == ("budget", "planner", "budget")
+    assert [e.name for e in span.events] == ["otel_guard.refused"]
+
+
+async def test_a_hop_the_caller_already_added_is_checked_not_added_twice(
+    spans: Any, serve: Callable[..., Served]
+) -> None:
+    served = serve(skill=skill_from_path)
+    headers: dict[str, str] = {}
+    with otel_guard.delegate("planner", "plan"), otel_guard.delegate("budget", "price"):
+        propagate.inject(headers)
+
+    response = await post(f"{served.url}/price", headers)
+
+    assert response.status_code == 200
+    assert response.json()["chain"] == [["planner", "plan"], ["budget", "price"]]
+    (span,) = server_hops(spans)
+    assert attributes(span)["otel_guard.chain.depth"] == 2
+
+
+async def test_the_caller_trace_continues(spans: Any, serve: Callable[..., Served]) -> None:
+    served = serve()
+    headers: dict[str, str] = {}
+    with otel_guard.delegate("planner") as caller:
+        propagate.inject(headers)
+        caller_context = caller.span.get_span_context()
+
+    await post(f"{served.url}/quote", headers)
+
+    (span,) = server_hops(spans)
+    assert span.context.trace_id == caller_context.trace_id
+    assert span.parent is not None
+    assert span.parent.span_id == caller_context.span_id
+    assert "otel_guard.skill" not in attributes(span)  # no skill configured
+
+
+async def test_an_outer_opentelemetry_middleware_keeps_its_server_span_as_the_parent(
+    spans: Any, serve_asgi: Callable[[Any], str]
+) -> None:
+    """With a server span already current (an OpenTelemetry ASGI middleware outside this one), the
+    hop is its child, and the chain still comes from the headers."""
+    tracer = trace.get_tracer("test")
+    guarded = GuardMiddleware(budget_app(Budget()), agent="budget")
+
+    async def outer(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await guarded(scope, receive, send)
+            return
+        with tracer.start_as_current_span("POST /quote", kind=SpanKind.SERVER):
+            await guarded(scope, receive, send)
+
+    url = serve_asgi(outer)
+    response = await post(f"{url}/quote", chain_headers("planner"))
+
+    assert response.json()["chain"] == [["planner", None], ["budget", None]]
+    (hop,) = server_hops(spans)
+    (outer_span,) = spans.named("POST /quote")
+    assert hop.parent is not None
+    assert hop.parent.span_id == outer_span.context.span_id
+
+
+async def test_observe_mode_lets_the_cycle_through_and_records_would_refuse(
+    spans: Any, serve: Callable[..., Served]
+) -> None:
+    otel_guard.configure(cycle_rule="agent", mode="observe")
+    served = serve()
+
+    response = await post(f"{served.url}/quote", chain_headers("budget", "planner"))
+
+    assert response.status_code == 200
+    assert response.json()["chain"] == [["budget", None], ["planner", None], ["budget", None]]
+    (span,) = server_hops(spans)
+    assert attributes(span)["otel_guard.decision"] == "would_refuse"
+    assert attributes(span)["otel_guard.reason"] == "cycle"
+    assert [e.name for e in span.events] == ["otel_guard.would_refuse"]
+
+
+async def test_a_chain_signed_with_another_key_is_refused_even_in_observe_mode(
+    serve: Callable[..., Served],
+) -> None:
+    theirs, ours = generate_key(), generate_key()
+    otel_guard.configure(keys=f"{theirs[0]}:{theirs[1]}")
+    headers = chain_headers("planner")
+    otel_guard.configure(keys=f"{ours[0]}:{ours[1]}", mode="observe")
+    served = serve()
+
+    response = await post(f"{served.url}/quote", headers)
+
+    assert response.status_code == 409
+    assert response.json()["error"] == "a2a_delegation_invalid"
+    assert response.json()["reason"] == "bad_signature"
+    assert served.budget.seen == []
+
+
+async def test_a_chain_too_deep_is_refused_and_the_message_names_the_limit(
+    serve: Callable[..., Served],
+) -> None:
+    otel_guard.configure(max_depth=2)
+    served = serve()
+
+    response = await post(f"{served.url}/quote", chain_headers("planner", "fx"))
+
+    assert response.status_code == 409
+    body = response.json()
+    assert (body["error"], body["reason"]) == ("a2a_delegation_depth", "depth")
+    assert body["message"] == (
+        "Delegation depth: calling agent budget would make chain planner → fx 3 hops long; "
+        "the limit (max_depth) is 2"
+    )
+
+
+async def test_an_app_error_is_recorded_on_the_hop_and_still_reaches_the_server(
+    spans: Any, serve: Callable[..., Served]
+) -> None:
+    served = serve(skill=skill_from_path)
+
+    response = await post(f"{served.url}/fail")
+
+    assert response.status_code == 500
+    (span,) = server_hops(spans)
+    assert span.status.status_code is trace.StatusCode.ERROR
+    assert attributes(span)["error.type"] == "RuntimeError"
+    assert [e.name for e in span.events] == ["exception"]
+
+
+async def test_websocket_and_lifespan_pass_through(spans: Any, serve: Callable[..., Served]) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    served = serve()
+    assert served.budget.started  # the lifespan scope reached the app
+
+    ws_url = served.url.replace("http://", "ws://") + "/echo"
+    # A chain that would be refused over HTTP: a websocket is not guarded, so it goes through.
+    async with (
+        asyncio.timeout(CALL_SECONDS),
+        connect(ws_url, additional_headers=chain_headers("budget")) as websocket,
+    ):
+        await websocket.send("hello")
+        assert await websocket.recv() == "hello"
+    assert server_hops(spans) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"agent": ""}, "agent must be a non-empty string"),
+        ({"agent": "budget", "skill": 3}, "skill must be a string, None or a callable"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_error(options: dict[str, Any], message: str) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never runs
+        raise AssertionError
+
+    with pytest.raises(ValueError, match=message):
+        GuardMiddleware(app, **options)
