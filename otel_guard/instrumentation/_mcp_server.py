@@ -9,6 +9,12 @@ refusal becomes the tool error :func:`refusal_result`; the handler (and so the t
 ``MCPServer`` registers its tool dispatcher as that same ``tools/call`` handler, so its tools are
 guarded the same way. MCP's own ``OpenTelemetryMiddleware`` runs outside the handler: its
 ``tools/call {tool}`` span is the parent of the hop's ``execute_tool {tool}`` span.
+
+A refusal can also come from *inside* a tool body: a deeper hop (``@agentic``, another runtime's
+agent run) refused and the body let it through. ``MCPServer`` would report that as its generic
+"Error executing tool ..." (the exception's own text stays on the server), which a model cannot act
+on; :func:`keep_refusal_text` re-raises it from ``MCPServer.call_tool`` as a ``ToolError`` carrying the
+refusal text, which ``MCPServer`` hands to the caller as the tool's error.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any, Final
 
 from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import HandlerEntry
+from mcp.server.mcpserver.exceptions import ToolError
 from opentelemetry import context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
@@ -26,6 +33,7 @@ from opentelemetry.trace import SpanKind
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
+from otel_guard.instrumentation._base import refusal_text
 from otel_guard.instrumentation._mcp_carrier import context_from_meta
 from otel_guard.instrumentation._mcp_refusal import refusal_result
 
@@ -78,3 +86,33 @@ def _guarded(handler: Handler) -> Handler:
             context.detach(token)
 
     return guarded_call_tool
+
+
+async def keep_refusal_text(
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """``wrapt`` wrapper of ``MCPServer.call_tool``: a refusal in a tool body keeps its text."""
+    if not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+    try:
+        return await wrapped(*args, **kwargs)
+    except ToolError as exc:
+        refused = _refusal_behind(exc)
+        if refused is None:
+            raise
+        raise ToolError(refusal_text(refused)) from exc
+
+
+def _refusal_behind(exc: BaseException) -> DelegationRefused | None:
+    """The ``DelegationRefused`` that ``exc`` wraps (``MCPServer`` wraps once per nested tool)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, DelegationRefused):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None

@@ -24,7 +24,8 @@ What becomes a hop:
   again, not extended.
 
 A refused call becomes a ``CallToolResult`` with ``isError: true`` whose text says why, names the
-path, and says not to retry; the tool body never runs and the caller's run goes on. Settings are
+path, and says not to retry; the tool body never runs and the caller's run goes on. A refusal raised
+inside a tool body (a deeper hop the body did not handle) reaches the caller with the same text. Settings are
 the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`.
 """
 
@@ -40,6 +41,7 @@ _INSTRUMENTS: Final = ("mcp >= 2.3, < 3",)
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     ("mcp.client.session", "ClientSession.call_tool"),
     ("mcp.server.lowlevel.server", "Server.get_request_handler"),
+    ("mcp.server.mcpserver.server", "MCPServer.call_tool"),
 )
 """Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all."""
 
@@ -55,11 +57,12 @@ class MCPInstrumentor(GuardInstrumentor):
         from wrapt import wrap_function_wrapper
 
         from otel_guard.instrumentation._mcp_client import guard_call_tool
-        from otel_guard.instrumentation._mcp_server import guard_request_handler
+        from otel_guard.instrumentation._mcp_server import guard_request_handler, keep_refusal_text
 
-        client, server = PATCH_TARGETS
+        client, server, mcpserver = PATCH_TARGETS
         wrap_function_wrapper(*client, guard_call_tool)
         wrap_function_wrapper(*server, guard_request_handler)
+        wrap_function_wrapper(*mcpserver, keep_refusal_text)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         unwrap_all(PATCH_TARGETS)

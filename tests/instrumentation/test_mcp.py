@@ -19,6 +19,7 @@ from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_app import ROUNDS, answer_text, build_server  # tests/instrumentation is on sys.path
 from opentelemetry import propagate
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -368,6 +369,35 @@ async def test_a_tool_calling_itself_is_a_cycle(instrumented: MCPInstrumentor, s
     assert "Delegation cycle: agent recurse is already in chain recurse" in answer_text(result)
 
 
+async def test_a_refusal_inside_a_tool_body_reaches_the_caller_with_its_text(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """MCPServer would say only "Error executing tool outer"; the caller needs the refusal."""
+    server = MCPServer("nested")
+    inner_ran = False
+
+    @server.tool()
+    async def outer() -> str:
+        """Runs an agentic step of its own name: a cycle, refused inside the body."""
+        nonlocal inner_ran
+        with otel_guard.delegate("outer"):
+            inner_ran = True
+        return "not reached"
+
+    result = await call(server, "auto", "outer")
+    assert not inner_ran
+    assert result.is_error
+    assert answer_text(result).startswith(
+        "[tool error] Refused by otel-guard (a2a_delegation_cycle, reason: cycle): "
+        "Delegation cycle: agent outer is already in chain outer."
+    )
+    assert "do not call it again" in answer_text(result)
+    # Direct in-process use of MCPServer.call_tool keeps its contract: a ToolError, now with the text.
+    with pytest.raises(ToolError, match=r"^Refused by otel-guard \(a2a_delegation_cycle"):
+        async with otel_guard.delegate("outer", kind="tool"):
+            await server.call_tool("outer", {})
+
+
 async def test_parallel_calls_are_not_a_cycle(instrumented: MCPInstrumentor, spans: Any) -> None:
     otel_guard.configure(cycle_rule="agent")
     ran: list[str] = []
@@ -432,6 +462,20 @@ async def test_lowlevel_server_refuses_before_the_handler(instrumented: MCPInstr
     assert ran == []
     assert result.is_error
     assert "agent budget is already in chain budget → planner" in answer_text(result)
+
+
+async def test_lowlevel_server_turns_a_refusal_in_the_handler_into_the_tool_error(
+    instrumented: MCPInstrumentor,
+) -> None:
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        with otel_guard.delegate(params.name):  # the handler re-enters its own name
+            raise AssertionError("the refused step ran")
+
+    server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_call_tool=call_tool)
+    result = await call(server, "legacy", "summarize")
+    assert result.is_error
+    assert "Delegation cycle: agent summarize is already in chain summarize" in answer_text(result)
+    assert result.meta[REFUSAL_META_KEY]["reason"] == "cycle"
 
 
 # -- suppression and uninstrument ---------------------------------------------------------------
