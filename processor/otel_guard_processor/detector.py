@@ -220,10 +220,11 @@ class Detector:
                         continue
                     parent_id = span.parent_span_id
                     span_name = span.name
-                    if span_name[:_OP_LENGTH] in CALL_OPERATIONS or (
-                        operation_attributes and _operation_attribute(span) in CALL_OPERATIONS
-                    ):
+                    if span_name[:_OP_LENGTH] in CALL_OPERATIONS:
                         self._call(trace, span, span_id, parent_id, span_name, guard, now)
+                        continue
+                    if operation_attributes and _operation_attribute(span) in CALL_OPERATIONS:
+                        self._call(trace, span, span_id, parent_id, "", guard, now)
                         continue
                     if parent_id:
                         parent = paths.get(parent_id)
@@ -256,8 +257,13 @@ class Detector:
         guard: bool,
         now: float,
     ) -> None:
-        """Read a call span (its name, side, guard depth and decision); settle or park it."""
-        name: str | None = span_name[_OP_LENGTH + 1 :] if len(span_name) > _OP_LENGTH + 1 else None
+        """Read a call span (its name, side, guard depth and decision); settle or park it.
+
+        ``span_name`` is the span's name when it starts with the operation, else "".
+        """
+        name: str | None = None
+        if span_name[_OP_LENGTH : _OP_LENGTH + 1] == " ":
+            name = span_name[_OP_LENGTH + 1 :] or None
         depth = 0
         decision = None
         chain: Path | None = None

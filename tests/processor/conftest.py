@@ -14,10 +14,9 @@ import grpc
 import grpc.aio
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.service import Processor
+from prometheus_client.parser import text_string_to_metric_families
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -130,7 +129,9 @@ async def scrape(processor: Processor) -> dict[str, dict[tuple[tuple[str, str], 
     return samples
 
 
-def series(samples: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str) -> dict[tuple[str, ...], float]:
+def series(
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str
+) -> dict[tuple[str, ...], float]:
     """The samples of one metric as {label values in label-name order: value}, zeros left out."""
     found: dict[tuple[str, ...], float] = {}
     for labels, value in samples.get(name, {}).items():
