@@ -25,14 +25,18 @@ What becomes a hop:
 
 A refused call becomes a ``CallToolResult`` with ``isError: true`` whose text says why, names the
 path, and says not to retry; the tool body never runs and the caller's run goes on. A refusal raised
-inside a tool body (a deeper hop the body did not handle) reaches the caller with the same text. Settings are
-the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`.
+inside a tool body (a deeper hop the body did not handle) reaches the caller with the same text.
+
+Settings are the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`. Tested with
+``mcp`` 2.3 (the 2.x server API: ``MCPServer`` and the low-level ``Server``; mcp 1.x is not supported).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from typing import Any, Final
+
+from wrapt import wrap_function_wrapper
 
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
 
@@ -53,9 +57,7 @@ class MCPInstrumentor(GuardInstrumentor):
         return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
-        # Imported here: this module must import without the runtime installed.
-        from wrapt import wrap_function_wrapper
-
+        # Imported here: the helpers import mcp, and this module must import without it.
         from otel_guard.instrumentation._mcp_client import guard_call_tool
         from otel_guard.instrumentation._mcp_server import guard_request_handler, keep_refusal_text
 
