@@ -156,6 +156,15 @@ def server_hops(spans: Any) -> list[ReadableSpan]:
     return [s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER]
 
 
+async def ended_hops(spans: Any, count: int = 1) -> list[ReadableSpan]:
+    """The server hop spans once ``count`` have ended: the server ends a hop just after the app
+    has sent its response, so the client may read the response first."""
+    deadline = time.monotonic() + 5
+    while len(server_hops(spans)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return server_hops(spans)
+
+
 async def test_a_first_request_is_a_new_chain_into_the_agent(
     spans: Any, serve: Callable[..., Served]
 ) -> None:
@@ -169,7 +178,7 @@ async def test_a_first_request_is_a_new_chain_into_the_agent(
         "chain": [["budget", "price"]],
         "onward_carries_chain": True,
     }
-    (span,) = server_hops(spans)
+    (span,) = await ended_hops(spans)
     root = attributes(span)["otel_guard.chain.root"]
     assert attributes(span) == {
         "gen_ai.operation.name": "invoke_agent",
@@ -201,7 +210,7 @@ async def test_a_cycle_is_answered_with_409_before_the_app_runs(
         "message": "Delegation cycle: agent budget is already in chain budget → planner",
     }
     assert served.budget.seen == []  # the app never ran
-    (span,) = server_hops(spans)
+    (span,) = await ended_hops(spans)
     assert attributes(span)["otel_guard.decision"] == "refuse"
     assert attributes(span)["otel_guard.chain.agents"] == ("budget", "planner", "budget")
     assert [e.name for e in span.events] == ["otel_guard.refused"]
@@ -219,7 +228,7 @@ async def test_a_hop_the_caller_already_added_is_checked_not_added_twice(
 
     assert response.status_code == 200
     assert response.json()["chain"] == [["planner", "plan"], ["budget", "price"]]
-    (span,) = server_hops(spans)
+    (span,) = await ended_hops(spans)
     assert attributes(span)["otel_guard.chain.depth"] == 2
 
 
@@ -232,7 +241,7 @@ async def test_the_caller_trace_continues(spans: Any, serve: Callable[..., Serve
 
     await post(f"{served.url}/quote", headers)
 
-    (span,) = server_hops(spans)
+    (span,) = await ended_hops(spans)
     assert span.context.trace_id == caller_context.trace_id
     assert span.parent is not None
     assert span.parent.span_id == caller_context.span_id
@@ -258,7 +267,7 @@ async def test_an_outer_opentelemetry_middleware_keeps_its_server_span_as_the_pa
     response = await post(f"{url}/quote", chain_headers("planner"))
 
     assert response.json()["chain"] == [["planner", None], ["budget", None]]
-    (hop,) = server_hops(spans)
+    (hop,) = await ended_hops(spans)
     (outer_span,) = spans.named("POST /quote")
     assert hop.parent is not None
     assert hop.parent.span_id == outer_span.context.span_id
@@ -274,7 +283,7 @@ async def test_observe_mode_lets_the_cycle_through_and_records_would_refuse(
 
     assert response.status_code == 200
     assert response.json()["chain"] == [["budget", None], ["planner", None], ["budget", None]]
-    (span,) = server_hops(spans)
+    (span,) = await ended_hops(spans)
     assert attributes(span)["otel_guard.decision"] == "would_refuse"
     assert attributes(span)["otel_guard.reason"] == "cycle"
     assert [e.name for e in span.events] == ["otel_guard.would_refuse"]
@@ -322,7 +331,7 @@ async def test_an_app_error_is_recorded_on_the_hop_and_still_reaches_the_server(
     response = await post(f"{served.url}/fail")
 
     assert response.status_code == 500
-    (span,) = server_hops(spans)
+    (span,) = await ended_hops(spans)
     assert span.status.status_code is trace.StatusCode.ERROR
     assert attributes(span)["error.type"] == "RuntimeError"
     assert [e.name for e in span.events] == ["exception"]
