@@ -15,8 +15,6 @@ touched by them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -48,18 +46,3 @@ class RunScope:
 
 current_run: ContextVar[RunScope | None] = ContextVar("otel_guard_openai_agents_run", default=None)
 """The scope of the run whose code is executing, ``None`` outside a guarded run."""
-
-
-@contextmanager
-def in_current_agent() -> Iterator[None]:
-    """Run a turn in the context of the agent now in charge (after a handoff, the handoff's hop)."""
-    scope = current_run.get()
-    ctx = scope.context if scope is not None else None
-    if ctx is None:
-        yield
-        return
-    token = otel_context.attach(ctx)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)

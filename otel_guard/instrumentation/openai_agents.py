@@ -68,7 +68,7 @@ from otel_guard.instrumentation._openai_agents_results import (
     refused_handoff_step,
     refused_tool_result,
 )
-from otel_guard.instrumentation._openai_agents_scope import RunScope, current_run, in_current_agent
+from otel_guard.instrumentation._openai_agents_scope import RunScope, current_run
 from otel_guard.policy import current_settings
 
 if TYPE_CHECKING:
@@ -242,10 +242,15 @@ async def _turn_in_current_agent(
     kwargs: dict[str, Any],
 ) -> Any:
     """One turn of a run: after a handoff it runs inside the handoff's hop."""
-    if not is_instrumentation_enabled():
+    scope = current_run.get()
+    ctx = scope.context if scope is not None else None
+    if ctx is None or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    with in_current_agent():
+    token = otel_context.attach(ctx)
+    try:
         return await wrapped(*args, **kwargs)
+    finally:
+        otel_context.detach(token)
 
 
 # -- tool calls ---------------------------------------------------------------------------------

@@ -96,6 +96,28 @@ async def test_agent_tool_loop_is_stopped_at_the_first_bounce(
     assert refusals[0] >= 1
 
 
+async def test_streaming_agent_tools_join_their_tool_hop_too(
+    instrumentor: OpenAIAgentsInstrumentor, spans
+) -> None:
+    """``as_tool(on_stream=...)`` runs the nested agent with ``run_streamed``: still one hop."""
+    otel_guard.configure(cycle_rule="agent")
+    budget = CallBudget(10)
+    planner, budget_agent = agents_as_tools_of_each_other(budget)
+    events: list[object] = []
+    planner.tools = [budget_agent.as_tool("budget", "Ask budget.", on_stream=events.append)]
+    budget_agent.tools = [planner.as_tool("planner", "Ask planner.", on_stream=events.append)]
+
+    await Runner.run(planner, "Plan a trip to Lisbon.")
+
+    assert budget.made == 2
+    assert events  # the nested budget run did stream
+    assert last_tool_output(budget_agent.model).startswith(REFUSAL)
+    assert attrs(spans.one("invoke_agent budget"))["otel_guard.chain.agents"] == (
+        "planner",
+        "budget",
+    )
+
+
 async def test_spans_carry_the_contract_attributes(instrumentor: OpenAIAgentsInstrumentor, spans) -> None:
     otel_guard.configure(cycle_rule="agent")
     planner, _ = agents_as_tools_of_each_other(CallBudget(10))

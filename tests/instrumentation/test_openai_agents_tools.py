@@ -223,3 +223,22 @@ async def test_a_refused_tool_with_a_typed_output_still_returns_the_refusal(
     assert str(result.final_output).startswith(
         "planner answers: Refused by otel-guard (a2a_delegation_cycle, reason: cycle)"
     )
+
+
+async def test_invoke_function_tool_is_a_hop_too(instrumentor: OpenAIAgentsInstrumentor, spans) -> None:
+    """``agents.tool.invoke_function_tool`` is how realtime sessions call tools."""
+    from agents.tool import invoke_function_tool
+    from agents.tool_context import ToolContext
+
+    @function_tool
+    def price(item: str) -> str:
+        """Price one item."""
+        return f"{item}: 10 EUR ({chain_agents()})"
+
+    arguments = '{"item": "hotel"}'
+    context = ToolContext(context=None, tool_name="price", tool_call_id="call_1", tool_arguments=arguments)
+    with otel_guard.delegate("voice"):
+        output = await invoke_function_tool(function_tool=price, context=context, arguments=arguments)
+
+    assert output == "hotel: 10 EUR (voice > price)"
+    assert attrs(spans.one("execute_tool price"))["otel_guard.chain.agents"] == ("voice", "price")
