@@ -61,6 +61,10 @@ class Forwarder:
             options=[
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                # Reconnect soon after the downstream comes back: clients are retrying meanwhile.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 5000),
             ],
         )
         # No (de)serializers: requests and responses pass as the bytes they are.
