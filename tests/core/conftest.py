@@ -104,10 +104,12 @@ def clean_environment(**settings: str) -> dict[str, str]:
     return env
 
 
-def _run_program(name: str, payload: Any = None, *, timeout: float = 60, **settings: str) -> Any:
-    completed = subprocess.run(
-        [sys.executable, str(PROGRAMS / name)],
-        input=json.dumps(payload),
+def _run(
+    argv: list[str], stdin: str = "", *, timeout: float = 60, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        input=stdin,
         capture_output=True,
         text=True,
         env=clean_environment(**settings),
@@ -115,6 +117,16 @@ def _run_program(name: str, payload: Any = None, *, timeout: float = 60, **setti
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.fixture
+def run_command() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``argv`` in a clean environment (keyword arguments become environment variables)."""
+    return _run
+
+
+def _run_program(name: str, payload: Any = None, *, timeout: float = 60, **settings: str) -> Any:
+    completed = _run([sys.executable, str(PROGRAMS / name)], json.dumps(payload), timeout=timeout, **settings)
     assert completed.returncode == 0, f"{name} failed ({completed.returncode}):\n{completed.stderr}"
     return json.loads(completed.stdout)
 
