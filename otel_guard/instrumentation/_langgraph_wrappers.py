@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, NamedTuple
+from urllib.parse import quote
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
-from opentelemetry import context, propagate, trace
+from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
@@ -44,7 +45,7 @@ from otel_guard.instrumentation._langgraph_streams import (
     astream_in_hop,
     stream_in_hop,
 )
-from otel_guard.telemetry import EXECUTE_TOOL, INVOKE_AGENT
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY, EXECUTE_TOOL, INVOKE_AGENT
 
 DEFAULT_GRAPH_NAME: Final = "LangGraph"
 """The name LangGraph gives a graph compiled without one: not an agent's name."""
@@ -140,10 +141,16 @@ def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> d
 # -- graphs -------------------------------------------------------------------------------------
 
 
+def _agent_name(instance: object) -> str | None:
+    """The name a graph, remote graph or tool stands under in the chain (``None``: no name, no hop)."""
+    name = getattr(instance, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
 def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``Pregel.stream``: the run is one ``invoke_agent`` hop, from first chunk to last."""
-    name = getattr(instance, "name", None)
-    if not is_instrumentation_enabled() or not name or name == DEFAULT_GRAPH_NAME:
+    name = _agent_name(instance)
+    if not is_instrumentation_enabled() or name is None or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
     return stream_in_hop(
         _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
@@ -153,8 +160,8 @@ def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs:
 
 def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``Pregel.astream``: as :func:`graph_stream`."""
-    name = getattr(instance, "name", None)
-    if not is_instrumentation_enabled() or not name or name == DEFAULT_GRAPH_NAME:
+    name = _agent_name(instance)
+    if not is_instrumentation_enabled() or name is None or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
     return astream_in_hop(
         _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
@@ -169,11 +176,16 @@ def _with_carrier(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with the current context (chain in baggage, traceparent) added to ``headers``."""
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
+    if "baggage" not in carrier and (token := baggage.get_baggage(CHAIN_BAGGAGE_KEY)) is not None:
+        # Propagators configured without baggage would drop the chain, and with it every loop that
+        # runs through a remote graph: send the chain member alone.
+        carrier["baggage"] = f"{CHAIN_BAGGAGE_KEY}={quote(str(token))}"
     headers = dict(kwargs.get("headers") or {})
     for key, value in carrier.items():
         existing = next((k for k in headers if k.lower() == key), None)
         if existing is not None and key == "baggage" and headers[existing]:
-            # The caller's own baggage members travel too (W3C baggage is a comma-separated list).
+            # The caller's own baggage members travel too (W3C baggage is a comma-separated list;
+            # on a repeated key the last member wins, which is the chain of this hop).
             headers[existing] = f"{headers[existing]},{value}"
         else:
             if existing is not None:
@@ -184,8 +196,8 @@ def _with_carrier(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def remote_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``RemoteGraph.stream``: a client hop into the remote graph; the headers carry the chain."""
-    name = getattr(instance, "name", None)
-    if not is_instrumentation_enabled() or not name:
+    name = _agent_name(instance)
+    if not is_instrumentation_enabled() or name is None:
         return wrapped(*args, **kwargs)
     return stream_in_hop(
         _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
@@ -195,8 +207,8 @@ def remote_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
 
 def remote_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``RemoteGraph.astream``: as :func:`remote_stream`."""
-    name = getattr(instance, "name", None)
-    if not is_instrumentation_enabled() or not name:
+    name = _agent_name(instance)
+    if not is_instrumentation_enabled() or name is None:
         return wrapped(*args, **kwargs)
     return astream_in_hop(
         _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
@@ -227,7 +239,7 @@ def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, s
 
 def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``BaseTool.run``: one ``execute_tool`` hop; a refusal is returned, not raised."""
-    if not is_instrumentation_enabled():
+    if not is_instrumentation_enabled() or _agent_name(instance) is None:
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
     try:
@@ -248,7 +260,7 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
 
 def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Awaitable[Any]:
     """``BaseTool.arun``: as :func:`tool_run`."""
-    if not is_instrumentation_enabled():
+    if not is_instrumentation_enabled() or _agent_name(instance) is None:
         return wrapped(*args, **kwargs)  # type: ignore[no-any-return]
 
     async def run() -> Any:

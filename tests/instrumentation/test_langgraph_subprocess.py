@@ -22,8 +22,9 @@ from langgraph.pregel.remote import RemoteGraph
 from langgraph_app import Script, ScriptedToolModel, agent_graph
 from langgraph_sdk import get_client
 from langgraph_server_app import remote_agent, remote_agent_tool
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import otel_guard
 from otel_guard.chain import decode
@@ -271,3 +272,26 @@ def test_a_remote_graph_refused_here_sends_no_request(
     assert server.script()["carriers"] == []
     refused = [s for s in spans.named("invoke_agent budget") if s.kind is trace.SpanKind.CLIENT]
     assert [s.attributes["otel_guard.decision"] for s in refused] == ["refuse"]
+
+
+def test_the_chain_travels_with_your_headers_and_without_a_baggage_propagator(
+    instrumented: None, server: ServerProcess, spans: Any
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(TraceContextTextMapPropagator())
+    try:
+        remote_agent("budget", server.url).invoke(
+            {"messages": [{"role": "user", "content": "Costs?"}]},
+            headers={"Baggage": "tenant=acme"},
+        )
+    finally:
+        propagate.set_global_textmap(previous)
+    (carrier, *_) = server.script()["carriers"]
+    tenant, chain_member = carrier["baggage"].split(",")
+    assert tenant == "tenant=acme"
+    name, _, token = chain_member.partition("=")
+    assert name == "otel_guard.chain"
+    assert [hop.agent for hop in decode(token, None).hops] == ["budget"]
+    client = spans.one("invoke_agent budget")
+    assert carrier["traceparent"].split("-")[2] == f"{client.context.span_id:016x}"
