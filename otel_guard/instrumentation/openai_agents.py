@@ -38,7 +38,9 @@ instrumentation's ``_meta``); within the process it follows the run's context, t
 With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, an agent whose own name is among its tools gets the
 situational guidance at the start of its user turn (see :mod:`._openai_agents_guidance`).
 
-Settings are the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`. Tested with
+Settings are the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`;
+``instrument(tracer_provider=..., meter_provider=...)`` sends otel-guard's spans and metrics to those
+providers (process-wide, for every instrumentor). Tested with
 ``openai-agents`` 0.24. The SDK's own tracing (to the OpenAI dashboard) is a separate system and is
 left alone.
 """
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
+from otel_guard import telemetry
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
@@ -119,6 +122,10 @@ class OpenAIAgentsInstrumentor(GuardInstrumentor):
         return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
+        tracer_provider = kwargs.get("tracer_provider")
+        meter_provider = kwargs.get("meter_provider")
+        if tracer_provider is not None or meter_provider is not None:
+            telemetry.bind(tracer_provider, meter_provider)  # process-wide, as for every runtime
         # Imported here: this module must import without the runtime installed.
         from wrapt import wrap_function_wrapper
 

@@ -13,8 +13,12 @@ from agents import Agent, Runner, set_tracing_disabled
 from agents.run import AgentRunner
 from openai_agents_models import CallBudget, LoopModel, agents_as_tools_of_each_other
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_guard
+from otel_guard import telemetry
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.openai_agents import (
     INTERNAL_NAMES,
@@ -234,6 +238,21 @@ async def test_uninstrument_restores_the_sdk(instrumentor: OpenAIAgentsInstrumen
     assert budget.made == 4
     assert "Refused" not in str(result.final_output)
     instrumentor.instrument()  # the fixture uninstruments again
+
+
+async def test_instrument_takes_a_tracer_provider() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        planner = Agent(name="planner", model=LoopModel("planner", None, CallBudget(0)))
+        await Runner.run(planner, "Plan a trip to Lisbon.")
+    finally:
+        instrumentor.uninstrument()
+        telemetry.bind()  # back to the global providers for the other tests
+    assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent planner"]
 
 
 @pytest.mark.parametrize("target", PATCH_TARGETS + INTERNAL_NAMES, ids=".".join)
