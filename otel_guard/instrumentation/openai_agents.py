@@ -108,6 +108,8 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
 INTERNAL_NAMES: Final[tuple[PatchTarget, ...]] = (
     *_RESULT_NAMES,
     ("agents.run_internal.run_steps", "NextStepHandoff"),
+    ("agents.tool", "default_tool_error_function"),
+    ("agents.tool", "resolve_function_tool_failure_error_function"),
 )
 """SDK names this instrumentor reads or builds without patching them."""
 
@@ -325,10 +327,13 @@ async def _refusal_as_tool_error(
         return await wrapped(*args, **kwargs)
     result = await wrapped(*args, **kwargs)
     err = _refusal_in(kwargs.get("error"))
-    tool = kwargs.get("function_tool")
-    if err is None or result is None or not getattr(tool, "_use_default_failure_error_function", False):
+    if err is None or result is None:
         return result
-    return refusal_text(err)
+    from agents.tool import default_tool_error_function, resolve_function_tool_failure_error_function
+
+    # Only the SDK's generic text is replaced; a tool's own failure_error_function decides itself.
+    formatter = resolve_function_tool_failure_error_function(kwargs["function_tool"], kwargs.get("context"))
+    return refusal_text(err) if formatter is default_tool_error_function else result
 
 
 # -- handoffs -----------------------------------------------------------------------------------

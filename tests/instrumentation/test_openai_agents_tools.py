@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agents import Agent, RunContextWrapper, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    RunContextWrapper,
+    Runner,
+    default_tool_error_function,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai_agents_models import CallBudget, LoopModel
 from pydantic import BaseModel
@@ -119,6 +126,25 @@ async def test_a_refusal_inside_a_tool_body_reaches_the_model(
     )
     assert result.final_output == f"planner answers: {output}"
     assert attrs(spans.one("execute_tool consult"))["otel_guard.decision"] == "allow"
+
+
+async def test_the_sdks_generic_failure_text_named_explicitly_is_replaced_too(
+    instrumentor: OpenAIAgentsInstrumentor,
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    planner = Agent(name="planner")
+
+    @function_tool(failure_error_function=default_tool_error_function)
+    async def consult(input: str) -> str:
+        """Ask a colleague."""
+        return str((await Runner.run(planner, input)).final_output)
+
+    planner.tools = [consult]
+    planner.model = LoopModel("planner", "consult", CallBudget(5))
+
+    await Runner.run(planner, "Plan a trip to Lisbon.")
+
+    assert last_tool_output(planner.model).startswith("Refused by otel-guard")
 
 
 async def test_a_tools_own_failure_formatter_decides_what_the_model_sees(
