@@ -12,9 +12,10 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -46,7 +47,6 @@ def user_environment(**extra: str) -> dict[str, str]:
         OTEL_METRICS_EXPORTER="none",
         OTEL_LOGS_EXPORTER="none",
         OTEL_GUARD_CYCLE_RULE="agent",
-        PYTHONPATH=str(HERE),
     )
     env.update(extra)
     return env
@@ -113,7 +113,9 @@ def test_the_loop_is_stopped_under_opentelemetry_instrument(mode: str) -> None:
 class ServerProcess:
     """``langgraph_server_app.py`` under ``opentelemetry-instrument``, on a free port of 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, stderr: IO[str]) -> None:
+        # stderr goes to a file: a pipe nobody reads until the end could fill up and stall the server.
+        self._stderr = stderr
         self.process = subprocess.Popen(
             [
                 str(BIN / "opentelemetry-instrument"),
@@ -122,20 +124,20 @@ class ServerProcess:
             ],
             env=user_environment(OTEL_SERVICE_NAME="langgraph-server"),
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             text=True,
         )
-        self.url = f"http://127.0.0.1:{self._port()}"
         self.stdout = ""
-        self.stderr = ""
+        self.url = f"http://127.0.0.1:{self._port()}"
 
     def _port(self) -> int:
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], 60)
         line = self.process.stdout.readline() if ready else ""
         if not line.startswith("PORT "):
-            self.stop()
-            pytest.fail(f"the server did not start: {line!r} {self.stderr}")
+            self.process.kill()
+            self.process.wait(timeout=10)
+            pytest.fail(f"the server did not start: {line!r} {self.stderr()}")
         return int(line.split()[1])
 
     def script(self) -> dict[str, Any]:
@@ -146,20 +148,29 @@ class ServerProcess:
         if self.process.poll() is None:
             self.process.terminate()
         try:
-            out, err = self.process.communicate(timeout=30)
+            out, _ = self.process.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            out, err = self.process.communicate(timeout=10)
+            out, _ = self.process.communicate(timeout=10)
         self.stdout += out
-        self.stderr += err
+        assert self.process.returncode == 0, self.stderr()
         return console_spans(self.stdout)
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()
 
 
 @pytest.fixture
 def server() -> Iterator[ServerProcess]:
-    process = ServerProcess()
-    yield process
-    process.stop()
+    with tempfile.TemporaryFile(mode="w+") as stderr:
+        process = ServerProcess(stderr)
+        try:
+            yield process
+        finally:
+            if process.process.poll() is None:
+                process.process.kill()
+                process.process.wait(timeout=10)
 
 
 @pytest.fixture
