@@ -27,6 +27,9 @@ from otel_guard.guard import Delegation
 class RunScope:
     """The hops one run opened for its handoffs, and the context its next turn runs in."""
 
+    context_of_run: otel_context.Context
+    """The context the run was started in: its own hop's, or the enclosing one when it joined one."""
+
     server_managed: bool = False
     """Whether the server holds the conversation (``conversation_id`` / ``previous_response_id``)."""
 

@@ -157,14 +157,53 @@ def _run_hop(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Delegation | None
     return delegate(name)
 
 
-def _run_scope(kwargs: dict[str, Any]) -> RunScope:
-    return RunScope(
+def _resumed_agent(args: tuple[Any, ...], kwargs: dict[str, Any], hop: Delegation | None) -> str | None:
+    """The agent in charge when a resumed ``RunState`` was saved, if a handoff had made it so."""
+    from agents.run_state import RunState
+
+    state = args[1] if len(args) > 1 else kwargs.get("input")
+    agent = getattr(state, "_current_agent", None) if isinstance(state, RunState) else None
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name or hop is None or name == hop.hop.agent:
+        return None
+    return name
+
+
+def _open_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Delegation | None, RunScope]:
+    """Decide the run's hop (raises when refused) and make its scope.
+
+    A run resumed after a handoff re-opens the hop into the agent that was in charge, as the
+    handoff did, so the resumed turns run where they ran before the interruption.
+    """
+    hop = _run_hop(args, kwargs)
+    ctx = hop.start() if hop is not None else otel_context.get_current()
+    scope = RunScope(
+        context_of_run=ctx,
         server_managed=bool(
             kwargs.get("conversation_id")
             or kwargs.get("previous_response_id")
             or kwargs.get("auto_previous_response_id")
-        )
+        ),
     )
+    resumed = _resumed_agent(args, kwargs, hop)
+    if resumed is not None:
+        handoff = delegate(resumed)
+        token = otel_context.attach(ctx)
+        try:
+            handoff.start()
+        except BaseException as exc:
+            _close_run(hop, scope, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        scope.handoffs.append(handoff)
+    return hop, scope
+
+
+def _close_run(hop: Delegation | None, scope: RunScope, exc: BaseException | None) -> None:
+    scope.close(exc)
+    if hop is not None:
+        hop.finish(exc)
 
 
 async def _guard_run(
@@ -176,26 +215,20 @@ async def _guard_run(
     """``AgentRunner.run(starting_agent, input, **options)``: the run is one hop."""
     if not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    hop = _run_hop(args, kwargs)
-    ctx = hop.start() if hop is not None else otel_context.get_current()
-    scope = _run_scope(kwargs)
-    token = otel_context.attach(ctx)
+    hop, scope = _open_run(args, kwargs)
+    token = otel_context.attach(scope.context_of_run)
     run_token = current_run.set(scope)
     tool_token = _tool_hop.set(None)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
-        scope.close(exc)
-        if hop is not None:
-            hop.finish(exc)
+        _close_run(hop, scope, exc)
         raise
     finally:
         _tool_hop.reset(tool_token)
         current_run.reset(run_token)
         otel_context.detach(token)
-    scope.close(None)
-    if hop is not None:
-        hop.finish()
+    _close_run(hop, scope, None)
     return result
 
 
@@ -208,20 +241,16 @@ def _guard_run_streamed(
     """``AgentRunner.run_streamed(...)``: checked before it returns; the hop ends with the run."""
     if not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
-    hop = _run_hop(args, kwargs)
     # The run goes on in a task the SDK starts here; it copies this context, so the hop and the
     # scope reach it. Refused: DelegationRefused is raised here, before any task exists.
-    ctx = hop.start() if hop is not None else otel_context.get_current()
-    scope = _run_scope(kwargs)
-    token = otel_context.attach(ctx)
+    hop, scope = _open_run(args, kwargs)
+    token = otel_context.attach(scope.context_of_run)
     run_token = current_run.set(scope)
     tool_token = _tool_hop.set(None)
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as exc:
-        scope.close(exc)
-        if hop is not None:
-            hop.finish(exc)
+        _close_run(hop, scope, exc)
         raise
     finally:
         _tool_hop.reset(tool_token)
@@ -229,19 +258,12 @@ def _guard_run_streamed(
         otel_context.detach(token)
     task = result.run_loop_task
     if task is None:
-        scope.close(None)
-        if hop is not None:
-            hop.finish()
+        _close_run(hop, scope, None)
     else:
-        task.add_done_callback(lambda done: _finish_streamed(done, scope, hop))
+        task.add_done_callback(
+            lambda done: _close_run(hop, scope, None if done.cancelled() else done.exception())
+        )
     return result
-
-
-def _finish_streamed(task: Any, scope: RunScope, hop: Delegation | None) -> None:
-    exc: BaseException | None = None if task.cancelled() else task.exception()
-    scope.close(exc)
-    if hop is not None:
-        hop.finish(exc)
 
 
 async def _turn_in_current_agent(

@@ -144,3 +144,30 @@ async def test_observe_mode_lets_handoffs_loop_and_records_would_refuse(
     would = [s for s in spans.all() if attrs(s)["otel_guard.decision"] == "would_refuse"]
     assert [s.name for s in would] == ["invoke_agent budget", "invoke_agent planner"]
     assert all([e.name for e in s.events] == ["otel_guard.would_refuse"] for s in would)
+
+
+async def test_a_run_resumed_after_a_handoff_goes_on_in_the_target_agents_hop(
+    instrumentor: OpenAIAgentsInstrumentor, spans
+) -> None:
+    @function_tool(needs_approval=True)
+    def book(input: str) -> str:
+        """Book it (needs approval)."""
+        chain = otel_guard.current_chain()
+        assert chain is not None
+        return " > ".join(hop.agent for hop in chain.hops)
+
+    budget_agent = Agent(name="budget", tools=[book])
+    budget_agent.model = LoopModel("budget", "book", CallBudget(1))
+    planner = Agent(name="planner", handoffs=[budget_agent])
+    planner.model = LoopModel("planner", "transfer_to_budget", CallBudget(1))
+
+    first = await Runner.run(planner, "Book the trip.")
+    assert [item.name for item in first.interruptions] == ["book"]
+    state = first.to_state()
+    state.approve(first.interruptions[0])
+    spans.clear()
+    resumed = await Runner.run(planner, state)
+
+    assert resumed.final_output == "budget answers: planner > budget > book"
+    tool_span = spans.one("execute_tool book")
+    assert tool_span.parent.span_id == spans.one("invoke_agent budget").context.span_id
