@@ -40,9 +40,8 @@ situational guidance at the start of its user turn (see :mod:`._openai_agents_gu
 
 Settings are the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`;
 ``instrument(tracer_provider=..., meter_provider=...)`` sends otel-guard's spans and metrics to those
-providers (process-wide, for every instrumentor). Tested with
-``openai-agents`` 0.24. The SDK's own tracing (to the OpenAI dashboard) is a separate system and is
-left alone.
+providers (process-wide, for every instrumentor). Tested with ``openai-agents`` 0.24. The SDK's own
+tracing (to the OpenAI dashboard) is a separate system and is left alone.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from wrapt import wrap_function_wrapper
 
 from otel_guard import telemetry
 from otel_guard.errors import DelegationRefused
@@ -128,9 +128,7 @@ class OpenAIAgentsInstrumentor(GuardInstrumentor):
         meter_provider = kwargs.get("meter_provider")
         if tracer_provider is not None or meter_provider is not None:
             telemetry.bind(tracer_provider, meter_provider)  # process-wide, as for every runtime
-        # Imported here: this module must import without the runtime installed.
-        from wrapt import wrap_function_wrapper
-
+        # wrapt imports each target's module here: this module imports without the runtime.
         wrap_function_wrapper(*_RUN, _guard_run)
         wrap_function_wrapper(*_RUN_STREAMED, _guard_run_streamed)
         wrap_function_wrapper(*_TOOL_CALL, _guard_tool_call)

@@ -6,6 +6,8 @@ Driven by the SDK's own offline test model (see openai_agents_models.py): no API
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -253,6 +255,19 @@ async def test_instrument_takes_a_tracer_provider() -> None:
         instrumentor.uninstrument()
         telemetry.bind()  # back to the global providers for the other tests
     assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent planner"]
+
+
+def test_the_module_imports_without_the_sdk() -> None:
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "import otel_guard.instrumentation.openai_agents as m\n"
+        "print(m.OpenAIAgentsInstrumentor().instrumentation_dependencies())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "openai-agents >= 0.24, < 0.25" in done.stdout
 
 
 @pytest.mark.parametrize("target", PATCH_TARGETS + INTERNAL_NAMES, ids=".".join)
