@@ -689,3 +689,44 @@ def test_depth_refusals_name_the_limit(
 ) -> None:
     err = _refusal(reason, key, chain_in_baggage)
     assert f"is {limit}" in str(err)
+
+
+# -- tokens this process has verified before ------------------------------------------------------
+
+
+def test_a_token_verified_once_is_not_accepted_after_the_key_changes(
+    key: Any, make_key: Callable[[str], Any], chain_in_baggage: InBaggage
+) -> None:
+    arriving = mint("planner", keyring=key.keyring())
+    with chain_in_baggage(arriving), delegate("budget") as first:
+        assert first.decision == "allow"
+    otel_guard.configure(keys={"k1": make_key("k1").secret})  # same key id, new secret
+    with chain_in_baggage(arriving), pytest.raises(DelegationRefused) as refused, delegate("budget"):
+        pass
+    assert refused.value.reason == "bad_signature"
+
+
+def test_a_token_verified_once_still_expires(
+    key: Any, chain_in_baggage: InBaggage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr("otel_guard.guard.time", clock)
+    arriving = mint("planner", keyring=key.keyring(), ttl=60)
+    with chain_in_baggage(arriving), delegate("budget"):
+        pass
+    clock.offset = 61
+    with chain_in_baggage(arriving), pytest.raises(DelegationRefused) as refused, delegate("budget"):
+        pass
+    assert refused.value.reason == "expired"
+
+
+def test_a_token_verified_once_is_checked_against_the_current_workspace(
+    key: Any, chain_in_baggage: InBaggage
+) -> None:
+    arriving = mint("planner", keyring=key.keyring(), workspace="default")
+    with chain_in_baggage(arriving), delegate("budget"):
+        pass
+    otel_guard.configure(workspace="finance")
+    with chain_in_baggage(arriving), pytest.raises(DelegationRefused) as refused, delegate("budget"):
+        pass
+    assert refused.value.reason == "foreign_workspace"

@@ -9,10 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import otel_guard
 from otel_guard.chain import Chain, Hop, Keyring
 from otel_guard.policy import (
+    CYCLE_RULES,
     ENV,
     AgentOverride,
     Settings,
@@ -434,3 +437,48 @@ def test_settings_are_frozen() -> None:
     assert isinstance(overrides, Mapping)
     with pytest.raises(TypeError):
         overrides["b"] = AgentOverride()  # type: ignore[index]
+
+
+# -- properties of the rules ------------------------------------------------------------------------
+
+NAMES = st.sampled_from(["planner", "budget", "fx", "tax", "weather"])
+SKILLS = st.none() | st.sampled_from(["plan", "price", "itinerary"])
+HOPS = st.builds(Hop, NAMES, SKILLS)
+ARRIVALS = st.lists(HOPS, min_size=1, max_size=10).map(lambda hops: chain(*hops))
+PROPERTIES = settings(max_examples=300, deadline=None, database=None)
+
+
+@PROPERTIES
+@given(arrival=ARRIVALS, hop=HOPS, depth=st.integers(1, 12), name_depth_limit=st.integers(1, 6))
+def test_stricter_rules_refuse_at_least_what_laxer_rules_refuse(
+    arrival: Chain, hop: Hop, depth: int, name_depth_limit: int
+) -> None:
+    limits = {"max_depth": depth, "max_name_depth": name_depth_limit}
+    allowed = {rule: verdict(arrival, hop, cycle_rule=rule, **limits)[0] == "allow" for rule in CYCLE_RULES}
+    assert allowed["agent"] <= allowed["agent_skill"] <= allowed["none"]
+    # A larger limit never refuses what a smaller one allowed.
+    if allowed["agent_skill"]:
+        assert verdict(arrival, hop, max_depth=depth + 1, max_name_depth=name_depth_limit)[0] == "allow"
+        assert verdict(arrival, hop, max_depth=depth, max_name_depth=name_depth_limit + 1)[0] == "allow"
+
+
+@PROPERTIES
+@given(arrival=ARRIVALS, hop=HOPS, rule=st.sampled_from(CYCLE_RULES), depth=st.integers(1, 12))
+def test_observe_flags_exactly_what_enforce_refuses(arrival: Chain, hop: Hop, rule: str, depth: int) -> None:
+    enforce = decide(arrival, hop, Settings(cycle_rule=rule, max_depth=depth), NOW)  # type: ignore[arg-type]
+    observe = decide(arrival, hop, Settings(mode="observe", cycle_rule=rule, max_depth=depth), NOW)  # type: ignore[arg-type]
+    assert observe.reason == enforce.reason
+    assert (enforce.outcome, observe.outcome) in {("allow", "allow"), ("refuse", "would_refuse")}
+    assert (
+        decide(arrival, hop, Settings(mode="off", cycle_rule=rule, max_depth=depth), NOW).outcome == "allow"
+    )  # type: ignore[arg-type]
+
+
+@PROPERTIES
+@given(arrival=ARRIVALS, hop=HOPS)
+def test_an_allowed_hop_keeps_the_chain_within_the_limits(arrival: Chain, hop: Hop) -> None:
+    settings_ = Settings(cycle_rule="none")
+    if decide(arrival, hop, settings_, NOW).outcome == "allow":
+        longer = arrival.extended(hop)
+        assert longer.depth <= settings_.max_depth
+        assert longer.name_depth(hop.agent) <= settings_.max_name_depth

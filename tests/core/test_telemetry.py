@@ -353,6 +353,16 @@ def test_without_an_sdk_spans_are_no_ops_and_decisions_still_hold(
         assert report["sdk_imported"] is False
 
 
+def test_an_sdk_installed_after_the_first_hop_records_the_hops_after_it(
+    run_program: Callable[..., Any],
+) -> None:
+    report = run_program("late_sdk.py", None, timeout=PROGRAMS_TIMEOUT)
+    assert report["spans"] == ["invoke_agent later", "invoke_agent late"]
+    assert ["otel_guard.decisions", "late", 1] in report["points"]
+    assert ["otel_guard.decisions", "later", 1] in report["points"]
+    assert ["otel_guard.chain.depth", None, 3] in report["points"]  # early, late, later: 3 hops
+
+
 # -- the no-keys warning --------------------------------------------------------------------------
 
 
@@ -382,3 +392,18 @@ def test_with_keys_there_is_no_warning(
     completed = run_three_hops(OTEL_GUARD_KEYS=make_key("k1").env)
     assert completed.stdout.strip() == '["allow", "allow", "allow"]'
     assert completed.stderr == ""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: guard.py Delegation._attributes_for applies the caller's `attributes` last "
+    "(attributes.update), so they can overwrite otel_guard.decision / reason / chain attributes",
+)
+def test_extra_attributes_cannot_overwrite_the_guards_own(spans: Any) -> None:
+    disguise = {"otel_guard.decision": "allow", "otel_guard.chain.depth": 1, "gen_ai.agent.name": "someone"}
+    with delegate("a"), delegate("b"), pytest.raises(DelegationRefused), delegate("a", attributes=disguise):
+        pass
+    refused = next(s for s in spans.named("invoke_agent a") if "otel_guard.reason" in s.attributes)
+    assert refused.attributes["otel_guard.decision"] == "refuse"
+    assert refused.attributes["otel_guard.chain.depth"] == 3
+    assert refused.attributes["gen_ai.agent.name"] == "a"
