@@ -616,7 +616,7 @@ def _refusal(reason: str, key: Any, in_baggage: InBaggage) -> DelegationRefused:
             pass
         return refused.value
     otel_guard.configure(max_depth=3, max_name_depth=1, cycle_rule="agent_skill")
-    last = {
+    last: dict[str, list[tuple[str, str | None]]] = {
         "cycle": [("planner", None)],
         "depth": [("tax", None), ("fx", None)],
         "name_depth": [("planner", "again")],

@@ -18,6 +18,7 @@ from otel_guard.policy import (
     CYCLE_RULES,
     ENV,
     AgentOverride,
+    CycleRule,
     Settings,
     current_settings,
     decide,
@@ -464,14 +465,16 @@ def test_stricter_rules_refuse_at_least_what_laxer_rules_refuse(
 
 @PROPERTIES
 @given(arrival=ARRIVALS, hop=HOPS, rule=st.sampled_from(CYCLE_RULES), depth=st.integers(1, 12))
-def test_observe_flags_exactly_what_enforce_refuses(arrival: Chain, hop: Hop, rule: str, depth: int) -> None:
-    enforce = decide(arrival, hop, Settings(cycle_rule=rule, max_depth=depth), NOW)  # type: ignore[arg-type]
-    observe = decide(arrival, hop, Settings(mode="observe", cycle_rule=rule, max_depth=depth), NOW)  # type: ignore[arg-type]
+def test_observe_flags_exactly_what_enforce_refuses(
+    arrival: Chain, hop: Hop, rule: CycleRule, depth: int
+) -> None:
+    enforce = decide(arrival, hop, Settings(cycle_rule=rule, max_depth=depth), NOW)
+    observe = decide(arrival, hop, Settings(mode="observe", cycle_rule=rule, max_depth=depth), NOW)
     assert observe.reason == enforce.reason
     assert (enforce.outcome, observe.outcome) in {("allow", "allow"), ("refuse", "would_refuse")}
     assert (
         decide(arrival, hop, Settings(mode="off", cycle_rule=rule, max_depth=depth), NOW).outcome == "allow"
-    )  # type: ignore[arg-type]
+    )
 
 
 @PROPERTIES

@@ -38,7 +38,7 @@ def test_1_situational_prefix_warns_against_self_call_and_demotes_the_docstring(
 
 @pytest.mark.parametrize("doc", ["", "   \n\t", None])
 def test_2_situational_prefix_handles_an_empty_docstring(doc: str | None) -> None:
-    text = situational_prefix("wiki_agent", doc)  # type: ignore[arg-type]
+    text = situational_prefix("wiki_agent", doc)
     assert "This function's job" not in text
     assert "wiki_agent" in text
     assert "do NOT call it" in text

@@ -14,6 +14,7 @@ import pytest
 from opentelemetry import context, propagate
 from opentelemetry.sdk.metrics.export import Histogram, HistogramDataPoint, Sum
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate
@@ -185,11 +186,11 @@ def _decisions(metric_reader: Any, *names: str) -> dict[tuple[tuple[str, Any], .
     assert metric is not None
     assert isinstance(metric.data, Sum)
     assert metric.data.is_monotonic
-    found = {}
+    found: dict[tuple[tuple[str, Any], ...], int] = {}
     for point in metric.data.data_points:
-        point_attributes = dict(point.attributes)
+        point_attributes: dict[str, Any] = dict(point.attributes or {})
         if {point_attributes.get("gen_ai.agent.name"), point_attributes.get("gen_ai.tool.name")} & set(names):
-            found[tuple(sorted(point_attributes.items()))] = point.value
+            found[tuple(sorted(point_attributes.items()))] = int(point.value)
     return found
 
 
@@ -400,7 +401,11 @@ def test_with_keys_there_is_no_warning(
     "(attributes.update), so they can overwrite otel_guard.decision / reason / chain attributes",
 )
 def test_extra_attributes_cannot_overwrite_the_guards_own(spans: Any) -> None:
-    disguise = {"otel_guard.decision": "allow", "otel_guard.chain.depth": 1, "gen_ai.agent.name": "someone"}
+    disguise: dict[str, AttributeValue] = {
+        "otel_guard.decision": "allow",
+        "otel_guard.chain.depth": 1,
+        "gen_ai.agent.name": "someone",
+    }
     with delegate("a"), delegate("b"), pytest.raises(DelegationRefused), delegate("a", attributes=disguise):
         pass
     refused = next(s for s in spans.named("invoke_agent a") if "otel_guard.reason" in s.attributes)
