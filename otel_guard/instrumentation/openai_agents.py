@@ -110,6 +110,8 @@ INTERNAL_NAMES: Final[tuple[PatchTarget, ...]] = (
     ("agents.run_internal.run_steps", "NextStepHandoff"),
     ("agents.tool", "default_tool_error_function"),
     ("agents.tool", "resolve_function_tool_failure_error_function"),
+    ("agents.result", "RunResultStreaming.run_loop_task"),
+    ("agents.run_state", "RunState._current_agent"),
 )
 """SDK names this instrumentor reads or builds without patching them."""
 
