@@ -64,7 +64,8 @@ The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -73,15 +74,18 @@ from otel_guard_processor.otlp import (
     KIND_CONSUMER,
     KIND_PRODUCER,
     KIND_SERVER,
-    AnyValueView,
+    Attributes,
     RequestView,
     SpanView,
+    attribute_key,
+    encoded_attribute,
 )
 
 __all__ = ["CALL_OPERATIONS", "MAX_PATH_NAMES", "Detector", "DetectorLimits"]
 
 CALL_OPERATIONS: Final = frozenset({"invoke_agent", "execute_tool"})
 _OP_LENGTH: Final = 12  # len("invoke_agent") == len("execute_tool")
+_CALL_PREFIXES: Final = tuple(sorted(CALL_OPERATIONS))
 MAX_PATH_NAMES: Final = 64
 
 # A path is a tuple (boundary, last, name, name, ...), kept as a plain tuple of ints and strings
@@ -108,6 +112,16 @@ _GUARD_BYTES: Final = b"otel_guard."
 # The AnyValue strings "invoke_agent" / "execute_tool" as protobuf encodes them: a request without
 # them has no gen_ai.operation.name of a call to look for.
 _OP_VALUE_BYTES: Final = tuple(b"\n\x0c" + op.encode() for op in sorted(CALL_OPERATIONS))
+_OP_ATTRIBUTES: Final = {op: encoded_attribute("gen_ai.operation.name", op) for op in sorted(CALL_OPERATIONS)}
+_AGENT_NAME: Final = attribute_key("gen_ai.agent.name")
+_TOOL_NAME: Final = attribute_key("gen_ai.tool.name")
+_DEPTH: Final = attribute_key("otel_guard.chain.depth")
+_DECISION_KEY: Final = attribute_key("otel_guard.decision")
+_REASON: Final = attribute_key("otel_guard.reason")
+_AGENTS: Final = attribute_key("otel_guard.chain.agents")
+# How long a scope's habit of naming calls (by span name alone, or also otherwise) is trusted
+# before a whole request from it is checked again.
+SCOPE_RECHECK_SECONDS: Final = 600.0
 
 # A span that waits for its parent (or, for a trace root, for the span it links to). A plain tuple
 # because spans wait often -- a batch usually holds children before their parents -- and fields by
@@ -167,7 +181,11 @@ class Detector:
         self.evictions: dict[str, int] = {"ttl": 0, "capacity": 0}
         self.dropped: dict[str, int] = {"trace_full": 0}
         self.duplicates = 0
-        self._traces: dict[bytes, _Trace] = {}  # least recently active first
+        # Least recently active first. An OrderedDict, not a dict: taking the oldest entry off a
+        # dict again and again leaves dead slots at its front that every next(iter()) rescans,
+        # which made eviction cost grow with the number of traces held.
+        self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
+        self._scopes: dict[str, tuple[bool, float]] = {}  # scope -> (names calls otherwise, when)
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
 
@@ -191,22 +209,33 @@ class Detector:
         Every span whose ancestry is complete is settled now, with every span that waited for it.
         """
         guard = _GUARD_BYTES in raw
-        operation_attributes = any(pattern in raw for pattern in _OP_VALUE_BYTES)
+        operation_values = any(pattern in raw for pattern in _OP_VALUE_BYTES)
         per_trace = self.limits.max_spans_per_trace
         received = skipped = 0
         last_trace_id = b""
         trace: _Trace | None = None
         paths: dict[bytes, Path] = {}
+        waiting: dict[bytes, list[Waiter]] = {}
         full = False
+        call_prefixes = _CALL_PREFIXES  # a local: read once per span
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
-                spans = scope_spans.spans
-                received += len(spans)
+                in_order = scope_spans.spans
+                count = len(in_order)
+                received += count
+                spans: Sequence[SpanView] | Iterator[SpanView] = in_order
+                if count > 1 and in_order[0].start_time_unix_nano > in_order[-1].start_time_unix_nano:
+                    # Exporters send spans as they end, children before parents: read such a
+                    # batch backwards and parents come first, so little has to wait.
+                    spans = reversed(in_order)
+                watch = operation_values and self._watch_scope(scope_spans.scope.name, now)
+                found_other_calls = False
                 for span in spans:
                     trace_id = span.trace_id
                     if trace is None or trace_id != last_trace_id:
                         trace = self._touch(trace_id, now)
                         paths = trace.paths
+                        waiting = trace.waiting
                         last_trace_id = trace_id
                         full = len(paths) + trace.held >= per_trace
                     span_id = span.span_id
@@ -220,12 +249,16 @@ class Detector:
                         continue
                     parent_id = span.parent_span_id
                     span_name = span.name
-                    if span_name[:_OP_LENGTH] in CALL_OPERATIONS:
+                    if span_name.startswith(call_prefixes):
                         self._call(trace, span, span_id, parent_id, span_name, guard, now)
                         continue
-                    if operation_attributes and _operation_attribute(span) in CALL_OPERATIONS:
-                        self._call(trace, span, span_id, parent_id, "", guard, now)
-                        continue
+                    if watch:
+                        attributes = Attributes(span)
+                        operation = next((op for op, kv in _OP_ATTRIBUTES.items() if kv in attributes), None)
+                        if operation is not None:
+                            found_other_calls = True
+                            self._call(trace, span, span_id, parent_id, operation, guard, now, attributes)
+                            continue
                     if parent_id:
                         parent = paths.get(parent_id)
                         if parent is None:
@@ -241,11 +274,26 @@ class Detector:
                         parent = ROOT_PATH
                     # The common case, kept inline: an unnamed span shares its parent's path.
                     paths[span_id] = parent
-                    if trace.waiting and span_id in trace.waiting:
+                    if waiting and span_id in waiting:
                         self._release(trace, span_id, parent)
+                if watch:
+                    self._scopes[scope_spans.scope.name] = (found_other_calls, now)
         self._stored += received - skipped
         self._enforce_span_budget()
         return received
+
+    def _watch_scope(self, scope: str, now: float) -> bool:
+        """Whether to look for calls named otherwise among this scope's spans in this request.
+
+        Reading ``gen_ai.operation.name`` on every span would cost as much as the rest of detection,
+        and GenAI-convention instrumentations name every call ``invoke_agent …``/``execute_tool …``.
+        So a scope is checked on a whole request, and then again only if it did name calls
+        otherwise, or after SCOPE_RECHECK_SECONDS.
+        """
+        habit = self._scopes.get(scope)
+        if habit is None or now - habit[1] > SCOPE_RECHECK_SECONDS:
+            return True
+        return habit[0]
 
     def _call(
         self,
@@ -256,10 +304,11 @@ class Detector:
         span_name: str,
         guard: bool,
         now: float,
+        attributes: Attributes | None = None,
     ) -> None:
         """Read a call span (its name, side, guard depth and decision); settle or park it.
 
-        ``span_name`` is the span's name when it starts with the operation, else "".
+        ``span_name`` is the span's name when it starts with the operation, else the operation.
         """
         name: str | None = None
         if span_name[_OP_LENGTH : _OP_LENGTH + 1] == " ":
@@ -268,20 +317,19 @@ class Detector:
         decision = None
         chain: Path | None = None
         if name is None or guard:
-            attributes = span.attributes
+            if attributes is None:
+                attributes = Attributes(span)
             if name is None:
-                name = _call_name(span, attributes)
+                key = _AGENT_NAME if span_name.startswith("invoke_agent") else _TOOL_NAME
+                name = attributes.string(key) or None
             if guard and name is not None:
-                depth_value = attributes.get("otel_guard.chain.depth")
-                if depth_value is not None:
-                    depth = max(depth_value.int_value, 0)
-                decision_value = attributes.get("otel_guard.decision")
-                if decision_value is not None:
-                    verdict = decision_value.string_value
-                    reason = attributes.get("otel_guard.reason") if verdict != "allow" else None
-                    decision = (verdict, reason.string_value if reason is not None else "", name)
+                depth = max(attributes.integer(_DEPTH) or 0, 0)
+                verdict = attributes.string(_DECISION_KEY)
+                if verdict is not None:
+                    reason = attributes.string(_REASON) if verdict != "allow" else None
+                    decision = (verdict, reason or "", name)
                 if not parent_id and depth > 1:
-                    chain = _chain_path(attributes.get("otel_guard.chain.agents"), name, depth)
+                    chain = _chain_path(attributes.strings(_AGENTS), name, depth)
         marker = 0
         if name is not None:
             kind = span.kind
@@ -306,15 +354,16 @@ class Detector:
 
     def _touch(self, trace_id: bytes, now: float) -> _Trace:
         traces = self._traces
-        trace = traces.pop(trace_id, None)
+        trace = traces.get(trace_id)
         if trace is None:
             if len(traces) >= self.limits.max_traces:
                 # The least recently active trace goes; never the one being read, which is the
                 # most recent (hence max_traces >= 2).
                 self._evict(next(iter(traces)), "capacity")
-            trace = _Trace(trace_id)
+            trace = traces[trace_id] = _Trace(trace_id)
+        else:
+            traces.move_to_end(trace_id)
         trace.last_seen = now
-        traces[trace_id] = trace  # re-inserted: the dict stays ordered by last activity
         return trace
 
     def _wait(self, holder: _Trace, span_id: bytes, waiter: Waiter) -> None:
@@ -330,8 +379,7 @@ class Detector:
             holder = self._touch(link.trace_id, now)
             # The root's own trace must stay the most recent one, or a later capacity eviction
             # could take it while this request is still on it.
-            own = self._traces.pop(waiter[_TRACE_ID])
-            self._traces[waiter[_TRACE_ID]] = own
+            self._traces.move_to_end(waiter[_TRACE_ID])
         else:
             found = holder.paths.get(link.span_id)
             if found is not None:
@@ -466,27 +514,11 @@ class Detector:
                     self._settle(owner, waiter, ROOT_PATH)
 
 
-def _operation_attribute(span: SpanView) -> str:
-    value = span.attributes.get("gen_ai.operation.name")
-    return value.string_value if value is not None else ""
-
-
-def _call_name(span: SpanView, attributes: Mapping[str, AnyValueView]) -> str | None:
-    """A call span's agent or tool name from its attributes, for spans whose name lacks it."""
-    operation = span.name[:_OP_LENGTH]
-    if operation not in CALL_OPERATIONS:
-        operation = _operation_attribute(span)
-    key = "gen_ai.agent.name" if operation == "invoke_agent" else "gen_ai.tool.name"
-    value = attributes.get(key)
-    return value.string_value if value is not None and value.string_value else None
-
-
-def _chain_path(agents_value: AnyValueView | None, name: str, depth: int) -> Path | None:
+def _chain_path(agents: list[str] | None, name: str, depth: int) -> Path | None:
     """The path of the earlier hops of a chain that a trace-root span continues."""
-    if agents_value is None:
+    if not agents:
         return None
-    agents = [value.string_value for value in agents_value.array_value.values]
-    prior = agents[:-1] if agents and agents[-1] == name else agents
+    prior = agents[:-1] if agents[-1] == name else agents
     if not prior:
         return None
     prior = prior[-MAX_PATH_NAMES:]

@@ -1,0 +1,240 @@
+"""Agent-like OTLP traffic for the processor benchmark, and the two servers it runs against.
+
+Traffic: traces as an instrumented agent system exports them -- a planner that calls a model and a
+search tool, then a budget agent over A2A (HTTP client and server spans), which calls a model and a
+lookup tool that queries a database. Guard spans carry the inline guard's attributes (CONTRACT.md
+§5); model, HTTP and database spans carry their semantic-convention attributes. 13 spans a trace,
+4 of them calls; spans are ordered as a BatchSpanProcessor exports them (children end first).
+Every request gets new trace ids, so a processor cannot skip spans it has seen.
+
+Servers (run as ``python bench/_processor_traffic.py sink|passthrough ...``):
+- sink: an OTLP/gRPC TraceService that counts requests and acknowledges them;
+- passthrough: the baseline proxy: parses each request (to count its spans) and forwards the bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+import grpc
+import grpc.aio
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+EXPORT = f"/{SERVICE}/Export"
+SPANS_PER_TRACE = 13
+
+
+def _kv(key: str, value: object) -> KeyValue:
+    if isinstance(value, bool):
+        return KeyValue(key=key, value=AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    if isinstance(value, list):
+        array = ArrayValue(values=[AnyValue(string_value=str(v)) for v in value])
+        return KeyValue(key=key, value=AnyValue(array_value=array))
+    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+
+def _guard(agents: list[str], operation: str, name_key: str) -> list[KeyValue]:
+    return [
+        _kv("gen_ai.operation.name", operation),
+        _kv(name_key, agents[-1]),
+        _kv("otel_guard.chain.agents", agents),
+        _kv("otel_guard.chain.skills", [""] * len(agents)),
+        _kv("otel_guard.chain.root", "9f" * 16),
+        _kv("otel_guard.chain.depth", len(agents)),
+        _kv("otel_guard.name_depth", 1),
+        _kv("otel_guard.decision", "allow"),
+        _kv("otel_guard.mode", "enforce"),
+    ]
+
+
+def _chat() -> list[KeyValue]:
+    return [
+        _kv("gen_ai.operation.name", "chat"),
+        _kv("gen_ai.provider.name", "openai"),
+        _kv("gen_ai.request.model", "gpt-4o"),
+        _kv("gen_ai.response.model", "gpt-4o-2024-08-06"),
+        _kv("gen_ai.usage.input_tokens", 812),
+        _kv("gen_ai.usage.output_tokens", 96),
+    ]
+
+
+def _http(server: bool) -> list[KeyValue]:
+    attributes = [
+        _kv("http.request.method", "POST"),
+        _kv("http.response.status_code", 200),
+        _kv("server.address", "budget.agents.internal"),
+        _kv("server.port", 8080),
+    ]
+    attributes.append(
+        _kv("http.route", "/a2a") if server else _kv("url.full", "http://budget.agents.internal:8080/a2a")
+    )
+    return attributes
+
+
+def one_trace(trace_id: bytes) -> list[Span]:
+    """One trace's spans, children before parents."""
+    spans: list[Span] = []
+    time = [1_700_000_000_000_000_000]
+
+    def span(name: str, parent: Span | None, kind: int, attributes: list[KeyValue]) -> Span:
+        time[0] += 1_000_000
+        made = Span(
+            trace_id=trace_id,
+            span_id=os.urandom(8),
+            parent_span_id=parent.span_id if parent else b"",
+            name=name,
+            kind=kind,
+            start_time_unix_nano=time[0],
+            end_time_unix_nano=time[0] + 50_000_000,
+        )
+        made.attributes.extend(attributes)
+        spans.append(made)
+        return made
+
+    internal, server, client = Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT
+    planner = span(
+        "invoke_agent planner", None, internal, _guard(["planner"], "invoke_agent", "gen_ai.agent.name")
+    )
+    span("chat gpt-4o", planner, client, _chat())
+    search = span(
+        "execute_tool search",
+        planner,
+        internal,
+        _guard(["planner", "search"], "execute_tool", "gen_ai.tool.name"),
+    )
+    span("GET", search, client, _http(False))
+    post = span("POST", planner, client, _http(False))
+    route = span("POST /a2a", post, server, _http(True))
+    budget = span(
+        "invoke_agent budget",
+        route,
+        server,
+        _guard(["planner", "budget"], "invoke_agent", "gen_ai.agent.name"),
+    )
+    span("chat gpt-4o", budget, client, _chat())
+    lookup = span(
+        "execute_tool lookup",
+        budget,
+        internal,
+        _guard(["planner", "budget", "lookup"], "execute_tool", "gen_ai.tool.name"),
+    )
+    span(
+        "SELECT budgets",
+        lookup,
+        client,
+        [_kv("db.system.name", "postgresql"), _kv("db.operation.name", "SELECT")],
+    )
+    span("chat gpt-4o", budget, client, _chat())
+    span("chat gpt-4o", planner, client, _chat())
+    span("chat gpt-4o", planner, client, _chat())
+    assert len(spans) == SPANS_PER_TRACE
+    # Exported as they end: a span ends after its children, so parents come last.
+    return list(reversed(spans))
+
+
+class Template:
+    """One request of ``traces`` traces; ``fresh()`` gives its bytes with new trace ids."""
+
+    def __init__(self, traces: int) -> None:
+        self.trace_ids = [os.urandom(16) for _ in range(traces)]
+        message = ExportTraceServiceRequest()
+        resource_spans = message.resource_spans.add()
+        resource_spans.resource.attributes.extend(
+            [_kv("service.name", "agents"), _kv("service.version", "1.4.2")]
+        )
+        scope = resource_spans.scope_spans.add()
+        scope.scope.name = "otel_guard"
+        for trace_id in self.trace_ids:
+            scope.spans.extend(one_trace(trace_id))
+        self.raw = message.SerializeToString()
+        self.spans = traces * SPANS_PER_TRACE
+
+        # Where each trace id stands in the bytes (as the field: tag 0x0a, length 16), so that a
+        # request with new ids is one join of the pieces between them -- cheap enough that the
+        # load generator does not compete with the servers it measures.
+        places: list[tuple[int, int]] = []
+        for index, trace_id in enumerate(self.trace_ids):
+            field = b"\n\x10" + trace_id
+            at = self.raw.find(field)
+            while at >= 0:
+                places.append((at + 2, index))
+                at = self.raw.find(field, at + 1)
+        places.sort()
+        self._pieces: list[bytes] = []
+        self._which: list[int] = []
+        start = 0
+        for at, index in places:
+            self._pieces.append(self.raw[start:at])
+            self._which.append(index)
+            start = at + 16
+        self._tail = self.raw[start:]
+
+    def fresh(self) -> bytes:
+        ids = [os.urandom(16) for _ in self.trace_ids]
+        parts: list[bytes] = []
+        for piece, index in zip(self._pieces, self._which, strict=True):
+            parts.append(piece)
+            parts.append(ids[index])
+        parts.append(self._tail)
+        return b"".join(parts)
+
+
+# --- servers -----------------------------------------------------------------------------------
+
+
+async def _serve(port: int, handler: object) -> None:
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)]
+    )
+    method = grpc.unary_unary_rpc_method_handler(handler)  # type: ignore[arg-type]
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": method}),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+async def sink(port: int) -> None:
+    count = [0]
+
+    async def export(raw: bytes, context: object) -> bytes:
+        count[0] += 1
+        return b""
+
+    await _serve(port, export)
+
+
+async def passthrough(port: int, forward: str) -> None:
+    channel = grpc.aio.insecure_channel(forward, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+    spans = [0]
+
+    async def export(raw: bytes, context: object) -> bytes:
+        request = ExportTraceServiceRequest.FromString(raw)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                spans[0] += len(scope_spans.spans)
+        response: bytes = await call(raw, timeout=10)
+        return response
+
+    await _serve(port, export)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=["sink", "passthrough"])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--forward")
+    args = parser.parse_args()
+    try:
+        asyncio.run(sink(args.port) if args.role == "sink" else passthrough(args.port, args.forward))
+    except KeyboardInterrupt:
+        sys.exit(0)
