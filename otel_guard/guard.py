@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from types import TracebackType
@@ -102,13 +103,12 @@ def name_depth(name: str) -> int:
 
 # -- one hop ------------------------------------------------------------------------------------
 
-_warned_unsigned = False
+_unsigned_warning = threading.Lock()
 
 
 def _warn_unsigned_once() -> None:
-    global _warned_unsigned
-    if not _warned_unsigned:
-        _warned_unsigned = True
+    # The lock is taken once and never released: the first thread to get it warns, no other ever does.
+    if _unsigned_warning.acquire(blocking=False):
         _log.warning(
             "otel-guard: no keys configured (OTEL_GUARD_KEYS), so delegation chains are unsigned "
             "and any process on the path can alter them; run `otel-guard keygen` to make a key"
