@@ -331,6 +331,7 @@ def test_the_token_never_appears_in_a_span_event_metric_or_log(
 # -- without an SDK -------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("block_sdk", [False, True], ids=["no provider set", "SDK not importable"])
 def test_without_an_sdk_spans_are_no_ops_and_decisions_still_hold(
     run_program: Callable[..., Any], block_sdk: bool
@@ -355,6 +356,7 @@ def test_without_an_sdk_spans_are_no_ops_and_decisions_still_hold(
         assert report["sdk_imported"] is False
 
 
+@pytest.mark.integration
 def test_an_sdk_installed_after_the_first_hop_records_the_hops_after_it(
     run_program: Callable[..., Any],
 ) -> None:
@@ -382,6 +384,7 @@ def run_hops(run_command: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("threads", [1, 8])
 def test_without_keys_a_warning_says_so_once(run_hops: Callable[..., Any], threads: int) -> None:
     completed = run_hops(threads)
@@ -391,6 +394,7 @@ def test_without_keys_a_warning_says_so_once(run_hops: Callable[..., Any], threa
     assert "otel-guard keygen" in warnings[0]
 
 
+@pytest.mark.integration
 def test_with_keys_there_is_no_warning(run_hops: Callable[..., Any], make_key: Callable[[str], Any]) -> None:
     completed = run_hops(OTEL_GUARD_KEYS=make_key("k1").env)
     assert completed.stderr == ""
