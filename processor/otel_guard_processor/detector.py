@@ -25,8 +25,10 @@ with no named ancestor starts a path and has no edge.
 One call seen from both sides is not a cycle: the client span of a remote call and the server span
 that receives it (``invoke_agent budget`` as a CLIENT or PRODUCER span, then ``invoke_agent budget``
 as a SERVER or CONSUMER span below it), and a runtime's own span directly inside the guard's span
-for the same call. When both spans carry ``otel_guard.chain.depth`` the depth decides: the same
-depth is the same hop, a deeper one is a new hop.
+for the same call. A span of the inline guard (instrumentation scope ``otel_guard``) directly under
+a span of its own name is a new hop only when its chain already held that name
+(``otel_guard.name_depth`` of 2 or more); a span of another instrumentation directly under the
+guard's span of the same name is that call again.
 
 Across traces
 -------------
@@ -52,11 +54,13 @@ Traces are evicted least recently active first and counted in ``evictions`` by r
 out because their trace is full are counted in ``dropped``. Paths keep their last
 ``MAX_PATH_NAMES`` names.
 
-Reading is lazy, because this runs once per span at line rate: a span's attributes are read only
-when it is a call span and the request holds ``otel_guard.`` attributes, or when its name does not
-say whether it is a call and the request holds a ``gen_ai.operation.name`` of a call. Ids are read
-as opaque keys and not checked: the request goes downstream unchanged, and a downstream that
-rejects an id answers for it.
+Reading is lazy, because this runs once per span at line rate. A call span's name comes from its
+span name, its side from its kind. Its attributes are read only when they are needed: for a name
+the span name lacks, for a repeat directly under the same name, for a span that starts a trace or
+has to wait for its parent. Decisions are counted from the raw request when every
+``otel_guard.decision`` in it is ``allow`` and their number is that of the guard's call spans, and
+read span by span otherwise. Ids are read as opaque keys and not checked: the request goes
+downstream unchanged, and a downstream that rejects an id answers for it.
 
 The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parsed requests
 (:mod:`otel_guard_processor.otlp`) and tallies into plain dicts that the metrics module exposes.
@@ -100,11 +104,13 @@ Path = tuple[int | str, ...]
 _HEAD: Final = 2
 ROOT_PATH: Final[Path] = (0, 0)
 
-# A marker packs what the same-call rule needs of a named span: its guard chain depth (0 when it
-# carries none) and whether it is the sending or the receiving side of a remote call.
+# A marker packs what the same-call rule needs of a named span: which side of a remote call it is,
+# whether the inline guard made it, and its otel_guard.name_depth when that has been read (0 when
+# not read or absent).
 _CLIENT: Final = 1
 _SERVER: Final = 2
-_DEPTH_SHIFT: Final = 2
+_GUARDED: Final = 4
+_NAME_DEPTH_SHIFT: Final = 3
 _CLIENT_KINDS: Final = frozenset({KIND_CLIENT, KIND_PRODUCER})
 _SERVER_KINDS: Final = frozenset({KIND_SERVER, KIND_CONSUMER})
 
@@ -115,10 +121,14 @@ _OP_VALUE_BYTES: Final = tuple(b"\n\x0c" + op.encode() for op in sorted(CALL_OPE
 _OP_ATTRIBUTES: Final = {op: encoded_attribute("gen_ai.operation.name", op) for op in sorted(CALL_OPERATIONS)}
 _AGENT_NAME: Final = attribute_key("gen_ai.agent.name")
 _TOOL_NAME: Final = attribute_key("gen_ai.tool.name")
+_NAME_DEPTH: Final = attribute_key("otel_guard.name_depth")
 _DEPTH: Final = attribute_key("otel_guard.chain.depth")
 _DECISION_KEY: Final = attribute_key("otel_guard.decision")
+_ALLOW: Final = encoded_attribute("otel_guard.decision", "allow")
 _REASON: Final = attribute_key("otel_guard.reason")
 _AGENTS: Final = attribute_key("otel_guard.chain.agents")
+# The instrumentation scope of the inline guard's spans (otel_guard.telemetry.INSTRUMENTATION_NAME).
+GUARD_SCOPE: Final = "otel_guard"
 # How long a scope's habit of naming calls (by span name alone, or also otherwise) is trusted
 # before a whole request from it is checked again.
 SCOPE_RECHECK_SECONDS: Final = 600.0
@@ -186,6 +196,7 @@ class Detector:
         # which made eviction cost grow with the number of traces held.
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
         self._scopes: dict[str, tuple[bool, float]] = {}  # scope -> (names calls otherwise, when)
+        self._decided_here = 0  # decisions read span by span in the request being ingested
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
 
@@ -218,6 +229,9 @@ class Detector:
         waiting: dict[bytes, list[Waiter]] = {}
         full = False
         call_prefixes = _CALL_PREFIXES  # a local: read once per span
+        # Call spans settled without reading their attributes: their decisions are counted after.
+        undecided: list[tuple[SpanView, str, bool]] = []
+        self._decided_here = 0
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
                 in_order = scope_spans.spans
@@ -228,7 +242,9 @@ class Detector:
                     # Exporters send spans as they end, children before parents: read such a
                     # batch backwards and parents come first, so little has to wait.
                     spans = reversed(in_order)
-                watch = operation_values and self._watch_scope(scope_spans.scope.name, now)
+                scope = scope_spans.scope.name
+                guarded = guard and scope == GUARD_SCOPE
+                watch = operation_values and self._watch_scope(scope, now)
                 found_other_calls = False
                 for span in spans:
                     trace_id = span.trace_id
@@ -250,14 +266,14 @@ class Detector:
                     parent_id = span.parent_span_id
                     span_name = span.name
                     if span_name.startswith(call_prefixes):
-                        self._call(trace, span, span_id, parent_id, span_name, guard, now)
+                        self._call(trace, span, span_name, guarded, guard, now, undecided)
                         continue
                     if watch:
                         attributes = Attributes(span)
                         operation = next((op for op, kv in _OP_ATTRIBUTES.items() if kv in attributes), None)
                         if operation is not None:
                             found_other_calls = True
-                            self._call(trace, span, span_id, parent_id, operation, guard, now, attributes)
+                            self._call(trace, span, operation, guarded, guard, now, undecided, attributes)
                             continue
                     if parent_id:
                         parent = paths.get(parent_id)
@@ -277,10 +293,32 @@ class Detector:
                     if waiting and span_id in waiting:
                         self._release(trace, span_id, parent)
                 if watch:
-                    self._scopes[scope_spans.scope.name] = (found_other_calls, now)
+                    self._scopes[scope] = (found_other_calls, now)
+        if undecided:
+            self._count_decisions(undecided, raw)
         self._stored += received - skipped
         self._enforce_span_budget()
         return received
+
+    def _count_decisions(self, undecided: list[tuple[SpanView, str, bool]], raw: bytes) -> None:
+        """Count the decisions of call spans settled without reading their attributes.
+
+        When every decision in the request is ``allow`` and there are exactly as many as the
+        guard's spans here plus those already read, each guard span holds one: no span is read.
+        """
+        decisions = self.decisions
+        total = raw.count(_DECISION_KEY)
+        guard_spans = sum(1 for _, _, guarded in undecided if guarded)
+        if total == raw.count(_ALLOW) == guard_spans + self._decided_here:
+            for _, name, guarded in undecided:
+                if guarded:
+                    key = ("allow", "", name)
+                    decisions[key] = decisions.get(key, 0) + 1
+            return
+        for span, name, _ in undecided:
+            decision = _decision(Attributes(span), name)
+            if decision is not None:
+                decisions[decision] = decisions.get(decision, 0) + 1
 
     def _watch_scope(self, scope: str, now: float) -> bool:
         """Whether to look for calls named otherwise among this scope's spans in this request.
@@ -299,55 +337,83 @@ class Detector:
         self,
         trace: _Trace,
         span: SpanView,
-        span_id: bytes,
-        parent_id: bytes,
         span_name: str,
+        guarded: bool,
         guard: bool,
         now: float,
+        undecided: list[tuple[SpanView, str, bool]],
         attributes: Attributes | None = None,
     ) -> None:
-        """Read a call span (its name, side, guard depth and decision); settle or park it.
+        """Settle or park a call span, reading its attributes only where they are needed.
 
         ``span_name`` is the span's name when it starts with the operation, else the operation.
         """
+        span_id = span.span_id
+        parent_id = span.parent_span_id
         name: str | None = None
         if span_name[_OP_LENGTH : _OP_LENGTH + 1] == " ":
             name = span_name[_OP_LENGTH + 1 :] or None
-        depth = 0
+        parent = trace.paths.get(parent_id) if parent_id else None
+        kind = span.kind
+        marker = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
+        if guarded:
+            marker |= _GUARDED
         decision = None
         chain: Path | None = None
-        if name is None or guard:
+        if name is None or attributes is not None or (guard and parent is None):
+            # The slow way, for spans that need it: a name from the attributes, a span that must
+            # wait (its facts are kept, the span is not), a trace root that may continue a chain.
             if attributes is None:
                 attributes = Attributes(span)
             if name is None:
                 key = _AGENT_NAME if span_name.startswith("invoke_agent") else _TOOL_NAME
                 name = attributes.string(key) or None
-            if guard and name is not None:
-                depth = max(attributes.integer(_DEPTH) or 0, 0)
-                verdict = attributes.string(_DECISION_KEY)
-                if verdict is not None:
-                    reason = attributes.string(_REASON) if verdict != "allow" else None
-                    decision = (verdict, reason or "", name)
-                if not parent_id and depth > 1:
-                    chain = _chain_path(attributes.strings(_AGENTS), name, depth)
-        marker = 0
-        if name is not None:
-            kind = span.kind
-            side = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
-            marker = depth << _DEPTH_SHIFT | side
+                if name is None:
+                    # A call with no name to go by is an unnamed link, like any other span.
+                    self._unnamed_call(trace, span, span_id, parent_id, parent, now)
+                    return
+            if guard:
+                decision = _decision(attributes, name)
+                if decision is not None:
+                    self._decided_here += 1
+                marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
+                if not parent_id and (attributes.integer(_DEPTH) or 0) > 1:
+                    chain = _chain_path(attributes.strings(_AGENTS), name)
+        elif guard:
+            undecided.append((span, name, guarded))
         waiter = (trace.trace_id, span_id, parent_id, name, marker, decision)
         if parent_id:
-            parent = trace.paths.get(parent_id)
             if parent is None:
                 self._wait(trace, parent_id, waiter)
                 return
         elif chain is not None:
             parent = chain
         elif span.links:
-            linked = self._linked_path(span, waiter, now)
-            if linked is None:
+            parent = self._linked_path(span, waiter, now)
+            if parent is None:
                 return
-            parent = linked
+        else:
+            parent = ROOT_PATH
+        # _settle, inlined: this runs for every call span.
+        path = self._named(trace, name, marker, parent, span)
+        if decision is not None:
+            self.decisions[decision] = self.decisions.get(decision, 0) + 1
+        trace.paths[span_id] = path
+        if trace.waiting and span_id in trace.waiting:
+            self._release(trace, span_id, path)
+
+    def _unnamed_call(
+        self, trace: _Trace, span: SpanView, span_id: bytes, parent_id: bytes, parent: Path | None, now: float
+    ) -> None:
+        waiter = (trace.trace_id, span_id, parent_id, None, 0, None)
+        if parent_id:
+            if parent is None:
+                self._wait(trace, parent_id, waiter)
+                return
+        elif span.links:
+            parent = self._linked_path(span, waiter, now)
+            if parent is None:
+                return
         else:
             parent = ROOT_PATH
         self._settle(trace, waiter, parent)
@@ -387,10 +453,10 @@ class Detector:
         self._wait(holder, link.span_id, waiter)
         return None
 
-    def _settle(self, owner: _Trace, waiter: Waiter, parent: Path) -> None:
+    def _settle(self, owner: _Trace, waiter: Waiter, parent: Path, span: SpanView | None = None) -> None:
         """Give a span its path, count what it shows, then settle whatever waited for it."""
         name = waiter[_NAME]
-        path = parent if name is None else self._named(owner, name, waiter[_MARKER], parent)
+        path = parent if name is None else self._named(owner, name, waiter[_MARKER], parent, span)
         decision = waiter[_DECISION]
         if decision is not None:
             self.decisions[decision] = self.decisions.get(decision, 0) + 1
@@ -399,15 +465,28 @@ class Detector:
         if owner.waiting and span_id in owner.waiting:
             self._release(owner, span_id, path)
 
-    def _named(self, trace: _Trace, name: str, marker: int, parent: Path) -> Path:
+    def _named(
+        self, trace: _Trace, name: str, marker: int, parent: Path, span: SpanView | None = None
+    ) -> Path:
         """The path of a named span under ``parent``; counts its cycle and its delegation edge."""
         last = len(parent) - 1
+        if last >= _HEAD and name not in parent:
+            # The common case first: a name not yet on the path, under a named ancestor.
+            edge = (str(parent[last]), name)
+            self.delegations[edge] = self.delegations.get(edge, 0) + 1
+            if last - _HEAD + 1 < MAX_PATH_NAMES:
+                return (parent[0], marker, *parent[_HEAD:], name)
+            return (max(0, int(parent[0]) - 1), marker, *parent[_HEAD + 1 :], name)
         if name in parent:
             index = last
             while parent[index] != name:
                 index -= 1
-            if index == last and _same_call(int(parent[1]), marker):
-                return (parent[0], marker, *parent[_HEAD:])
+            if index == last:
+                if marker & _GUARDED and not marker >> _NAME_DEPTH_SHIFT and span is not None:
+                    name_depth = Attributes(span).integer(_NAME_DEPTH) or 0
+                    marker |= max(name_depth, 0) << _NAME_DEPTH_SHIFT
+                if _same_call(int(parent[1]), marker):
+                    return (parent[0], marker, *parent[_HEAD:])
             if index - _HEAD < int(parent[0]):
                 kind = "cross_trace"
             elif index == last:
@@ -514,7 +593,15 @@ class Detector:
                     self._settle(owner, waiter, ROOT_PATH)
 
 
-def _chain_path(agents: list[str] | None, name: str, depth: int) -> Path | None:
+def _decision(attributes: Attributes, name: str) -> tuple[str, str, str] | None:
+    verdict = attributes.string(_DECISION_KEY)
+    if verdict is None:
+        return None
+    reason = attributes.string(_REASON) if verdict != "allow" else None
+    return (verdict, reason or "", name)
+
+
+def _chain_path(agents: list[str] | None, name: str) -> Path | None:
     """The path of the earlier hops of a chain that a trace-root span continues."""
     if not agents:
         return None
@@ -522,7 +609,7 @@ def _chain_path(agents: list[str] | None, name: str, depth: int) -> Path | None:
     if not prior:
         return None
     prior = prior[-MAX_PATH_NAMES:]
-    return (len(prior), (depth - 1) << _DEPTH_SHIFT, *prior)
+    return (len(prior), _GUARDED, *prior)
 
 
 def _crossed(path: Path) -> Path:
@@ -532,11 +619,10 @@ def _crossed(path: Path) -> Path:
 
 def _same_call(ancestor: int, marker: int) -> bool:
     """Whether a named span directly under a span of the same name is that same call again."""
-    ancestor_depth = ancestor >> _DEPTH_SHIFT
-    depth = marker >> _DEPTH_SHIFT
-    if ancestor_depth and depth:
-        return depth <= ancestor_depth
-    if ancestor_depth or depth:
-        # One is the guard's span, the other the runtime's own span of the same call.
+    if marker & _GUARDED:
+        # The guard's span: a new hop when its chain already held the name.
+        return marker >> _NAME_DEPTH_SHIFT <= 1
+    if ancestor & _GUARDED:
+        # Another instrumentation's span of the call the guard's span just recorded.
         return True
     return bool(ancestor & _CLIENT or marker & _SERVER)

@@ -95,16 +95,28 @@ def guard_attributes(
     return attributes
 
 
+GUARD_SCOPE = "otel_guard"  # the inline guard's instrumentation scope
+
+
 def request(*spans: Span, service: str = "agents") -> ExportTraceServiceRequest:
-    """One ExportTraceServiceRequest holding ``spans`` in the given order."""
+    """One ExportTraceServiceRequest holding ``spans`` in the given order.
+
+    Spans with ``otel_guard.*`` attributes go in the guard's instrumentation scope, the others in
+    the scope ``tests``, as an instrumented process exports them.
+    """
     message = ExportTraceServiceRequest()
     resource_spans = message.resource_spans.add()
     resource_spans.resource.attributes.append(
         KeyValue(key="service.name", value=AnyValue(string_value=service))
     )
-    scope_spans = resource_spans.scope_spans.add()
-    scope_spans.scope.name = "tests"
-    scope_spans.spans.extend(spans)
+    scopes: dict[str, list[Span]] = {}
+    for span in spans:
+        guarded = any(kv.key.startswith("otel_guard.") for kv in span.attributes)
+        scopes.setdefault(GUARD_SCOPE if guarded else "tests", []).append(span)
+    for scope, members in scopes.items():
+        scope_spans = resource_spans.scope_spans.add()
+        scope_spans.scope.name = scope
+        scope_spans.spans.extend(members)
     return message
 
 
