@@ -178,7 +178,8 @@ class Keyring:
             if not sep:
                 raise ValueError(f"keys: {kid!r} is not of the form kid:secret")
             try:
-                secret = _b64decode(encoded.strip())
+                # Padding is accepted here (keys made with urlsafe_b64encode have it); tokens stay strict.
+                secret = _b64decode(encoded.strip().rstrip("="))
             except InvalidToken:
                 raise ValueError(f"keys: the secret of key {kid.strip()!r} is not base64url") from None
             pairs.append((kid.strip(), secret))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import time
 from collections.abc import Sequence
 
 from otel_guard.chain import InvalidToken, decode, generate_key
@@ -48,6 +49,13 @@ def _inspect(args: argparse.Namespace) -> int:
     for number, hop in enumerate(chain.hops, start=1):
         skill = f"  (skill {hop.skill})" if hop.skill is not None else ""
         print(f"  {number}. {hop.agent}{skill}")
+    now = time.time()
+    if now >= chain.expires_at:
+        print(
+            f"otel-guard inspect: expired: the chain expired {now - chain.expires_at:.0f} s ago",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -100,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="verify a chain token with the configured keys and print it",
         description="Verify TOKEN with the keys in OTEL_GUARD_KEYS and print its root, workspace, "
-        "times and hops. Exit status 1 and the reason on stderr for a token that fails.",
+        "times and hops. Exit status 1 and the reason on stderr for a token that fails verification "
+        "or has expired.",
     )
     inspect.add_argument("token", metavar="TOKEN", help="the value of the otel_guard.chain baggage member")
     inspect.set_defaults(run=_inspect)

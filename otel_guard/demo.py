@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
@@ -20,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_guard import telemetry as names
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import agentic
-from otel_guard.policy import configure, current_settings, reset_settings
+from otel_guard.policy import Settings, configure, current_settings, reset_settings
 
 RESULTS = {"allow": "allowed", "refuse": "refused", "would_refuse": "would refuse"}
 
@@ -115,9 +116,9 @@ def _print_table(title: str, rows: list[tuple[str, ...]], notes: list[str]) -> N
 
 
 def _configure(**settings: Any) -> None:
-    """Start from the defaults, with a key made for this run so the chains are signed."""
-    reset_settings()
-    configure(keys={"demo": secrets.token_bytes(32)}, **settings)
+    """Start from the documented defaults, whatever OTEL_GUARD_* says, with a key made for this run."""
+    defaults = {f.name: getattr(Settings(), f.name) for f in fields(Settings)}
+    configure(**{**defaults, "keys": {"demo": secrets.token_bytes(32)}, **settings})
 
 
 def _travel(title: str, bounces: int, **settings: Any) -> None:

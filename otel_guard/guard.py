@@ -179,7 +179,8 @@ class Delegation:
             arrived = _arrival(parent, keyring)
         except InvalidToken as exc:
             if settings.mode != "off":
-                verdict = Verdict("refuse", "bad_signature", f"Delegation chain failed verification: {exc}")
+                message = f"Delegation chain failed verification: {exc}; agent {hop.agent} refused"
+                verdict = Verdict("refuse", "bad_signature", message)
                 self._refuse(verdict, None, Chain((hop,), "", settings.workspace, now, now), parent, settings)
             arrived = None  # off mode: no checks; the hop starts a new chain
         arrival = arrived.chain if arrived is not None else None
@@ -200,7 +201,8 @@ class Delegation:
         chain = token.chain
         if verdict.outcome == "refuse":
             self._refuse(verdict, arrival, chain, parent, settings)
-        if token.length > MAX_TOKEN_LENGTH and settings.mode != "off":
+        oversized = token.length > MAX_TOKEN_LENGTH
+        if oversized and settings.mode != "off":
             verdict = Verdict(
                 "refuse",
                 "chain_size",
@@ -212,7 +214,13 @@ class Delegation:
         self.span = span
         self.chain = chain
         self.decision = verdict.outcome
-        ctx = baggage.set_baggage(_BAGGAGE_KEY, token, trace.set_span_in_context(span, parent))
+        ctx = trace.set_span_in_context(span, parent)
+        # A token the propagator would drop is never produced: in off mode such a hop carries no chain.
+        ctx = (
+            baggage.remove_baggage(_BAGGAGE_KEY, ctx)
+            if oversized
+            else baggage.set_baggage(_BAGGAGE_KEY, token, ctx)
+        )
         self.context = ctx
         return ctx
 
@@ -260,7 +268,9 @@ class Delegation:
         hops = chain.hops
         agents = tuple([h.agent for h in hops])
         tool = self.kind == "tool"
-        attributes: dict[str, AttributeValue] = {
+        # The caller's attributes go first so they can never overwrite the guard's own.
+        attributes: dict[str, AttributeValue] = dict(self._attributes) if self._attributes else {}
+        attributes |= {
             names.GEN_AI_OPERATION_NAME: names.EXECUTE_TOOL if tool else names.INVOKE_AGENT,
             names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME: hop.agent,
             names.CHAIN_AGENTS: agents,
@@ -276,8 +286,6 @@ class Delegation:
             attributes[names.SKILL] = hop.skill
         if verdict.reason is not None:
             attributes[names.REASON] = verdict.reason
-        if self._attributes:
-            attributes.update(self._attributes)
         return attributes
 
     def _start_span(
@@ -434,8 +442,7 @@ def _generator_hop(
             try:
                 sent = yield item
             except GeneratorExit:
-                inner.close()
-                hop.finish()
+                _close_in_hop(hop, ctx, inner.close)
                 raise
             except BaseException as exc:
                 step = functools.partial(inner.throw, exc)
@@ -443,6 +450,20 @@ def _generator_hop(
                 step = functools.partial(inner.send, sent)
 
     return call
+
+
+def _close_in_hop(hop: Delegation, ctx: context.Context, close: Callable[[], object]) -> None:
+    """Close a generator inside its hop (its ``finally`` code sees the chain), then end the hop."""
+    token = context.attach(ctx)
+    try:
+        close()
+    except BaseException as exc:
+        hop.finish(exc)
+        raise
+    else:
+        hop.finish()
+    finally:
+        context.detach(token)
 
 
 def _async_generator_hop(
@@ -472,8 +493,16 @@ def _async_generator_hop(
             try:
                 sent = yield item
             except GeneratorExit:
-                await inner.aclose()
-                hop.finish()
+                token = context.attach(ctx)
+                try:
+                    await inner.aclose()
+                except BaseException as exc:
+                    hop.finish(exc)
+                    raise
+                else:
+                    hop.finish()
+                finally:
+                    context.detach(token)
                 raise
             except BaseException as exc:
                 step = functools.partial(inner.athrow, exc)

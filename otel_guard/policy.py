@@ -286,14 +286,14 @@ def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> t
         return (
             "foreign_workspace",
             f"Delegation chain belongs to workspace {arrival.workspace!r}, not {settings.workspace!r}; "
-            f"agent {hop.agent} refused",
+            f"agent {hop.agent} refused in chain {arrival.path() or '(empty)'}",
         )
     if now >= arrival.expires_at:
         return (
             "expired",
             f"Delegation chain expired {now - arrival.expires_at:.0f} s ago "
             f"(lifetime {arrival.expires_at - arrival.issued_at:.0f} s from its first hop); "
-            f"agent {hop.agent} refused",
+            f"agent {hop.agent} refused in chain {arrival.path() or '(empty)'}",
         )
     hops = arrival.hops
     if settings.cycle_rule == "agent" and any(h.agent == hop.agent for h in hops):

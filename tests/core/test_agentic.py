@@ -260,11 +260,6 @@ def test_generator_early_break_ends_the_hop(spans: Any) -> None:
     assert current_chain() is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: guard.py _generator_hop calls inner.close() without attaching the hop's context, "
-    "so a generator's cleanup runs outside its own hop",
-)
 def test_generator_cleanup_on_close_runs_inside_its_hop() -> None:
     seen: list[tuple[str, ...]] = []
 
@@ -281,11 +276,6 @@ def test_generator_cleanup_on_close_runs_inside_its_hop() -> None:
     assert seen == [("resource",)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: guard.py _generator_hop leaves the span open when inner.close() raises "
-    "(hop.finish() is not in a finally)",
-)
 def test_generator_whose_close_fails_still_ends_its_hop(spans: Any) -> None:
     @agentic
     def stubborn() -> Generator[int, None, None]:
@@ -402,11 +392,6 @@ async def test_async_generator_aclose_and_early_break_end_the_hop(spans: Any) ->
     assert current_chain() is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: guard.py _async_generator_hop awaits inner.aclose() without attaching the hop's "
-    "context, so an async generator's cleanup runs outside its own hop",
-)
 async def test_async_generator_cleanup_on_aclose_runs_inside_its_hop() -> None:
     seen: list[tuple[str, ...]] = []
 
@@ -423,11 +408,6 @@ async def test_async_generator_cleanup_on_aclose_runs_inside_its_hop() -> None:
     assert seen == [("resource",)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: guard.py _async_generator_hop leaves the span open when inner.aclose() raises "
-    "(hop.finish() is not in a finally)",
-)
 async def test_async_generator_whose_aclose_fails_still_ends_its_hop(spans: Any) -> None:
     @agentic
     async def stubborn() -> AsyncGenerator[int, None]:

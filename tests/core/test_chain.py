@@ -221,10 +221,6 @@ def test_keyring_parse_rejects_bad_text_with_a_clear_error(text: str, fragment: 
     assert fragment in str(err.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Keyring.parse rejects base64url with '=' padding (chain.py _B64URL/_b64decode)",
-)
 def test_keyring_parse_accepts_padded_base64url() -> None:
     # base64.urlsafe_b64encode(os.urandom(32)) -- the obvious way to make a key -- ends with '='.
     padded = base64.urlsafe_b64encode(SECRET).decode()

@@ -218,23 +218,8 @@ def test_demo_prints_the_seed_tables_with_the_right_decisions(run_command: Run) 
 @pytest.mark.parametrize(
     "environment",
     [
-        pytest.param(
-            {"OTEL_GUARD_MODE": "off"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="core bug: demo.py _configure() starts from reset_settings(), i.e. the user's "
-                "environment; with OTEL_GUARD_MODE=off the A -> A runaway is never stopped and the demo "
-                "dies of Python's RecursionError (exit 1)",
-            ),
-        ),
-        pytest.param(
-            {"OTEL_GUARD_MAX_DEPTH": "2", "OTEL_GUARD_CYCLE_RULE": "none"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="core bug: demo.py _configure() keeps the user's OTEL_GUARD_* settings, so the "
-                "'Default rule' table shows the environment's rules (here hop 3 refused for depth)",
-            ),
-        ),
+        {"OTEL_GUARD_MODE": "off"},
+        {"OTEL_GUARD_MAX_DEPTH": "2", "OTEL_GUARD_CYCLE_RULE": "none"},
     ],
     ids=["mode off", "depth 2 and no cycle rule"],
 )

@@ -635,43 +635,14 @@ def _enter(hops: list[tuple[str, str | None]]) -> None:
 ALL_REASONS = ["cycle", "depth", "name_depth", "expired", "bad_signature", "foreign_workspace"]
 
 
-@pytest.mark.parametrize(
-    "reason",
-    [
-        pytest.param(
-            r,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="core bug: the bad_signature message does not name the agent "
-                "(guard.py Delegation.start, 'Delegation chain failed verification: ...')",
-            ),
-        )
-        if r == "bad_signature"
-        else r
-        for r in ALL_REASONS
-    ],
-)
+@pytest.mark.parametrize("reason", ALL_REASONS)
 def test_every_refusal_names_the_agent(reason: str, key: Any, chain_in_baggage: InBaggage) -> None:
     err = _refusal(reason, key, chain_in_baggage)
     assert err.reason == reason
     assert f"agent {err.hop.agent}" in str(err)
 
 
-@pytest.mark.parametrize(
-    "reason",
-    [
-        pytest.param(
-            r,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=f"core bug: the {r} message does not name the path (policy.py _check)",
-            ),
-        )
-        if r in ("expired", "foreign_workspace")
-        else r
-        for r in ["cycle", "depth", "name_depth", "expired", "foreign_workspace"]
-    ],
-)
+@pytest.mark.parametrize("reason", ["cycle", "depth", "name_depth", "expired", "foreign_workspace"])
 def test_every_refusal_of_a_verified_chain_names_the_path(
     reason: str, key: Any, chain_in_baggage: InBaggage
 ) -> None:

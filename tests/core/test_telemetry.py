@@ -400,11 +400,6 @@ def test_with_keys_there_is_no_warning(run_hops: Callable[..., Any], make_key: C
     assert completed.stderr == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: guard.py Delegation._attributes_for applies the caller's `attributes` last "
-    "(attributes.update), so they can overwrite otel_guard.decision / reason / chain attributes",
-)
 def test_extra_attributes_cannot_overwrite_the_guards_own(spans: Any) -> None:
     disguise: dict[str, AttributeValue] = {
         "otel_guard.decision": "allow",
