@@ -82,6 +82,15 @@ def test_inspect_prints_the_verified_chain(run_command: Run, make_key: Callable[
     assert hop_lines == ["1. planner  (skill plan)", "2. budget", "3. fx  (skill convert)"]
 
 
+def test_inspect_shows_an_expired_chain_and_fails(run_command: Run) -> None:
+    now = time.time()
+    chain = Chain((Hop("planner", "plan"),), new_root(), "travel", now - 900, now - 600)
+    completed = run_command([OTEL_GUARD, "inspect", encode(chain, None)])
+    assert completed.returncode == 1
+    assert re.search(r"^hops:\s+1$", completed.stdout, re.MULTILINE)
+    assert re.fullmatch(r"otel-guard inspect: expired: the chain expired \d+ s ago\n", completed.stderr)
+
+
 def test_inspect_without_keys_says_the_signature_was_not_checked(run_command: Run) -> None:
     unsigned, _ = token(None)
     completed = run_command([OTEL_GUARD, "inspect", unsigned])
