@@ -1,0 +1,142 @@
+"""``otel-guard processor`` as a command: help, usage errors, failures, and a SIGTERM drain."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+import grpc.aio
+import pytest
+from conftest import EXPORT, Sink
+from otel_guard_processor.cli import build_parser, main
+from otel_guard_processor.config import OPTIONS
+from processor_spans import Trace, encode
+
+
+def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: otel-guard processor")
+    for option in OPTIONS:
+        assert option.flag in text
+        assert option.env in text
+    assert "--config" in text
+    # The contract's defaults are shown.
+    for default in ("127.0.0.1:4317", "127.0.0.1:9464"):
+        assert default in text
+
+
+def test_every_option_is_a_flag() -> None:
+    flags = {action.option_strings[0] for action in build_parser()._actions if action.option_strings}
+    assert {option.flag for option in OPTIONS} <= flags
+
+
+def test_unknown_flag_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--listen-to", "x"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --listen-to" in capsys.readouterr().err
+
+
+def test_bad_value_is_usage_error_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--max-traces", "zero"]) == 2
+    assert "max_traces (from flag --max-traces)" in capsys.readouterr().err
+
+
+def test_unreadable_config_file_is_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", "/nonexistent/processor.yaml"]) == 1
+    assert "cannot read /nonexistent/processor.yaml" in capsys.readouterr().err
+
+
+def test_address_in_use_is_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["--listen", "127.0.0.1:0", "--prometheus", f"127.0.0.1:{port}"]) == 1
+    assert f"cannot listen for prometheus on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_the_otel_guard_command_runs_it() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from otel_guard.cli import main; raise SystemExit(main())",
+            "processor",
+            "--help",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0
+    assert "usage: otel-guard processor" in result.stdout
+
+
+@contextmanager
+def processor_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """``python -m otel_guard_processor`` on ephemeral ports; yields it and its gRPC port."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "otel_guard_processor",
+            "--listen",
+            "127.0.0.1:0",
+            "--prometheus",
+            "off",
+            *args,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        found = re.search(r"ready: OTLP/gRPC on 127\.0\.0\.1:(\d+)", line)
+        assert found, line + process.stderr.read()
+        yield process, int(found.group(1))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_sigterm_drains_requests_in_flight(sink: Sink) -> None:
+    sink.delay = 1.5
+    trace = Trace()
+    trace.agent("planner", trace.agent("planner"))
+    raw = encode(*trace.spans)
+    with processor_process("--forward", sink.address, "--drain-timeout", "10") as (process, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            in_flight = asyncio.ensure_future(export(raw, timeout=20))
+            await asyncio.wait_for(sink.arrived.wait(), 10)
+            process.send_signal(signal.SIGTERM)
+            # The request that was in flight is forwarded and acknowledged, not cut off.
+            assert await in_flight == b""
+        assert sink.received == [raw]
+        assert await asyncio.to_thread(process.wait, 20) == 0
+        assert process.stderr is not None
+        rest = process.stderr.read()
+        assert "draining" in rest
+        assert "stopped" in rest
+    # Once stopped it takes nothing more.
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await export(raw, timeout=2)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
