@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
@@ -248,67 +248,80 @@ def _claims_prefix(chain: Chain) -> tuple[str, int]:
     return text, len(text.encode())
 
 
-class _Encoded(NamedTuple):
-    prefix: str
-    prefix_bytes: int
-    hops_json: str
-    hops_bytes: int
-
-
 class ChainToken:
     """A chain ready to travel: its length is known when it is made, its text on first use.
 
     The guard puts this object itself into the context's baggage. Inside the process it *is* the
     verified chain, so nested hops never re-verify; the W3C baggage propagator calls ``str()`` on
     it when a carrier is injected, and only then is it encoded and signed (and the result kept).
+    The claims are kept as two JSON pieces (before the hops, the hops) with their sizes in bytes, so
+    a child hop's token reuses them and knows its length without encoding anything.
     """
 
-    __slots__ = ("_encoded", "_keyring", "_text", "chain", "length")
+    __slots__ = (
+        "_hops_bytes",
+        "_hops_json",
+        "_keyring",
+        "_prefix",
+        "_prefix_bytes",
+        "_text",
+        "chain",
+        "length",
+    )
 
-    def __init__(
-        self,
-        chain: Chain,
-        keyring: Keyring | None,
-        text: str | None = None,
-        _encoded: _Encoded | None = None,
-    ) -> None:
+    def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
         self.chain = chain
         self._keyring = keyring
         self._text = text
-        if _encoded is None:
-            encoded = [_hop_json(hop) for hop in chain.hops]
-            _encoded = _Encoded(
-                *_claims_prefix(chain),
-                ",".join([text for text, _ in encoded]),
-                sum(size for _, size in encoded) + max(len(encoded) - 1, 0),
-            )
-        self._encoded = _encoded
+        self._prefix: str | None = None  # encoded on demand: a token that arrived may never need it
+        self._prefix_bytes = self._hops_bytes = 0
+        self._hops_json = ""
         if text is not None:  # a token that arrived: its length is its own
             self.length = len(text)
-            return
-        # The claims are only encoded when the token is sent; its length is known now. Base64url
-        # without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43.
-        claims = _encoded.prefix_bytes + _encoded.hops_bytes + 2
+        else:
+            self._encode_claims()
+            self.length = self._signed_length()
+
+    def _encode_claims(self) -> None:
+        self._prefix, self._prefix_bytes = _claims_prefix(self.chain)
+        pieces = [_hop_json(hop) for hop in self.chain.hops]
+        self._hops_json = ",".join([piece for piece, _ in pieces])
+        size = len(pieces) - 1
+        for _, piece_bytes in pieces:
+            size += piece_bytes
+        self._hops_bytes = size
+
+    def _signed_length(self) -> int:
+        # Base64url without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43.
+        claims = self._prefix_bytes + self._hops_bytes + 2
+        keyring = self._keyring
         header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
-        self.length = len(header) + 1 + (4 * claims + 2) // 3 + 1 + (43 if keyring else 0)
+        return len(header) + 1 + (4 * claims + 2) // 3 + 1 + (43 if keyring else 0)
 
     def extended(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
         """The token of this chain with ``hop`` appended, reusing what is already encoded."""
+        if self._prefix is None:
+            self._encode_claims()
         hop_json, hop_bytes = _hop_json(hop)
-        before = self._encoded
-        if before.hops_json:
-            hops_json, hops_bytes = f"{before.hops_json},{hop_json}", before.hops_bytes + 1 + hop_bytes
+        child = ChainToken.__new__(ChainToken)
+        child.chain = self.chain.extended(hop)
+        child._keyring = keyring
+        child._text = None
+        child._prefix = self._prefix
+        child._prefix_bytes = self._prefix_bytes
+        if self._hops_json:
+            child._hops_json = f"{self._hops_json},{hop_json}"
+            child._hops_bytes = self._hops_bytes + 1 + hop_bytes
         else:
-            hops_json, hops_bytes = hop_json, hop_bytes
-        encoded = _Encoded(before.prefix, before.prefix_bytes, hops_json, hops_bytes)
-        return ChainToken(self.chain.extended(hop), keyring, None, encoded)
+            child._hops_json, child._hops_bytes = hop_json, hop_bytes
+        child.length = child._signed_length()
+        return child
 
     def __str__(self) -> str:
         text = self._text
         if text is None:
             keyring = self._keyring
-            encoded = self._encoded
-            claims = _b64encode(f"{encoded.prefix}{encoded.hops_json}]}}".encode())
+            claims = _b64encode(f"{self._prefix}{self._hops_json}]}}".encode())
             if keyring is None:
                 text = f"{_UNSIGNED_HEADER}.{claims}."
             else:
