@@ -198,7 +198,7 @@ def main() -> int:
                 f"127.0.0.1:{sink_port}",
                 "--prometheus",
                 f"127.0.0.1:{free_port()}",
-            ],  # fmt: skip
+            ],
             "ready:",
             "stderr",
         ) as processor,
