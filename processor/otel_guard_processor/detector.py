@@ -44,7 +44,8 @@ Order, duplicates and bounds
 ----------------------------
 Spans arrive in any order and in any request. A span whose parent has not arrived waits for it, and
 is settled -- with all its waiting descendants -- the moment the parent arrives. A span whose parent
-never arrives is settled as a root when its trace is evicted: the wait is bounded by the trace TTL.
+never arrives is settled when its trace is evicted -- on the chain it carries if the guard made it,
+else as a root: the wait is bounded by the trace TTL.
 A span seen twice (a retried request) is not counted twice while its trace is held.
 
 State is bounded: at most ``max_traces`` traces, ``max_spans`` spans in all and
@@ -135,14 +136,16 @@ SCOPE_RECHECK_SECONDS: Final = 600.0
 # A span that waits for its parent (or, for a trace root, for the span it links to). A plain tuple
 # because spans wait often -- a batch usually holds children before their parents -- and fields by
 # index: trace id, span id, parent span id (b"" for a linked trace root), name (None when unnamed),
-# marker, decision ((decision, reason, name) from otel_guard.decision, or None).
-Waiter = tuple[bytes, bytes, bytes, str | None, int, tuple[str, str, str] | None]
+# marker, decision ((decision, reason, name) from otel_guard.decision, or None), and the path of
+# the guard's chain before it (for a guard span that may turn out an orphan), or None.
+Waiter = tuple[bytes, bytes, bytes, str | None, int, tuple[str, str, str] | None, "Path | None"]
 _TRACE_ID: Final = 0
 _SPAN_ID: Final = 1
 _PARENT_ID: Final = 2
 _NAME: Final = 3
 _MARKER: Final = 4
 _DECISION: Final = 5
+_CHAIN: Final = 6
 
 
 @dataclass(frozen=True)
@@ -277,10 +280,10 @@ class Detector:
                     if parent_id:
                         parent = paths.get(parent_id)
                         if parent is None:
-                            self._wait(trace, parent_id, (trace_id, span_id, parent_id, None, 0, None))
+                            self._wait(trace, parent_id, (trace_id, span_id, parent_id, None, 0, None, None))
                             continue
                     elif span.links:
-                        waiter = (trace_id, span_id, parent_id, None, 0, None)
+                        waiter = (trace_id, span_id, parent_id, None, 0, None, None)
                         linked = self._linked_path(span, waiter, now)
                         if linked is None:
                             continue
@@ -376,11 +379,13 @@ class Detector:
                 if decision is not None:
                     self._decided_here += 1
                 marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
-                if not parent_id and (attributes.integer(_DEPTH) or 0) > 1:
+                # A trace root continues its chain; a span that waits keeps it, in case its parent
+                # never comes (e.g. a tier that receives the guard's spans only).
+                if parent is None and (attributes.integer(_DEPTH) or 0) > 1:
                     chain = _chain_path(attributes.strings(_AGENTS), name)
         elif guard:
             undecided.append((span, name, guarded))
-        waiter = (trace.trace_id, span_id, parent_id, name, marker, decision)
+        waiter = (trace.trace_id, span_id, parent_id, name, marker, decision, chain)
         if parent_id:
             if parent is None:
                 self._wait(trace, parent_id, waiter)
@@ -404,7 +409,7 @@ class Detector:
     def _unnamed_call(
         self, trace: _Trace, span: SpanView, span_id: bytes, parent_id: bytes, parent: Path | None, now: float
     ) -> None:
-        waiter = (trace.trace_id, span_id, parent_id, None, 0, None)
+        waiter = (trace.trace_id, span_id, parent_id, None, 0, None, None)
         if parent_id:
             if parent is None:
                 self._wait(trace, parent_id, waiter)
@@ -589,7 +594,7 @@ class Detector:
             for waiter in waiting.pop(parent_id):
                 owner = self._take(trace, waiter)
                 if owner is not None:
-                    self._settle(owner, waiter, ROOT_PATH)
+                    self._settle(owner, waiter, waiter[_CHAIN] or ROOT_PATH)
 
 
 def _decision(attributes: Attributes, name: str) -> tuple[str, str, str] | None:

@@ -428,3 +428,83 @@ def test_paths_keep_a_bounded_number_of_names() -> None:
 def test_max_traces_below_two_is_refused() -> None:
     with pytest.raises(ValueError, match="max_traces"):
         Detector(DetectorLimits(max_traces=1))
+
+
+def test_a_guard_span_whose_parent_never_comes_settles_on_its_chain() -> None:
+    # As in a tier that receives only the guard's spans: the HTTP spans between hops go elsewhere.
+    trace = Trace()
+    planner = trace.agent("planner", attributes=guard_attributes(["planner"]))
+    hop = trace.http_hop(planner)
+    budget = trace.agent("budget", hop, attributes=guard_attributes(["planner", "budget"]))
+    repeat = trace.agent(
+        "planner", trace.http_hop(budget), attributes=guard_attributes(["planner", "budget", "planner"])
+    )
+    detector = Detector(DetectorLimits(trace_ttl=5.0))
+    feed(detector, [planner, budget, repeat], now=0.0)
+    assert detector.cycles == {}  # budget and the repeat wait for their HTTP parents
+    detector.expire(10.0)
+    assert detector.cycles == {("cross_trace", "planner>budget>planner"): 1}
+
+
+def test_decisions_counted_in_bulk_equal_those_read_span_by_span() -> None:
+    trace = Trace()
+    planner = trace.agent("planner", attributes=guard_attributes(["planner"]))
+    for _ in range(3):
+        trace.tool("search", planner, attributes=guard_attributes(["planner", "search"]))
+    all_allow = detect(trace.spans)
+    assert all_allow.decisions == {("allow", "", "planner"): 1, ("allow", "", "search"): 3}
+    # The same with one refusal among them: read span by span, each counted as it says.
+    trace.tool(
+        "search",
+        planner,
+        attributes=guard_attributes(["planner", "search"], decision="refuse", reason="depth"),
+    )
+    mixed = detect(trace.spans)
+    assert mixed.decisions == {
+        ("allow", "", "planner"): 1,
+        ("allow", "", "search"): 3,
+        ("refuse", "depth", "search"): 1,
+    }
+
+
+def test_guard_span_without_decision_is_not_counted_as_allow() -> None:
+    trace = Trace()
+    planner = trace.agent("planner", attributes=guard_attributes(["planner"]))
+    attributes = guard_attributes(["planner", "search"])
+    del attributes["otel_guard.decision"]
+    trace.tool("search", planner, attributes=attributes)
+    assert detect(trace.spans).decisions == {("allow", "", "planner"): 1}
+
+
+def test_calls_named_otherwise_are_found_by_operation_in_the_scopes_that_use_them() -> None:
+    detector = Detector()
+    trace = Trace()
+    run = trace.span(
+        "agent run", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    )
+    tool = trace.span(
+        "running tool", run, attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "b"}
+    )
+    trace.span(
+        "agent run", tool, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    )
+    feed(detector, trace.spans, now=0.0)
+    assert detector.cycles == {("cross_function", "a>b>a"): 1}
+    # Later requests from the same scope are read the same way.
+    again = Trace()
+    run = again.span(
+        "agent run", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    )
+    again.span(
+        "agent run", run, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    )
+    feed(detector, again.spans, now=1.0)
+    assert detector.cycles[("direct", "a>a")] == 1
+
+
+def test_guard_scope_is_the_inline_guards_instrumentation_name() -> None:
+    from otel_guard_processor.detector import GUARD_SCOPE
+
+    from otel_guard.telemetry import INSTRUMENTATION_NAME
+
+    assert GUARD_SCOPE == INSTRUMENTATION_NAME
