@@ -268,7 +268,26 @@ class Detector:
                     parent_id = span.parent_span_id
                     span_name = span.name
                     if span_name.startswith(call_prefixes):
-                        self._call(trace, span, span_name, guarded, guard, now, undecided)
+                        parent = paths.get(parent_id) if parent_id else None
+                        if (
+                            parent is None
+                            or span_name[_OP_LENGTH : _OP_LENGTH + 1] != " "
+                            or len(span_name) == _OP_LENGTH + 1
+                        ):
+                            self._call(trace, span, span_name, guarded, guard, now, undecided)
+                            continue
+                        # _call's common case, inlined: a named call under a settled parent.
+                        name = span_name[_OP_LENGTH + 1 :]
+                        kind = span.kind
+                        marker = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
+                        if guarded:
+                            marker |= _GUARDED
+                        if guard:
+                            undecided.append((span, name, guarded))
+                        path = self._named(trace, name, marker, parent, span)
+                        paths[span_id] = path
+                        if waiting and span_id in waiting:
+                            self._release(trace, span_id, path)
                         continue
                     if watch:
                         attributes = Attributes(span)
@@ -375,10 +394,14 @@ class Detector:
                     self._unnamed_call(trace, span, span_id, parent_id, parent, now)
                     return
             if guard:
-                decision = _decision(attributes, name)
-                if decision is not None:
-                    self._decided_here += 1
-                marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
+                if parent_id and parent is None:
+                    # It waits, and the span will be gone when it settles: keep what it says.
+                    decision = _decision(attributes, name)
+                    if decision is not None:
+                        self._decided_here += 1
+                    marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
+                else:
+                    undecided.append((span, name, guarded))
                 # A trace root continues its chain; a span that waits keeps it, in case its parent
                 # never comes (e.g. a tier that receives the guard's spans only).
                 if parent is None and (attributes.integer(_DEPTH) or 0) > 1:

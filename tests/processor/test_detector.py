@@ -508,3 +508,10 @@ def test_guard_scope_is_the_inline_guards_instrumentation_name() -> None:
     from otel_guard.telemetry import INSTRUMENTATION_NAME
 
     assert GUARD_SCOPE == INSTRUMENTATION_NAME
+
+
+def test_a_call_span_named_with_an_empty_subject_takes_the_attribute() -> None:
+    trace = Trace()
+    planner = trace.agent("planner")
+    trace.span("invoke_agent ", planner, attributes={"gen_ai.agent.name": "planner"})
+    assert detect(trace.spans).cycles == {("direct", "planner>planner"): 1}
