@@ -231,8 +231,11 @@ class Detector:
         waiting: dict[bytes, list[Waiter]] = {}
         full = False
         call_prefixes = _CALL_PREFIXES  # a local: read once per span
-        # Call spans settled without reading their attributes: their decisions are counted after.
-        undecided: list[tuple[SpanView, str, bool]] = []
+        traces = self._traces
+        # Call spans settled without reading their attributes (the guard's, and others): their
+        # decisions are counted after.
+        undecided: list[tuple[SpanView, str]] = []
+        undecided_others: list[tuple[SpanView, str]] = []
         self._decided_here = 0
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
@@ -251,7 +254,12 @@ class Detector:
                 for span in spans:
                     trace_id = span.trace_id
                     if trace is None or trace_id != last_trace_id:
-                        trace = self._touch(trace_id, now)
+                        trace = traces.get(trace_id)
+                        if trace is None:
+                            trace = self._touch(trace_id, now)
+                        else:
+                            traces.move_to_end(trace_id)
+                            trace.last_seen = now
                         paths = trace.paths
                         waiting = trace.waiting
                         last_trace_id = trace_id
@@ -274,7 +282,8 @@ class Detector:
                             or span_name[_OP_LENGTH : _OP_LENGTH + 1] != " "
                             or len(span_name) == _OP_LENGTH + 1
                         ):
-                            self._call(trace, span, span_name, guarded, guard, now, undecided)
+                            self._call(trace, span, span_name, guarded, guard, now,
+                                       undecided if guarded else undecided_others)  # fmt: skip
                             continue
                         # _call's common case, inlined: a named call under a settled parent.
                         name = span_name[_OP_LENGTH + 1 :]
@@ -282,8 +291,10 @@ class Detector:
                         marker = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
                         if guarded:
                             marker |= _GUARDED
-                        if guard:
-                            undecided.append((span, name, guarded))
+                        if guarded:
+                            undecided.append((span, name))
+                        elif guard:
+                            undecided_others.append((span, name))
                         path = self._named(trace, name, marker, parent, span)
                         paths[span_id] = path
                         if waiting and span_id in waiting:
@@ -294,7 +305,8 @@ class Detector:
                         operation = next((op for op, kv in _OP_ATTRIBUTES.items() if kv in attributes), None)
                         if operation is not None:
                             found_other_calls = True
-                            self._call(trace, span, operation, guarded, guard, now, undecided, attributes)
+                            self._call(trace, span, operation, guarded, guard, now,
+                                       undecided if guarded else undecided_others, attributes)  # fmt: skip
                             continue
                     if parent_id:
                         parent = paths.get(parent_id)
@@ -315,13 +327,15 @@ class Detector:
                         self._release(trace, span_id, parent)
                 if watch:
                     self._scopes[scope] = (found_other_calls, now)
-        if undecided:
-            self._count_decisions(undecided, raw)
+        if undecided or undecided_others:
+            self._count_decisions(undecided, undecided_others, raw)
         self._stored += received - skipped
         self._enforce_span_budget()
         return received
 
-    def _count_decisions(self, undecided: list[tuple[SpanView, str, bool]], raw: bytes) -> None:
+    def _count_decisions(
+        self, guards: list[tuple[SpanView, str]], others: list[tuple[SpanView, str]], raw: bytes
+    ) -> None:
         """Count the decisions of call spans settled without reading their attributes.
 
         When every decision in the request is ``allow`` and there are exactly as many as the
@@ -329,14 +343,12 @@ class Detector:
         """
         decisions = self.decisions
         total = raw.count(_DECISION_KEY)
-        guard_spans = sum(1 for _, _, guarded in undecided if guarded)
-        if total == raw.count(_ALLOW) == guard_spans + self._decided_here:
-            for _, name, guarded in undecided:
-                if guarded:
-                    key = ("allow", "", name)
-                    decisions[key] = decisions.get(key, 0) + 1
+        if total == raw.count(_ALLOW) == len(guards) + self._decided_here:
+            for _, name in guards:
+                key = ("allow", "", name)
+                decisions[key] = decisions.get(key, 0) + 1
             return
-        for span, name, _ in undecided:
+        for span, name in (*guards, *others):
             decision = _decision(Attributes(span), name)
             if decision is not None:
                 decisions[decision] = decisions.get(decision, 0) + 1
@@ -362,7 +374,7 @@ class Detector:
         guarded: bool,
         guard: bool,
         now: float,
-        undecided: list[tuple[SpanView, str, bool]],
+        undecided: list[tuple[SpanView, str]],
         attributes: Attributes | None = None,
     ) -> None:
         """Settle or park a call span, reading its attributes only where they are needed.
@@ -401,13 +413,13 @@ class Detector:
                         self._decided_here += 1
                     marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
                 else:
-                    undecided.append((span, name, guarded))
+                    undecided.append((span, name))
                 # A trace root continues its chain; a span that waits keeps it, in case its parent
                 # never comes (e.g. a tier that receives the guard's spans only).
                 if parent is None and (attributes.integer(_DEPTH) or 0) > 1:
                     chain = _chain_path(attributes.strings(_AGENTS), name)
         elif guard:
-            undecided.append((span, name, guarded))
+            undecided.append((span, name))
         waiter = (trace.trace_id, span_id, parent_id, name, marker, decision, chain)
         if parent_id:
             if parent is None:
