@@ -12,8 +12,9 @@ as an A2A server with one line::
 For every HTTP request the middleware
 
 1. continues the caller's context from the request headers (``traceparent`` and ``baggage``, read by
-   the global OpenTelemetry propagator; when an OpenTelemetry ASGI middleware outside this one has
-   already done so, its server span stays the parent and only the chain is read),
+   the global OpenTelemetry propagator, and ``baggage`` even when ``OTEL_PROPAGATORS`` leaves it out;
+   when an OpenTelemetry ASGI middleware outside this one has already done so, its server span stays
+   the parent and only the chain is read),
 2. checks the hop into ``agent`` against the chain that arrived (the ``otel_guard.chain`` baggage
    member) with ``delegate(agent, skill, receiving=True, span_kind=SERVER)``: a chain whose last hop is
    already this agent (the caller's client instrumentation added it) is checked again, not extended,
@@ -81,18 +82,21 @@ def carrier_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, st
 def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Context] | None:
     """Continue the caller's trace and chain from ``carrier``; return the token to detach, or ``None``.
 
-    When the current context has no span, the whole caller context is extracted (its span becomes the
-    parent). When it has one (an OpenTelemetry server middleware or the runtime's own tracing started
-    it), that span stays the parent and only the baggage is read, and not at all when the chain is
-    already in the context.
+    When the current context has no span, the whole caller context is extracted by the global
+    propagator (its span becomes the parent). When it has one (an OpenTelemetry server middleware or
+    the runtime's own tracing started it), that span stays the parent and only the baggage is read,
+    and not at all when the chain is already in the context. The ``baggage`` header is read even when
+    ``OTEL_PROPAGATORS`` leaves baggage out: without it a loop through this server would go unseen.
     """
     current = otel_context.get_current()
     if trace.get_current_span(current).get_span_context().is_valid:
         if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not None:
             return None
-        ctx = _BAGGAGE_ONLY.extract(carrier, context=current)
+        ctx = current
     else:
         ctx = propagate.extract(carrier, context=current)
+    if baggage.get_baggage(CHAIN_BAGGAGE_KEY, ctx) is None:
+        ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
     return otel_context.attach(ctx)
 
 

@@ -22,6 +22,7 @@ import uvicorn
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -271,6 +272,23 @@ async def test_an_outer_opentelemetry_middleware_keeps_its_server_span_as_the_pa
     (outer_span,) = spans.named("POST /quote")
     assert hop.parent is not None
     assert hop.parent.span_id == outer_span.context.span_id
+
+
+async def test_the_chain_is_read_even_when_the_propagators_leave_baggage_out(
+    serve: Callable[..., Served],
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    headers = chain_headers("budget", "planner")  # sent by a client whose propagators carry baggage
+    served = serve()
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(TraceContextTextMapPropagator())  # OTEL_PROPAGATORS=tracecontext
+    try:
+        response = await post(f"{served.url}/quote", headers)
+    finally:
+        propagate.set_global_textmap(previous)
+
+    assert response.status_code == 409
+    assert served.budget.seen == []
 
 
 async def test_observe_mode_lets_the_cycle_through_and_records_would_refuse(

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a.client.client import ClientCallContext
-from opentelemetry import propagate
+from opentelemetry import baggage, propagate
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
@@ -28,6 +29,10 @@ from otel_guard.instrumentation._a2a_errors import (
     refusal_from_details,
 )
 from otel_guard.instrumentation._a2a_hop import hop_skill, hop_stream, switch
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+
+_BAGGAGE_ONLY = W3CBaggagePropagator()
+_BAGGAGE_HEADER = "baggage"
 
 
 def _enabled() -> bool:
@@ -35,9 +40,15 @@ def _enabled() -> bool:
 
 
 def _propagating(call_context: ClientCallContext | None) -> ClientCallContext:
-    """A copy of ``call_context`` whose service parameters carry the current context."""
+    """A copy of ``call_context`` whose service parameters carry the current context.
+
+    The chain goes into the ``baggage`` header even when ``OTEL_PROPAGATORS`` leaves baggage out:
+    without it a loop through A2A would go unseen.
+    """
     carrier: dict[str, str] = dict(call_context.service_parameters or {}) if call_context else {}
     propagate.inject(carrier)
+    if CHAIN_BAGGAGE_KEY not in carrier.get(_BAGGAGE_HEADER, "") and baggage.get_baggage(CHAIN_BAGGAGE_KEY):
+        _BAGGAGE_ONLY.inject(carrier)
     if call_context is None:
         return ClientCallContext(service_parameters=carrier)
     return call_context.model_copy(update={"service_parameters": carrier})

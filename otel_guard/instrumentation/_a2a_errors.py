@@ -67,6 +67,7 @@ class ServerRefusal(A2AError):
     def __init__(self, refusal: DelegationRefused) -> None:
         super().__init__(str(refusal))
         self.refusal = refusal
+        self.code = refusal.code  # what the SDK's error log prints as the error's code
 
 
 def error_metadata(err: DelegationRefused) -> dict[str, str]:

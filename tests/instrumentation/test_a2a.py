@@ -34,6 +34,7 @@ from opentelemetry import propagate
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import otel_guard
 from otel_guard.chain import generate_key
@@ -205,6 +206,31 @@ async def test_loop_is_refused_at_the_first_bounce(
     ours = hop_spans(spans)
     assert len({s.context.trace_id for s in ours}) == 1  # one trace across both servers
     assert len({attributes(s)["otel_guard.chain.root"] for s in ours}) == 1  # and one chain
+
+
+@pytest.fixture
+def tracecontext_only() -> Iterator[None]:
+    """``OTEL_PROPAGATORS=tracecontext``: the global propagator carries no baggage."""
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(TraceContextTextMapPropagator())
+    yield
+    propagate.set_global_textmap(previous)
+
+
+async def test_the_chain_travels_even_when_the_propagators_leave_baggage_out(
+    instrumented: A2AInstrumentor,
+    spans: Any,
+    start_agents: Callable[..., Agents],
+    tracecontext_only: None,
+) -> None:
+    otel_guard.configure(cycle_rule="agent")
+    agents = start_agents()
+
+    answer = await agents.ask_planner()
+
+    assert agents.executions() == [("planner", "plan"), ("budget", "price")]
+    assert REFUSED_TEXT in answer
+    assert len({s.context.trace_id for s in hop_spans(spans)}) == 1
 
 
 async def test_spans_carry_the_contract_attributes(
