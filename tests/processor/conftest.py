@@ -1,65 +1,18 @@
-"""Fixtures of the processor tests: a real downstream sink, a processor on ephemeral ports, clients.
+"""Fixtures of the processor tests: a real downstream sink and processors on ephemeral ports.
 
 Everything listens on 127.0.0.1 port 0 and is stopped by the fixture that started it.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-import grpc
-import grpc.aio
-import httpx
 import pytest
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.service import Processor
-from prometheus_client.parser import text_string_to_metric_families
-
-EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-
-
-class Sink:
-    """A downstream OTLP/gRPC TraceService that records the raw bytes of every request it acks."""
-
-    def __init__(self) -> None:
-        self.received: list[bytes] = []
-        self.delay = 0.0
-        self.fail_with: grpc.StatusCode | None = None
-        self.response = b""
-        self.arrived = asyncio.Event()
-        self._server: grpc.aio.Server | None = None
-        self.port = 0
-
-    async def start(self, port: int = 0) -> None:
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        handler = grpc.unary_unary_rpc_method_handler(self._export)
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
-        )
-        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
-        await self._server.start()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(None)
-            self._server = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def _export(self, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        self.arrived.set()
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.fail_with is not None:
-            await context.abort(self.fail_with, "the sink says no")
-        self.received.append(raw)
-        return self.response
+from processor_helpers import ProcessorFactory, Sink
 
 
 @pytest.fixture
@@ -68,9 +21,6 @@ async def sink() -> AsyncIterator[Sink]:
     await downstream.start()
     yield downstream
     await downstream.stop()
-
-
-ProcessorFactory = Callable[..., Awaitable[Processor]]
 
 
 @pytest.fixture
@@ -95,46 +45,3 @@ async def start_processor() -> AsyncIterator[ProcessorFactory]:
     yield start
     for processor in started:
         await processor.stop()
-
-
-def grpc_address(processor: Processor) -> str:
-    assert processor.grpc is not None
-    return f"127.0.0.1:{processor.grpc.port}"
-
-
-def http_url(processor: Processor) -> str:
-    assert processor.http is not None
-    return f"http://127.0.0.1:{processor.http.port}/v1/traces"
-
-
-async def export(processor: Processor, raw: bytes, timeout: float = 10.0) -> bytes:
-    """Send raw request bytes over a real gRPC channel; raises grpc.aio.AioRpcError on error."""
-    async with grpc.aio.insecure_channel(grpc_address(processor)) as channel:
-        call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-        response: bytes = await call(raw, timeout=timeout)
-        return response
-
-
-async def scrape(processor: Processor) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """GET /metrics: sample name -> {sorted label pairs: value}."""
-    assert processor.prometheus is not None
-    async with httpx.AsyncClient() as client:
-        response = await client.get(f"http://127.0.0.1:{processor.prometheus.port}/metrics")
-    response.raise_for_status()
-    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            key = tuple(sorted(sample.labels.items()))
-            samples.setdefault(sample.name, {})[key] = sample.value
-    return samples
-
-
-def series(
-    samples: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str
-) -> dict[tuple[str, ...], float]:
-    """The samples of one metric as {label values in label-name order: value}, zeros left out."""
-    found: dict[tuple[str, ...], float] = {}
-    for labels, value in samples.get(name, {}).items():
-        if value:
-            found[tuple(v for _, v in labels)] = value
-    return found

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 import grpc
 import grpc.aio
 import pytest
-from conftest import EXPORT, Sink
 from otel_guard_processor.cli import build_parser, main
 from otel_guard_processor.config import OPTIONS
+from processor_helpers import EXPORT, Sink
 from processor_spans import Trace, encode
 
 

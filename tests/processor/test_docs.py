@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import httpx
-from conftest import ProcessorFactory, export
 from otel_guard_processor.config import OPTIONS
+from processor_helpers import ProcessorFactory, export
 from processor_spans import Trace, encode, guard_attributes
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "processor.md"

@@ -12,7 +12,7 @@ import grpc.aio
 import httpx
 import psutil
 import pytest
-from conftest import EXPORT, Sink
+from processor_helpers import EXPORT, Sink
 from processor_spans import Trace, encode
 
 

@@ -9,13 +9,13 @@ import grpc
 import grpc.aio
 import httpx
 import pytest
-from conftest import ProcessorFactory, Sink, export, http_url, scrape, series
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from processor_helpers import ProcessorFactory, Sink, export, http_url, scrape, series
 from processor_spans import Trace, encode, request
 
 SPANS = "otel_guard_processor_spans_total"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ProcessorFactory, grpc_address, scrape, series
+from processor_helpers import ProcessorFactory, grpc_address, scrape, series
 
 APP = Path(__file__).with_name("guarded_agents_app.py")
 

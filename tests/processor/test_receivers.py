@@ -10,7 +10,6 @@ import grpc
 import grpc.aio
 import httpx
 import pytest
-from conftest import ProcessorFactory, export, grpc_address, http_url, scrape, series
 from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -18,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from processor_helpers import ProcessorFactory, export, grpc_address, http_url, scrape, series
 from processor_spans import Trace, encode, request
 
 CYCLES = "otel_guard_cycles_total"
