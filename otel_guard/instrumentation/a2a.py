@@ -39,6 +39,7 @@ _log = logging.getLogger("otel_guard.instrumentation")
 
 _CLIENT: Final = "otel_guard.instrumentation._a2a_client"
 _SERVER: Final = "otel_guard.instrumentation._a2a_server"
+_GRPC: Final = "otel_guard.instrumentation._a2a_grpc"
 _V2: Final = "a2a.server.request_handlers.default_request_handler_v2"
 _LEGACY: Final = "a2a.server.request_handlers.default_request_handler"
 
@@ -74,6 +75,12 @@ _PATCHES: Final[dict[PatchTarget, tuple[str, str]]] = {
         "build_error_response",
     ),
     ("a2a.utils.error_handlers", "build_rest_error_payload"): (_SERVER, "build_rest_error_payload"),
+    # gRPC (only where grpcio is installed): a refusal as an ABORTED status, and back
+    ("a2a.server.request_handlers.grpc_handler", "GrpcHandler.abort_context"): (
+        _GRPC,
+        "abort_context",
+    ),
+    ("a2a.client.transports.grpc", "_map_grpc_error"): (_GRPC, "map_grpc_error"),
 }
 
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = tuple(_PATCHES)
@@ -101,12 +108,12 @@ class A2AInstrumentor(GuardInstrumentor):
             telemetry.bind(tracer_provider, meter_provider)
         self._patched: list[PatchTarget] = []
         for (module, attribute), (wrapper_module, wrapper_name) in _PATCHES.items():
-            wrapper = getattr(importlib.import_module(wrapper_module), wrapper_name)
             try:
+                wrapper = getattr(importlib.import_module(wrapper_module), wrapper_name)
                 wrapt.wrap_function_wrapper(module, attribute, wrapper)
                 self._patched.append((module, attribute))
             except ImportError as exc:
-                # An optional part of the SDK that is not installed (e.g. the HTTP server extras).
+                # An optional part of the SDK that is not installed (grpcio, the HTTP server).
                 _log.debug("otel-guard: A2A patch %s.%s skipped: %s", module, attribute, exc)
             except AttributeError:
                 _log.warning(

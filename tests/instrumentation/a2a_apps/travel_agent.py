@@ -62,6 +62,7 @@ RAN_PREFIX = "travel_agent: ran "
 
 JSONRPC = TransportProtocol.JSONRPC.value
 REST = TransportProtocol.HTTP_JSON.value
+GRPC = TransportProtocol.GRPC.value
 
 
 def current_chain_agents() -> list[str] | None:
@@ -84,8 +85,17 @@ def request(text: str, skill: str | None = None, **metadata: Any) -> SendMessage
     )
 
 
+def client_config(binding: str = JSONRPC, streaming: bool = False) -> ClientConfig:
+    config = ClientConfig(streaming=streaming, supported_protocol_bindings=[binding])
+    if binding == GRPC:
+        import grpc
+
+        config.grpc_channel_factory = grpc.aio.insecure_channel
+    return config
+
+
 async def ask(
-    url: str,
+    agent: str | AgentCard,
     text: str,
     skill: str | None = None,
     *,
@@ -93,9 +103,8 @@ async def ask(
     streaming: bool = False,
     **metadata: Any,
 ) -> str:
-    """Send one message to the agent at ``url`` and return the text of its answer."""
-    config = ClientConfig(streaming=streaming, supported_protocol_bindings=[binding])
-    client = await create_client(url, client_config=config)
+    """Send one message to the agent (at a URL, or by its card) and return its answer's text."""
+    client = await create_client(agent, client_config=client_config(binding, streaming))
     try:
         events = client.send_message(request(text, skill, **metadata))
         texts = [get_stream_response_text(event) async for event in events]
@@ -110,7 +119,7 @@ class TravelAgent(AgentExecutor):
     def __init__(
         self,
         name: str,
-        peer: Callable[[], str] | None,
+        peer: Callable[[], str | AgentCard] | None,
         record: Callable[[dict[str, Any]], None],
         *,
         binding: str = JSONRPC,
@@ -153,15 +162,23 @@ class TravelAgent(AgentExecutor):
         raise NotImplementedError("the travel agents answer at once")
 
 
-def agent_card(name: str, base_url: str, *, streaming: bool = False) -> AgentCard:
+def agent_card(
+    name: str, base_url: str | None, *, grpc_url: str | None = None, streaming: bool = False
+) -> AgentCard:
+    """The agent's card: JSON-RPC and HTTP+JSON under ``base_url``, gRPC at ``grpc_url``."""
+    interfaces = []
+    if base_url is not None:
+        interfaces += [
+            AgentInterface(url=f"{base_url}/", protocol_binding=JSONRPC, protocol_version="1.0"),
+            AgentInterface(url=f"{base_url}/rest", protocol_binding=REST, protocol_version="1.0"),
+        ]
+    if grpc_url is not None:
+        interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version="1.0"))
     return AgentCard(
         name=name,
         description=f"The {name} travel agent",
         version="1.0.0",
-        supported_interfaces=[
-            AgentInterface(url=f"{base_url}/", protocol_binding=JSONRPC, protocol_version="1.0"),
-            AgentInterface(url=f"{base_url}/rest", protocol_binding=REST, protocol_version="1.0"),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
@@ -170,6 +187,22 @@ def agent_card(name: str, base_url: str, *, streaming: bool = False) -> AgentCar
             for skill in SKILLS[name]
         ],
     )
+
+
+async def start_grpc_server(executor: TravelAgent, *, streaming: bool = False) -> tuple[Any, AgentCard]:
+    """Serve the agent over gRPC on a free port of 127.0.0.1 in the running loop; return the
+    started ``grpc.aio`` server and the agent's card."""
+    import grpc
+    from a2a.server.request_handlers import GrpcHandler
+    from a2a.types import a2a_pb2_grpc
+
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    card = agent_card(executor.name, None, grpc_url=f"127.0.0.1:{port}", streaming=streaming)
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+    await server.start()
+    return server, card
 
 
 def build_app(

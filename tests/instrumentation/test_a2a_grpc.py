@@ -1,0 +1,118 @@
+"""A2A over gRPC: Planner and Budget as real ``grpc.aio`` servers on 127.0.0.1, real gRPC clients.
+
+The chain travels in the gRPC metadata (the SDK sends a call's service parameters as metadata); a
+refusal comes back as the status ``ABORTED`` with the refusal's ``ErrorInfo`` in the status details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from a2a.client import A2AClientError, ClientFactory, minimal_agent_card
+from a2a.types import AgentCard
+from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
+    GRPC,
+    TravelAgent,
+    ask,
+    client_config,
+    request,
+    start_grpc_server,
+)
+from opentelemetry.trace import SpanKind
+
+import otel_guard
+from otel_guard.instrumentation.a2a import A2AInstrumentor
+
+pytestmark = pytest.mark.integration
+
+REFUSED_TEXT = "Delegation cycle: agent planner is already in chain planner → budget"
+
+
+@pytest.fixture
+def instrumented() -> Iterator[A2AInstrumentor]:
+    instrumentor = A2AInstrumentor()
+    instrumentor.instrument()
+    yield instrumentor
+    instrumentor.uninstrument()
+
+
+class GrpcAgents:
+    def __init__(self) -> None:
+        self.cards: dict[str, AgentCard] = {}
+        self.ran: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+async def grpc_agents(instrumented: A2AInstrumentor) -> AsyncIterator[GrpcAgents]:
+    agents = GrpcAgents()
+    servers = []
+    for name, peer in (("planner", "budget"), ("budget", "planner")):
+        executor = TravelAgent(
+            name,
+            lambda peer=peer: agents.cards[peer],  # type: ignore[misc]
+            agents.ran.append,
+            binding=GRPC,
+        )
+        server, agents.cards[name] = await start_grpc_server(executor)
+        servers.append(server)
+    yield agents
+    for server in servers:
+        await server.stop(None)
+
+
+async def test_loop_over_grpc_is_refused_at_the_first_bounce(spans: Any, grpc_agents: GrpcAgents) -> None:
+    otel_guard.configure(cycle_rule="agent")
+
+    answer = await ask(grpc_agents.cards["planner"], "a 3-day Lisbon trip", "plan", binding=GRPC)
+
+    assert [(r["agent"], r["chain"]) for r in grpc_agents.ran] == [
+        ("planner", ["planner"]),
+        ("budget", ["planner", "budget"]),
+    ]
+    assert answer.startswith("plan: 3 days in Lisbon <price: 1200 EUR [A2ADelegationRefused: ")
+    assert REFUSED_TEXT in answer
+    hops = [s for s in spans.all() if s.name.startswith("invoke_agent ")]
+    assert sorted((s.name, s.kind.name, dict(s.attributes or {})["otel_guard.decision"]) for s in hops) == [
+        ("invoke_agent budget", "CLIENT", "allow"),
+        ("invoke_agent budget", "SERVER", "allow"),
+        ("invoke_agent planner", "CLIENT", "allow"),
+        ("invoke_agent planner", "CLIENT", "refuse"),
+        ("invoke_agent planner", "SERVER", "allow"),
+    ]
+    assert len({s.context.trace_id for s in hops}) == 1
+
+
+async def test_server_refusal_over_grpc_is_aborted_and_raised_as_a2a_delegation_refused(
+    spans: Any, grpc_agents: GrpcAgents
+) -> None:
+    """A bootstrap card has no name, so this client adds no hop: Planner's server refuses."""
+    otel_guard.configure(cycle_rule="agent")
+    url = grpc_agents.cards["planner"].supported_interfaces[0].url
+    client = ClientFactory(client_config(GRPC)).create(minimal_agent_card(url, [GRPC]))
+
+    with (
+        otel_guard.delegate("planner"),
+        otel_guard.delegate("budget"),
+        pytest.raises(A2AClientError) as caught,
+    ):
+        async for _ in client.send_message(request("the itinerary, please", "itinerary")):
+            pass
+    await client.close()
+
+    err = caught.value
+    assert isinstance(err, otel_guard.DelegationRefused)
+    assert (err.code, err.reason, err.status, str(err)) == (
+        "a2a_delegation_cycle",
+        "cycle",
+        409,
+        REFUSED_TEXT,
+    )
+    cause = err.__cause__
+    assert isinstance(cause, grpc.aio.AioRpcError)
+    assert cause.code() is grpc.StatusCode.ABORTED
+    assert grpc_agents.ran == []
+    (refused,) = [s for s in spans.named("invoke_agent planner") if s.kind is SpanKind.SERVER]
+    assert dict(refused.attributes or {})["otel_guard.decision"] == "refuse"
