@@ -140,7 +140,7 @@ class ProcessorConfig:
     forward: str | None = None
     prometheus: str | None = "127.0.0.1:9464"
     max_traces: int = 50_000
-    max_spans: int = 2_000_000
+    max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
     trace_ttl: float = 120.0
     max_request_bytes: int = 8 * 1024 * 1024

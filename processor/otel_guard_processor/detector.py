@@ -153,7 +153,7 @@ class DetectorLimits:
     """The bounds on detection state (see the module docstring)."""
 
     max_traces: int = 50_000
-    max_spans: int = 2_000_000
+    max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
     trace_ttl: float = 120.0
 
