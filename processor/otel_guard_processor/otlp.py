@@ -183,9 +183,12 @@ class Attributes:
     """The attributes of one span, looked up in the span's own encoding.
 
     A lookup finds the first ``KeyValue`` with that key (tag, length, key, then the value's tag)
-    and decodes just its ``AnyValue``. Span attributes come before events and links in the field
-    order every OTLP encoder writes, so the span's own attribute is the one found. A value of an
-    unexpected type, or bytes that do not decode, read as absent.
+    and decodes just its ``AnyValue``. The view re-encodes the fields it declares first (ids,
+    name, kind, start time, and the links, whose own attributes come along), then the rest as
+    received: the span's attributes, then its events, in the field order OTLP encoders write. So
+    the span's own attribute is the one found unless a link carries the same key (the keys read
+    here -- ``gen_ai.*`` names and the guard's ``otel_guard.*`` -- are not link attributes). A value
+    of an unexpected type, or bytes that do not decode, read as absent.
     """
 
     __slots__ = ("_blob",)
