@@ -318,6 +318,8 @@ def json_to_protobuf(body: bytes) -> bytes:
         document = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MalformedRequest(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedRequest("not JSON this processor reads: nested too deeply") from None
     if not isinstance(document, dict):
         raise MalformedRequest("an OTLP/JSON request must be a JSON object")
     for span in _json_spans(document):
@@ -332,7 +334,7 @@ def json_to_protobuf(body: bytes) -> bytes:
     message = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
+    except (json_format.ParseError, TypeError, ValueError, RecursionError) as exc:
         raise MalformedRequest(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
     return message.SerializeToString()
 

@@ -138,6 +138,7 @@ async def test_malformed_protobuf_is_invalid_argument_and_changes_nothing(
     [
         (b"{not json", "not JSON"),
         (b"[1, 2]", "must be a JSON object"),
+        (b"[" * 100_000, "nested too deeply"),
         (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}', "not hex"),
         (
             b'{"resourceSpans": [{"scopeSpans": [{"spans": '
