@@ -69,7 +69,7 @@ The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parse
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
@@ -174,6 +174,9 @@ class _Trace:
         self.last_seen = 0.0
 
 
+_NO_TRACE: Final = _Trace(b"")  # stands for "no trace yet" in ingest's loop; never holds a span
+
+
 class Detector:
     """Incremental cycle detection over parsed OTLP requests; see the module docstring.
 
@@ -225,9 +228,10 @@ class Detector:
         operation_values = any(pattern in raw for pattern in _OP_VALUE_BYTES)
         per_trace = self.limits.max_spans_per_trace
         received = skipped = 0
-        last_trace_id = b""
-        trace: _Trace | None = None
+        last_trace_id: bytes | None = None  # no trace id equals it: the first span looks its trace up
+        trace = _NO_TRACE
         paths: dict[bytes, Path] = {}
+        delegations = self.delegations
         waiting: dict[bytes, list[Waiter]] = {}
         full = False
         call_prefixes = _CALL_PREFIXES  # a local: read once per span
@@ -253,11 +257,12 @@ class Detector:
                 found_other_calls = False
                 for span in spans:
                     trace_id = span.trace_id
-                    if trace is None or trace_id != last_trace_id:
-                        trace = traces.get(trace_id)
-                        if trace is None:
+                    if trace_id != last_trace_id:
+                        found = traces.get(trace_id)
+                        if found is None:
                             trace = self._touch(trace_id, now)
                         else:
+                            trace = found
                             traces.move_to_end(trace_id)
                             trace.last_seen = now
                         paths = trace.paths
@@ -295,7 +300,14 @@ class Detector:
                             undecided.append((span, name))
                         elif guard:
                             undecided_others.append((span, name))
-                        path = self._named(trace, name, marker, parent, span)
+                        last = len(parent) - 1
+                        if _HEAD <= last < MAX_PATH_NAMES and name not in parent:
+                            # _named's common case, inlined: a new name under a named ancestor.
+                            edge = (str(parent[last]), name)
+                            delegations[edge] = delegations.get(edge, 0) + 1
+                            path = (parent[0], marker, *parent[_HEAD:], name)
+                        else:
+                            path = self._named(trace, name, marker, parent, span)
                         paths[span_id] = path
                         if waiting and span_id in waiting:
                             self._release(trace, span_id, path)
@@ -344,9 +356,9 @@ class Detector:
         decisions = self.decisions
         total = raw.count(_DECISION_KEY)
         if total == raw.count(_ALLOW) == len(guards) + self._decided_here:
-            for _, name in guards:
+            for name, count in Counter([name for _, name in guards]).items():
                 key = ("allow", "", name)
-                decisions[key] = decisions.get(key, 0) + 1
+                decisions[key] = decisions.get(key, 0) + count
             return
         for span, name in (*guards, *others):
             decision = _decision(Attributes(span), name)

@@ -91,7 +91,11 @@ class Forwarder:
                 reason="busy",
             )
         self._inflight += 1
-        return asyncio.ensure_future(self._send(raw))
+        sending = asyncio.ensure_future(self._send(raw))
+        # If the client goes away meanwhile nobody awaits the result: retrieve it anyway, so a
+        # failure is not reported as an exception never retrieved.
+        sending.add_done_callback(_retrieve)
+        return sending
 
     async def _send(self, raw: bytes) -> bytes:
         try:
@@ -104,6 +108,11 @@ class Forwarder:
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
+
+
+def _retrieve(sending: asyncio.Future[bytes]) -> None:
+    if not sending.cancelled():
+        sending.exception()
 
 
 def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) -> DownstreamError:
