@@ -40,7 +40,6 @@ __all__ = [
     "SpanView",
     "json_to_protobuf",
     "parse_request",
-    "spans_of",
 ]
 
 TRACE_ID_BYTES = 16
@@ -170,13 +169,6 @@ def parse_request(raw: bytes) -> RequestView:
         return cast(RequestView, _RequestViewClass.FromString(raw))
     except DecodeError as exc:
         raise MalformedRequest(f"not an OTLP ExportTraceServiceRequest: {exc}") from None
-
-
-def spans_of(request: RequestView) -> Iterator[SpanView]:
-    """Every span of the request, in request order."""
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            yield from scope_spans.spans
 
 
 class Attributes:
