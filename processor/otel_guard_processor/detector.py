@@ -4,7 +4,8 @@ What counts
 -----------
 A *call span* is one whose operation is ``invoke_agent`` or ``execute_tool``: by its span name
 (``invoke_agent planner``, as the OpenTelemetry GenAI conventions name it) or by its
-``gen_ai.operation.name`` attribute. Its *name* is the span name's subject, else its
+``gen_ai.operation.name`` attribute (looked for in the instrumentation scopes that name calls
+otherwise; see ``Detector._watch_scope``). Its *name* is the span name's subject, else its
 ``gen_ai.agent.name`` / ``gen_ai.tool.name`` attribute. Every other span -- HTTP client and server
 spans, model calls, queue spans -- is an unnamed link in the ancestry.
 
