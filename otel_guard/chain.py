@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
@@ -47,9 +47,12 @@ class InvalidToken(ValueError):
     """A token that is not a valid delegation chain; the message says what is wrong with it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Hop:
-    """One call in a delegation chain: the agent (or tool) called, and the job it was asked for."""
+class Hop(NamedTuple):
+    """One call in a delegation chain: the agent (or tool) called, and the job it was asked for.
+
+    An immutable pair, as on the wire (``[agent, skill]``); a tuple so that comparing and hashing
+    hops, which every decision does, runs at C speed.
+    """
 
     agent: str
     skill: str | None = None
@@ -71,11 +74,11 @@ class Chain:
 
     @property
     def agents(self) -> tuple[str, ...]:
-        return tuple(hop.agent for hop in self.hops)
+        return tuple([hop[0] for hop in self.hops])
 
     def name_depth(self, name: str) -> int:
         """How many times ``name`` stands in the chain."""
-        return sum(1 for hop in self.hops if hop.agent == name)
+        return self.agents.count(name)
 
     def extended(self, hop: Hop) -> Chain:
         """This chain with ``hop`` appended (same root, workspace and lifetime)."""
@@ -265,12 +268,17 @@ class ChainToken:
         "_prefix",
         "_prefix_bytes",
         "_text",
+        "agents",
         "chain",
         "length",
+        "skills",
     )
 
     def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
         self.chain = chain
+        # The span attributes otel_guard.chain.agents / .skills, built once per chain.
+        self.agents = tuple([hop[0] for hop in chain.hops])
+        self.skills = tuple([hop[1] or "" for hop in chain.hops])
         self._keyring = keyring
         self._text = text
         self._prefix: str | None = None  # encoded on demand: a token that arrived may never need it
@@ -305,6 +313,8 @@ class ChainToken:
         hop_json, hop_bytes = _hop_json(hop)
         child = ChainToken.__new__(ChainToken)
         child.chain = self.chain.extended(hop)
+        child.agents = (*self.agents, hop[0])
+        child.skills = (*self.skills, hop[1] or "")
         child._keyring = keyring
         child._text = None
         child._prefix = self._prefix

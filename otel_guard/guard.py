@@ -210,7 +210,7 @@ class Delegation:
                 f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
             )
             self._refuse(verdict, arrival, chain, parent, settings)
-        span = self._start_span(verdict, chain, parent, settings)
+        span = self._start_span(verdict, chain, parent, settings, token)
         self.span = span
         self.chain = chain
         self.decision = verdict.outcome
@@ -262,11 +262,10 @@ class Delegation:
     # Internals ----------------------------------------------------------------------------------
 
     def _attributes_for(
-        self, verdict: Verdict, chain: Chain, settings: Settings
+        self, verdict: Verdict, chain: Chain, settings: Settings, token: ChainToken | None = None
     ) -> dict[str, AttributeValue]:
         hop = self.hop
-        hops = chain.hops
-        agents = tuple([h.agent for h in hops])
+        agents = token.agents if token is not None else chain.agents
         tool = self.kind == "tool"
         # The caller's attributes go first so they can never overwrite the guard's own.
         attributes: dict[str, AttributeValue] = dict(self._attributes) if self._attributes else {}
@@ -274,8 +273,10 @@ class Delegation:
             names.GEN_AI_OPERATION_NAME: names.EXECUTE_TOOL if tool else names.INVOKE_AGENT,
             names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME: hop.agent,
             names.CHAIN_AGENTS: agents,
-            names.CHAIN_SKILLS: tuple([h.skill or "" for h in hops]),
-            names.CHAIN_DEPTH: len(hops),
+            names.CHAIN_SKILLS: token.skills
+            if token is not None
+            else tuple([h.skill or "" for h in chain.hops]),
+            names.CHAIN_DEPTH: len(agents),
             names.NAME_DEPTH: agents.count(hop.agent),
             names.DECISION: verdict.outcome,
             names.MODE: settings.mode,
@@ -289,7 +290,12 @@ class Delegation:
         return attributes
 
     def _start_span(
-        self, verdict: Verdict, chain: Chain, parent: context.Context, settings: Settings
+        self,
+        verdict: Verdict,
+        chain: Chain,
+        parent: context.Context,
+        settings: Settings,
+        token: ChainToken | None = None,
     ) -> trace.Span:
         tel = names.current()
         tool = self.kind == "tool"
@@ -297,7 +303,7 @@ class Delegation:
             f"{names.EXECUTE_TOOL if tool else names.INVOKE_AGENT} {self.hop.agent}",
             context=parent,
             kind=self._span_kind,
-            attributes=self._attributes_for(verdict, chain, settings),
+            attributes=self._attributes_for(verdict, chain, settings, token),
         )
         if verdict.reason is not None:
             span.add_event(
@@ -312,7 +318,7 @@ class Delegation:
                 self.hop.agent,
             )
         )
-        tel.depths.add(len(chain.hops))
+        tel.depths.add(chain.depth)
         return span
 
     def _refuse(

@@ -296,15 +296,12 @@ def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> t
             f"agent {hop.agent} refused in chain {arrival.path() or '(empty)'}",
         )
     hops = arrival.hops
-    if settings.cycle_rule == "agent" and any(h.agent == hop.agent for h in hops):
+    standing = [h[0] for h in hops].count(hop.agent)
+    if settings.cycle_rule == "agent" and standing:
         return "cycle", f"Delegation cycle: agent {hop.agent} is already in chain {arrival.path()}"
-    if settings.cycle_rule == "agent_skill" and hop in hops:
+    if settings.cycle_rule == "agent_skill" and standing and hop in hops:
         skill = f" with skill {hop.skill}" if hop.skill is not None else ""
-        return (
-            "cycle",
-            f"Delegation cycle: agent {hop.agent}{skill} is already in chain {arrival.path()}",
-        )
-    standing = sum(1 for h in hops if h.agent == hop.agent)
+        return "cycle", f"Delegation cycle: agent {hop.agent}{skill} is already in chain {arrival.path()}"
     if standing >= settings.max_name_depth:
         return (
             "name_depth",
