@@ -133,6 +133,7 @@ GUARD_SCOPE: Final = "otel_guard"
 # How long a scope's habit of naming calls (by span name alone, or also otherwise) is trusted
 # before a whole request from it is checked again.
 SCOPE_RECHECK_SECONDS: Final = 600.0
+_MAX_SCOPES: Final = 1024
 
 # A span that waits for its parent (or, for a trace root, for the span it links to). A plain tuple
 # because spans wait often -- a batch usually holds children before their parents -- and fields by
@@ -339,6 +340,8 @@ class Detector:
                     if waiting and span_id in waiting:
                         self._release(trace, span_id, parent)
                 if watch:
+                    if len(self._scopes) >= _MAX_SCOPES and scope not in self._scopes:
+                        self._scopes.clear()  # bounded: scope names come from the senders
                     self._scopes[scope] = (found_other_calls, now)
         if undecided or undecided_others:
             self._count_decisions(undecided, undecided_others, raw)
