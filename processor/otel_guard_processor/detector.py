@@ -72,7 +72,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from otel_guard_processor.otlp import (
     KIND_CLIENT,
@@ -134,6 +134,12 @@ GUARD_SCOPE: Final = "otel_guard"
 # before a whole request from it is checked again.
 SCOPE_RECHECK_SECONDS: Final = 600.0
 _MAX_SCOPES: Final = 1024
+# Label values come from span names and attributes, which the senders choose: each metric keeps at
+# most MAX_SERIES label sets, and counts the rest under the label value OVERFLOW.
+MAX_SERIES: Final = 10_000
+OVERFLOW: Final = "_overflow"
+_OVERFLOW_EDGE: Final = (OVERFLOW, OVERFLOW)
+_OVERFLOW_DECISION: Final = (OVERFLOW, OVERFLOW, OVERFLOW)
 
 # A span that waits for its parent (or, for a trace root, for the span it links to). A plain tuple
 # because spans wait often -- a batch usually holds children before their parents -- and fields by
@@ -174,6 +180,15 @@ class _Trace:
         self.held = 0  # spans in ``waiting``
         self.cycles: set[tuple[str, str]] | None = None
         self.last_seen = 0.0
+
+
+def _count(tally: dict[Any, int], key: Any, overflow: Any, by: int = 1) -> None:
+    """Add to a metric's tally, folding new label sets past MAX_SERIES into ``overflow``."""
+    count = tally.get(key)
+    if count is None and len(tally) >= MAX_SERIES:
+        key = overflow
+        count = tally.get(key)
+    tally[key] = (count or 0) + by
 
 
 _NO_TRACE: Final = _Trace(b"")  # stands for "no trace yet" in ingest's loop; never holds a span
@@ -306,7 +321,11 @@ class Detector:
                         if _HEAD <= last < MAX_PATH_NAMES and name not in parent:
                             # _named's common case, inlined: a new name under a named ancestor.
                             edge = (str(parent[last]), name)
-                            delegations[edge] = delegations.get(edge, 0) + 1
+                            count = delegations.get(edge)
+                            if count is None:
+                                _count(delegations, edge, _OVERFLOW_EDGE)
+                            else:
+                                delegations[edge] = count + 1
                             path = (parent[0], marker, *parent[_HEAD:], name)
                         else:
                             path = self._named(trace, name, marker, parent, span)
@@ -362,12 +381,12 @@ class Detector:
         if total == raw.count(_ALLOW) == len(guards) + self._decided_here:
             for name, count in Counter([name for _, name in guards]).items():
                 key = ("allow", "", name)
-                decisions[key] = decisions.get(key, 0) + count
+                _count(decisions, key, _OVERFLOW_DECISION, count)
             return
         for span, name in (*guards, *others):
             decision = _decision(Attributes(span), name)
             if decision is not None:
-                decisions[decision] = decisions.get(decision, 0) + 1
+                _count(decisions, decision, _OVERFLOW_DECISION)
 
     def _watch_scope(self, scope: str, now: float) -> bool:
         """Whether to look for calls named otherwise among this scope's spans in this request.
@@ -452,7 +471,7 @@ class Detector:
         # _settle, inlined: this runs for every call span.
         path = self._named(trace, name, marker, parent, span)
         if decision is not None:
-            self.decisions[decision] = self.decisions.get(decision, 0) + 1
+            _count(self.decisions, decision, _OVERFLOW_DECISION)
         trace.paths[span_id] = path
         if trace.waiting and span_id in trace.waiting:
             self._release(trace, span_id, path)
@@ -514,7 +533,7 @@ class Detector:
         path = parent if name is None else self._named(owner, name, waiter[_MARKER], parent, span)
         decision = waiter[_DECISION]
         if decision is not None:
-            self.decisions[decision] = self.decisions.get(decision, 0) + 1
+            _count(self.decisions, decision, _OVERFLOW_DECISION)
         span_id = waiter[_SPAN_ID]
         owner.paths[span_id] = path
         if owner.waiting and span_id in owner.waiting:
@@ -528,7 +547,7 @@ class Detector:
         if last >= _HEAD and name not in parent:
             # The common case first: a name not yet on the path, under a named ancestor.
             edge = (str(parent[last]), name)
-            self.delegations[edge] = self.delegations.get(edge, 0) + 1
+            _count(self.delegations, edge, _OVERFLOW_EDGE)
             if last - _HEAD + 1 < MAX_PATH_NAMES:
                 return (parent[0], marker, *parent[_HEAD:], name)
             return (max(0, int(parent[0]) - 1), marker, *parent[_HEAD + 1 :], name)
@@ -555,10 +574,10 @@ class Detector:
             key = (kind, label)
             if key not in seen:
                 seen.add(key)
-                self.cycles[key] = self.cycles.get(key, 0) + 1
+                _count(self.cycles, key, (kind, OVERFLOW))
         if last >= _HEAD:
             edge = (str(parent[last]), name)
-            self.delegations[edge] = self.delegations.get(edge, 0) + 1
+            _count(self.delegations, edge, _OVERFLOW_EDGE)
         if last - _HEAD + 1 >= MAX_PATH_NAMES:
             boundary = max(0, int(parent[0]) - 1)
             return (boundary, marker, *parent[_HEAD + 1 :], name)
@@ -582,7 +601,7 @@ class Detector:
                 new_path = base if name is None else self._named(owner, name, waiter[_MARKER], base)
                 decision = waiter[_DECISION]
                 if decision is not None:
-                    self.decisions[decision] = self.decisions.get(decision, 0) + 1
+                    _count(self.decisions, decision, _OVERFLOW_DECISION)
                 span_id = waiter[_SPAN_ID]
                 owner.paths[span_id] = new_path
                 if owner.waiting and span_id in owner.waiting:

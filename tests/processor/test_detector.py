@@ -515,3 +515,20 @@ def test_a_call_span_named_with_an_empty_subject_takes_the_attribute() -> None:
     planner = trace.agent("planner")
     trace.span("invoke_agent ", planner, attributes={"gen_ai.agent.name": "planner"})
     assert detect(trace.spans).cycles == {("direct", "planner>planner"): 1}
+
+
+def test_label_sets_past_the_limit_are_counted_as_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_guard_processor import detector as detector_module
+
+    monkeypatch.setattr(detector_module, "MAX_SERIES", 3)
+    trace = Trace()
+    root = trace.agent("root")
+    for index in range(5):
+        agent = trace.agent(f"agent-{index}", root)
+        trace.agent(f"agent-{index}", trace.agent("helper", agent))
+    detector = detect(trace.spans)
+    assert len(detector.delegations) == 4  # three label sets and the overflow
+    assert sum(detector.delegations.values()) == 15  # nothing lost
+    assert detector.delegations[("_overflow", "_overflow")] == 12
+    assert len(detector.cycles) == 4
+    assert detector.cycles[("cross_function", "_overflow")] == 2
