@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import grpc
 import uvicorn
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
@@ -120,7 +121,11 @@ def _reply(answer: Answer, is_json: bool, status: int | None = None) -> Response
     if answer.code == grpc.StatusCode.OK:
         body = answer.response
         if is_json:
-            body = json_format.MessageToJson(ExportTraceServiceResponse.FromString(body)).encode()
+            try:
+                response = ExportTraceServiceResponse.FromString(body)
+            except DecodeError:
+                response = ExportTraceServiceResponse()  # the downstream acknowledged; say so
+            body = json_format.MessageToJson(response).encode()
         return Response(body, status_code=200, media_type=media_type)
     if answer.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(answer.retry_after)))
