@@ -369,16 +369,29 @@ def chain_headers(*agents: str) -> dict[str, str]:
     return headers
 
 
+@pytest.mark.parametrize(
+    ("method", "legacy"),
+    [
+        ("SendMessage", False),
+        ("SendStreamingMessage", False),
+        ("SendMessage", True),
+        ("SendStreamingMessage", True),
+    ],
+)
 async def test_server_refuses_an_arriving_cycle_with_a_jsonrpc_error(
-    instrumented: A2AInstrumentor, spans: Any, start_agents: Callable[..., Agents]
+    instrumented: A2AInstrumentor,
+    spans: Any,
+    start_agents: Callable[..., Agents],
+    method: str,
+    legacy: bool,
 ) -> None:
     """A client without otel-guard sends the chain planner -> budget: only the server stands."""
     otel_guard.configure(cycle_rule="agent")
-    agents = start_agents()
+    agents = start_agents(JSONRPC, method == "SendStreamingMessage", legacy)
     body = {
         "jsonrpc": "2.0",
         "id": "call-1",
-        "method": "SendMessage",
+        "method": method,
         "params": MessageToDict(request("the itinerary, please", "itinerary")),
     }
     headers = {**chain_headers("planner", "budget"), "A2A-Version": "1.0"}
