@@ -75,7 +75,8 @@ def _caller_carrier(call_context: Any) -> dict[str, str] | None:
     return None
 
 
-def _hop_arguments(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+def _hop_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """``(params, context)`` of ``on_message_send(params, context)``."""
     params = args[0] if args else kwargs["params"]
     call_context = args[1] if len(args) > 1 else kwargs.get("context")
     return params, call_context
@@ -86,7 +87,7 @@ async def on_message_send(wrapped: Any, instance: Any, args: tuple[Any, ...], kw
     card = getattr(instance, "_agent_card", None) if _enabled() else None
     if card is None or not card.name:
         return await wrapped(*args, **kwargs)
-    params, call_context = _hop_arguments(instance, args, kwargs)
+    params, call_context = _hop_arguments(args, kwargs)
     hop = delegate(card.name, hop_skill(card, params), receiving=True, span_kind=SpanKind.SERVER)
     return await hop_call(hop, ServerRefusal, lambda: wrapped(*args, **kwargs), _caller_carrier(call_context))
 
@@ -99,7 +100,7 @@ def on_message_send_stream(
     if card is None or not card.name:
         stream: AsyncIterator[Any] = wrapped(*args, **kwargs)
         return stream
-    params, call_context = _hop_arguments(instance, args, kwargs)
+    params, call_context = _hop_arguments(args, kwargs)
     hop = delegate(card.name, hop_skill(card, params), receiving=True, span_kind=SpanKind.SERVER)
     return hop_stream(hop, ServerRefusal, lambda: wrapped(*args, **kwargs), _caller_carrier(call_context))
 

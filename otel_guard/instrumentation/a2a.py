@@ -13,13 +13,16 @@ Client: ``Client.send_message`` (streaming or not, JSON-RPC, HTTP+JSON or gRPC) 
 skill. The new chain (W3C baggage member ``otel_guard.chain``) and the ``traceparent`` travel as
 request headers. A refused send raises :class:`A2ADelegationRefused` before any request is made.
 
-Server: before the ``AgentExecutor`` runs, the incoming chain is read from the request headers and
-checked with the agent card's name as a receiving hop (kind SERVER). A refused hop never reaches the
-executor; the caller receives a JSON-RPC error (code ``-32099``) or an HTTP+JSON ``409``, both with a
-``google.rpc.ErrorInfo`` whose metadata carries the contract's ``code`` (``a2a_delegation_cycle``,
-...), the ``reason``, ``status: "409"`` and ``retryable: "false"``. An instrumented client raises it
+Server: before the ``AgentExecutor`` runs, the incoming chain is read from the request headers (or
+gRPC metadata) and checked with the agent card's name as a receiving hop (kind SERVER). A refused
+hop never reaches the executor; the caller receives a JSON-RPC error (code ``-32099``), an HTTP+JSON
+``409`` or a gRPC ``ABORTED`` status, each with a ``google.rpc.ErrorInfo`` whose metadata carries the
+contract's ``code`` (``a2a_delegation_cycle``, ...), the ``reason``, ``status: "409"`` and
+``retryable: "false"``. An instrumented client raises it
 as :class:`A2ADelegationRefused` (an ``A2AClientError`` and a ``DelegationRefused``), so an agent that
 already handles the SDK's errors answers with what it has.
+
+See ``docs/runtimes/a2a.md`` (the README's A2A section) for the wire format and the limits.
 
 The policy is the process-wide one (``OTEL_GUARD_*`` or ``otel_guard.configure``). The
 ``tracer_provider`` and ``meter_provider`` keyword arguments of ``instrument()``, when given, bind

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a_apps.travel_agent import CALL_SECONDS, RAN_PREFIX, REST, ask, request
+from a2a_apps.travel_agent import CALL_SECONDS, JSONRPC, RAN_PREFIX, REST, ask, request
 from google.protobuf.json_format import MessageToDict
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind
@@ -135,6 +135,8 @@ class Pair:
     planner: AgentProcess
     budget: AgentProcess
     keys: str
+    binding: str = JSONRPC
+    streaming: bool = False
 
 
 def base_env(keys: str) -> dict[str, str]:
@@ -168,19 +170,25 @@ def enforcing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         stop(budget)
 
 
-@pytest.fixture(scope="module")
-def budget_observing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    """Planner enforces; Budget's process is still in observe mode (HTTP+JSON, streaming)."""
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param((JSONRPC, False), id="jsonrpc"), pytest.param((REST, True), id="rest-streaming")],
+)
+def budget_observing(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Pair]:
+    """Planner enforces; Budget's process is still in observe mode."""
+    binding, streaming = request.param
     folder = tmp_path_factory.mktemp("a2a_budget_observing")
     kid, secret = generate_key()
     keys = f"{kid}:{secret}"
     env = base_env(keys)
-    options = ("--binding", REST, "--streaming")
+    options = ("--binding", binding, *(["--streaming"] if streaming else []))
     planner = start("planner", "budget", folder, env, *options)
     budget = start("budget", "planner", folder, {**env, "OTEL_GUARD_MODE": "observe"}, *options)
     try:
         wait_until_serving([planner, budget])
-        yield Pair(planner, budget, keys)
+        yield Pair(planner, budget, keys, binding, streaming)
     finally:
         stop(planner)
         stop(budget)
@@ -263,12 +271,19 @@ async def test_budget_process_refuses_an_arriving_chain_before_its_executor(
 async def test_planner_process_refuses_the_bounce_that_an_observing_budget_let_through(
     instrumented: A2AInstrumentor, budget_observing: Pair
 ) -> None:
-    """Rolling out: Budget only observes, so its call goes out; Planner's server refuses it."""
+    """Rolling out: Budget only observes, so its call goes out; Planner's server refuses it with the
+    transport's error (a JSON-RPC error, or HTTP 409), and Budget answers with what it has."""
     otel_guard.configure(cycle_rule="agent", keys=budget_observing.keys)
     planner, budget = budget_observing.planner, budget_observing.budget
     before = len(planner.executions()), len(budget.executions())
 
-    answer = await ask(planner.url, "a 3-day Lisbon trip", "plan", binding=REST, streaming=True)
+    answer = await ask(
+        planner.url,
+        "a 3-day Lisbon trip",
+        "plan",
+        binding=budget_observing.binding,
+        streaming=budget_observing.streaming,
+    )
 
     # Budget received Planner's refusal as an A2A error and answered with what it had.
     assert answer.startswith("plan: 3 days in Lisbon <price: 1200 EUR [A2ADelegationRefused: ")
