@@ -1,0 +1,74 @@
+"""The metric names and labels the dashboards may read, taken from the real producers in process.
+
+- The inline guard's OpenTelemetry metrics, as the OpenTelemetry Prometheus exporter serves them (a
+  private registry, a private MeterProvider: the session's global providers are left alone).
+- The processor's metric families, from its own collector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from otel_guard_processor.detector import Detector
+from otel_guard_processor.metrics import RequestStats, new_registry
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import otel_guard
+from otel_guard import DelegationRefused, delegate, telemetry
+
+SAMPLE_SUFFIXES = {
+    "counter": ("_total",),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("", "_sum", "_count"),
+}
+
+
+@contextmanager
+def guard_metrics_registry() -> Iterator[CollectorRegistry]:
+    """A registry serving the guard's metrics through the OpenTelemetry Prometheus exporter."""
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    try:
+        with telemetry.bound(TracerProvider(), provider):
+            yield registry
+    finally:
+        provider.shutdown()
+
+
+def guard_samples() -> dict[str, set[frozenset[tuple[str, str]]]]:
+    """Sample name -> label sets the guard's metrics have after hops of every kind of decision."""
+    with guard_metrics_registry() as registry:
+        otel_guard.configure(mode="observe", cycle_rule="agent")
+        with delegate("planner"), delegate("budget"), delegate("planner"):
+            pass  # would_refuse: a cycle
+        with delegate("lookup", kind="tool"):
+            pass
+        otel_guard.configure(mode="enforce")
+        try:
+            with delegate("summarize"), delegate("summarize"):
+                pass
+        except DelegationRefused:
+            pass  # refuse: a cycle
+        text = generate_latest(registry).decode()
+    samples: dict[str, set[frozenset[tuple[str, str]]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = frozenset((k, v) for k, v in sample.labels.items() if v != "")
+            samples.setdefault(sample.name, set()).add(labels)
+    return samples
+
+
+def processor_metric_names() -> set[str]:
+    """Every sample name the processor's /metrics can serve."""
+    text = generate_latest(new_registry(Detector(), RequestStats())).decode()
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        names.update(family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type])
+    return names
