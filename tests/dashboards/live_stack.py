@@ -84,6 +84,16 @@ def eventually(check: Callable[[], None], timeout: float, interval: float = 0.5)
             return
 
 
+def _dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` run so that the kernel sends it SIGTERM should pytest itself be killed.
+
+    setpriv (util-linux, on every Debian) sets the parent-death signal and execs the command;
+    the signal survives the exec. Where it is missing, the fixtures' own cleanup is all there is.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", *argv] if setpriv else list(argv)
+
+
 class Process:
     """A subprocess with its output in a log file, stopped by SIGTERM, then SIGKILL."""
 
@@ -92,7 +102,7 @@ class Process:
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
-            argv,
+            _dying_with_parent(argv),
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,

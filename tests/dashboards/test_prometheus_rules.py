@@ -3,11 +3,14 @@ and the unit tests catch the mistake the rules are written to avoid."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import live_stack
+import pytest
 import yaml
 from dashboard_files import PROMETHEUS_RULE_TESTS, PROMETHEUS_RULES, load_yaml, prometheus_rules
 from live_stack import require_binary
@@ -80,3 +83,12 @@ def test_unit_tests_catch_an_alert_blind_to_a_cycle_counted_for_the_first_time(t
     assert result.returncode != 0, result.stdout
     # promtool reports the failed checks on stderr.
     assert "alertname: OtelGuardCycleDetected, time: 10m," in result.stderr
+
+
+def test_a_missing_prometheus_tool_fails_the_test_and_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    monkeypatch.setattr(os, "access", lambda _path, _mode: False)
+    with pytest.raises(pytest.fail.Exception, match=r"promtool is not installed.*'prometheus' package"):
+        live_stack.require_binary("promtool")
