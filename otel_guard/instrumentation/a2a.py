@@ -22,7 +22,7 @@ contract's ``code`` (``a2a_delegation_cycle``, ...), the ``reason``, ``status: "
 as :class:`A2ADelegationRefused` (an ``A2AClientError`` and a ``DelegationRefused``), so an agent that
 already handles the SDK's errors answers with what it has.
 
-See ``docs/runtimes/a2a.md`` (the README's A2A section) for the wire format and the limits.
+See the README's A2A section for the wire format and the limits.
 
 The policy is the process-wide one (``OTEL_GUARD_*`` or ``otel_guard.configure``). The
 ``tracer_provider`` and ``meter_provider`` keyword arguments of ``instrument()``, when given, bind

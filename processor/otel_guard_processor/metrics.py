@@ -5,7 +5,7 @@ Counting happens on the hot path, once or more per span, so it is a dict increme
 tallies of the detector and of :class:`RequestStats` when Prometheus scrapes ``/metrics``.
 Everything runs on one event loop, so a scrape sees a consistent snapshot.
 
-Metric names are listed in ``docs/processor.md``; a test checks that list against ``/metrics``.
+Metric names are listed in the README's processor section; a test checks that list against ``/metrics``.
 """
 
 from __future__ import annotations
