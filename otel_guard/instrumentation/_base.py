@@ -21,6 +21,7 @@ import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 
+from otel_guard import telemetry
 from otel_guard.errors import DelegationRefused
 
 _log = logging.getLogger("otel_guard.instrumentation")
@@ -75,6 +76,11 @@ class GuardInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if conflict:
             _log.debug("otel-guard: %s skipped: %s", type(self).__name__, conflict)
             return None
+        tracer_provider = kwargs.get("tracer_provider")
+        meter_provider = kwargs.get("meter_provider")
+        if tracer_provider is not None or meter_provider is not None:
+            # One telemetry for the whole guard: the hops of every runtime go to these providers.
+            telemetry.bind(tracer_provider, meter_provider)
         triggers = self.trigger_modules
         if self._is_instrumented_by_opentelemetry or any(module in sys.modules for module in triggers):
             return super().instrument(skip_dep_check=True, **kwargs)

@@ -102,13 +102,8 @@ class A2AInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         import wrapt
 
-        from otel_guard import telemetry
         from otel_guard.instrumentation._a2a_hop import switch
 
-        tracer_provider = kwargs.get("tracer_provider")
-        meter_provider = kwargs.get("meter_provider")
-        if tracer_provider is not None or meter_provider is not None:
-            telemetry.bind(tracer_provider, meter_provider)
         self._patched: list[PatchTarget] = []
         for (module, attribute), (wrapper_module, wrapper_name) in _PATCHES.items():
             try:

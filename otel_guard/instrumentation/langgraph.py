@@ -62,13 +62,8 @@ class LangGraphInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         from wrapt import wrap_function_wrapper
 
-        from otel_guard import telemetry
         from otel_guard.instrumentation import _langgraph_wrappers as wrappers
 
-        tracer_provider = kwargs.get("tracer_provider")
-        meter_provider = kwargs.get("meter_provider")
-        if tracer_provider is not None or meter_provider is not None:
-            telemetry.bind(tracer_provider, meter_provider)
         patches = (
             wrappers.graph_stream,
             wrappers.graph_astream,

@@ -54,7 +54,6 @@ from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from wrapt import wrap_function_wrapper
 
-from otel_guard import telemetry
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
@@ -126,10 +125,6 @@ class OpenAIAgentsInstrumentor(GuardInstrumentor):
         return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
-        tracer_provider = kwargs.get("tracer_provider")
-        meter_provider = kwargs.get("meter_provider")
-        if tracer_provider is not None or meter_provider is not None:
-            telemetry.bind(tracer_provider, meter_provider)  # process-wide, as for every runtime
         # wrapt imports each target's module here: this module imports without the runtime.
         wrap_function_wrapper(*_RUN, _guard_run)
         wrap_function_wrapper(*_RUN_STREAMED, _guard_run_streamed)

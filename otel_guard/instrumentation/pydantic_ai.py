@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from otel_guard import telemetry
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, refusal_text, unwrap_all
@@ -87,10 +86,6 @@ class PydanticAIInstrumentor(GuardInstrumentor):
         return (TESTED_VERSIONS,)
 
     def _instrument(self, **kwargs: Any) -> None:
-        tracer_provider = kwargs.get("tracer_provider")
-        meter_provider = kwargs.get("meter_provider")
-        if tracer_provider is not None or meter_provider is not None:
-            telemetry.bind(tracer_provider, meter_provider)
         # Importing the runtime here, not at module level, keeps this module importable without it.
         import pydantic_ai.agent
         import pydantic_ai.tool_manager  # noqa: F401
