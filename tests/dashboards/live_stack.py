@@ -136,13 +136,24 @@ class Process:
 
 
 class PrometheusServer:
-    """A real Prometheus in a temporary directory, with a 1 s scrape and evaluation interval."""
+    """A real Prometheus in a temporary directory, scraping every second (and evaluating its rules
+    every second unless told otherwise)."""
 
-    def __init__(self, workdir: Path, scrape_jobs: Mapping[str, str], rule_files: Sequence[Path]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        scrape_jobs: Mapping[str, str],
+        rule_files: Sequence[Path],
+        evaluation_interval: str = "1s",
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "global": {
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "evaluation_interval": evaluation_interval,
+            },
             "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": [target]}]}
