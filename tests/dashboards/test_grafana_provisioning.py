@@ -85,11 +85,17 @@ def test_grafana_rules_are_well_formed() -> None:
         for query in grafana_prometheus_queries(rule):
             assert query["model"]["datasource"] == {"type": "prometheus", "uid": DATASOURCE_UID}, title
             assert query["model"]["instant"] is True, f"{title}: one value per series, no reduce step"
-        (condition,) = [q for q in rule["data"] if q["refId"] == rule["condition"]]
-        model = condition["model"]
-        assert model["type"] == "threshold", title
-        assert model["expression"] in ref_ids, title
-        assert model["conditions"][0]["evaluator"] == {"type": "gt", "params": [0]}, title
+        # As in Prometheus, every series the query returns is an alert, whatever its value
+        # (OtelGuardProcessorDown's is 0): the query, a math node true for any number, and the
+        # condition on it -- the shape Grafana's own conversion of Prometheus rules produces.
+        nodes = {q["refId"]: q["model"] for q in rule["data"]}
+        assert [q["refId"] for q in rule["data"]] == ["A", "B", "C"], title
+        assert rule["condition"] == "C", title
+        assert nodes["B"]["type"] == "math", title
+        assert nodes["B"]["expression"] == "is_number($A) || is_nan($A) || is_inf($A)", title
+        assert nodes["C"]["type"] == "threshold", title
+        assert nodes["C"]["expression"] == "B", title
+        assert nodes["C"]["conditions"][0]["evaluator"] == {"type": "gt", "params": [0]}, title
         # The expressions return nothing when all is well: that is OK, not NoData.
         assert rule["noDataState"] == "OK", title
         assert rule["execErrState"] in {"Error", "Alerting", "OK"}, title
