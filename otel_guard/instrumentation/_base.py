@@ -142,3 +142,18 @@ def refusal_text(err: DelegationRefused) -> str:
         "This call will be refused again if retried; do not call it again. "
         "Continue with the information you already have and answer."
     )
+
+
+def refusal_behind(error: object) -> DelegationRefused | None:
+    """The :class:`DelegationRefused` that ``error`` is, or was raised from.
+
+    Runtimes wrap a tool's exception in their own (once per nested call); the refusal's text must
+    reach the model all the same. Follows ``__cause__`` and stops at a loop in the chain.
+    """
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        if isinstance(error, DelegationRefused):
+            return error
+        seen.add(id(error))
+        error = error.__cause__
+    return None

@@ -33,7 +33,7 @@ from opentelemetry.trace import SpanKind
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._base import refusal_text
+from otel_guard.instrumentation._base import refusal_behind, refusal_text
 from otel_guard.instrumentation._mcp_carrier import context_from_meta
 from otel_guard.instrumentation._mcp_refusal import refusal_result
 
@@ -100,19 +100,7 @@ async def keep_refusal_text(
     try:
         return await wrapped(*args, **kwargs)
     except ToolError as exc:
-        refused = _refusal_behind(exc)
+        refused = refusal_behind(exc)
         if refused is None:
             raise
         raise ToolError(refusal_text(refused)) from exc
-
-
-def _refusal_behind(exc: BaseException) -> DelegationRefused | None:
-    """The ``DelegationRefused`` that ``exc`` wraps (``MCPServer`` wraps once per nested tool)."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, DelegationRefused):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__
-    return None

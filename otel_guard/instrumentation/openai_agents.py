@@ -59,6 +59,7 @@ from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
     GuardInstrumentor,
     PatchTarget,
+    refusal_behind,
     refusal_text,
     unwrap_all,
 )
@@ -322,17 +323,6 @@ async def _guard_tool_call(
         return refused_tool_result(err)
 
 
-def _refusal_in(error: object) -> DelegationRefused | None:
-    """The refusal ``error`` is, or was raised from."""
-    seen = 0
-    while isinstance(error, BaseException) and seen < 8:
-        if isinstance(error, DelegationRefused):
-            return error
-        error = error.__cause__
-        seen += 1
-    return None
-
-
 async def _refusal_as_tool_error(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -343,7 +333,7 @@ async def _refusal_as_tool_error(
     if not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
     result = await wrapped(*args, **kwargs)
-    err = _refusal_in(kwargs.get("error"))
+    err = refusal_behind(kwargs.get("error"))
     if err is None or result is None:
         return result
     from agents.tool import default_tool_error_function, resolve_function_tool_failure_error_function
