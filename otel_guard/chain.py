@@ -270,9 +270,12 @@ class ChainToken:
         "_text",
         "agents",
         "chain",
+        "children",
         "length",
         "skills",
     )
+
+    MAX_CHILDREN = 32
 
     def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
         self.chain = chain
@@ -281,6 +284,7 @@ class ChainToken:
         self.skills = tuple([hop[1] or "" for hop in chain.hops])
         self._keyring = keyring
         self._text = text
+        self.children: dict[Any, Any] = {}  # the guard's memo of hops made from this chain
         self._prefix: str | None = None  # encoded on demand: a token that arrived may never need it
         self._prefix_bytes = self._hops_bytes = 0
         self._hops_json = ""
@@ -317,6 +321,7 @@ class ChainToken:
         child.skills = (*self.skills, hop[1] or "")
         child._keyring = keyring
         child._text = None
+        child.children = {}
         child._prefix = self._prefix
         child._prefix_bytes = self._prefix_bytes
         if self._hops_json:
@@ -326,6 +331,11 @@ class ChainToken:
             child._hops_json, child._hops_bytes = hop_json, hop_bytes
         child.length = child._signed_length()
         return child
+
+    def remember(self, key: Any, value: Any) -> None:
+        """Keep ``value`` for ``key`` in :attr:`children`, up to :attr:`MAX_CHILDREN` entries."""
+        if len(self.children) < self.MAX_CHILDREN:
+            self.children[key] = value
 
     def __str__(self) -> str:
         text = self._text

@@ -171,6 +171,7 @@ class Delegation:
         hop = self.hop
         settings = current_settings().for_agent(hop.agent)
         keyring = settings.keys
+        attributes: dict[str, AttributeValue] | None = None
         if keyring is None:
             _warn_unsigned_once()
         parent = context.get_current()
@@ -192,6 +193,18 @@ class Delegation:
             )
             verdict = decide(before, hop, settings, now)
             token = arrived
+        elif arrived is not None and arrival is not None and self._attributes is None:
+            # The same hop from the same chain (an agent calling one tool again and again) decides the
+            # same way and makes the same child chain while the settings and the clock allow: reuse.
+            child = arrived.children.get((hop, self.kind))
+            if child is not None and child[0] is settings and now < arrival.expires_at:
+                _, verdict, token, attributes = child
+            else:
+                verdict = decide(arrival, hop, settings, now)
+                token = arrived.extended(hop, keyring)
+                attributes = self._attributes_for(verdict, token.chain, settings, token)
+                if verdict.outcome != "refuse":
+                    arrived.remember((hop, self.kind), (settings, verdict, token, attributes))
         else:
             verdict = decide(arrival, hop, settings, now)
             if arrived is None:
@@ -210,7 +223,9 @@ class Delegation:
                 f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
             )
             self._refuse(verdict, arrival, chain, parent, settings)
-        span = self._start_span(verdict, chain, parent, settings, token)
+        if attributes is None:
+            attributes = self._attributes_for(verdict, chain, settings, token)
+        span = self._start_span(verdict, parent, attributes, chain.depth)
         self.span = span
         self.chain = chain
         self.decision = verdict.outcome
@@ -292,10 +307,9 @@ class Delegation:
     def _start_span(
         self,
         verdict: Verdict,
-        chain: Chain,
         parent: context.Context,
-        settings: Settings,
-        token: ChainToken | None = None,
+        attributes: dict[str, AttributeValue],
+        depth: int,
     ) -> trace.Span:
         tel = names.current()
         tool = self.kind == "tool"
@@ -303,7 +317,7 @@ class Delegation:
             f"{names.EXECUTE_TOOL if tool else names.INVOKE_AGENT} {self.hop.agent}",
             context=parent,
             kind=self._span_kind,
-            attributes=self._attributes_for(verdict, chain, settings, token),
+            attributes=attributes,
         )
         if verdict.reason is not None:
             span.add_event(
@@ -318,7 +332,7 @@ class Delegation:
                 self.hop.agent,
             )
         )
-        tel.depths.add(chain.depth)
+        tel.depths.add(depth)
         return span
 
     def _refuse(
@@ -329,7 +343,7 @@ class Delegation:
         parent: context.Context,
         settings: Settings,
     ) -> NoReturn:
-        span = self._start_span(verdict, chain, parent, settings)
+        span = self._start_span(verdict, parent, self._attributes_for(verdict, chain, settings), chain.depth)
         span.set_status(Status(StatusCode.ERROR, verdict.message))
         span.set_attribute(names.ERROR_TYPE, DelegationRefused.__name__)
         span.end()

@@ -701,3 +701,32 @@ def test_a_token_verified_once_is_checked_against_the_current_workspace(
     with chain_in_baggage(arriving), pytest.raises(DelegationRefused) as refused, delegate("budget"):
         pass
     assert refused.value.reason == "foreign_workspace"
+
+
+def test_a_repeated_hop_is_decided_again_when_the_settings_change(spans: Any) -> None:
+    """The guard reuses the decision and child chain of a hop repeated from one chain (an agent
+    calling one tool again and again) only while the settings stay the same."""
+    otel_guard.configure(mode="observe", cycle_rule="agent")
+    with delegate("planner"):
+        for _ in range(3):
+            with delegate("budget"), delegate("planner") as inner:
+                assert inner.decision == "would_refuse"
+        otel_guard.configure(mode="enforce")
+        with delegate("budget"), pytest.raises(DelegationRefused) as refused, delegate("planner"):
+            pass
+    assert refused.value.reason == "cycle"
+    planner_spans = [s for s in spans.named("invoke_agent planner") if attr(s, "otel_guard.chain.depth") == 3]
+    assert [attr(s, "otel_guard.decision") for s in planner_spans] == ["would_refuse"] * 3 + ["refuse"]
+    assert len({attr(s, "otel_guard.chain.root") for s in planner_spans}) == 1
+
+
+def test_a_repeated_hop_gets_a_span_of_its_own_each_time(spans: Any) -> None:
+    with delegate("planner"):
+        for _ in range(3):
+            with delegate("search", kind="tool") as hop:
+                assert hop.chain is not None
+                assert hop.chain.agents == ("planner", "search")
+    searches = spans.named("execute_tool search")
+    assert len(searches) == 3
+    assert len({s.context.span_id for s in searches}) == 3
+    assert all(attr(s, "otel_guard.chain.agents") == ("planner", "search") for s in searches)
