@@ -30,6 +30,7 @@ from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
     request,
 )
 from google.protobuf.json_format import MessageToDict
+from instrumentors import instrumentor_fixture
 from opentelemetry import propagate
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
@@ -46,12 +47,7 @@ pytestmark = pytest.mark.integration
 REFUSED_TEXT = "Delegation cycle: agent planner is already in chain planner → budget"
 
 
-@pytest.fixture
-def instrumented() -> Iterator[A2AInstrumentor]:
-    instrumentor = A2AInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(A2AInstrumentor)
 
 
 def attributes(span: ReadableSpan) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from a2a_apps.travel_agent import CALL_SECONDS, JSONRPC, RAN_PREFIX, REST, ask, request
 from google.protobuf.json_format import MessageToDict
+from instrumentors import instrumentor_fixture
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind
 
@@ -39,12 +40,7 @@ REFUSED_TEXT = "Delegation cycle: agent planner is already in chain planner → 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture
-def instrumented() -> Iterator[A2AInstrumentor]:
-    instrumentor = A2AInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(A2AInstrumentor)
 
 
 @dataclass

@@ -6,7 +6,7 @@ refusal comes back as the status ``ABORTED`` with the refusal's ``ErrorInfo`` in
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -21,6 +21,7 @@ from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
     request,
     start_grpc_server,
 )
+from instrumentors import instrumentor_fixture
 from opentelemetry.trace import SpanKind
 
 import otel_guard
@@ -31,12 +32,7 @@ pytestmark = pytest.mark.integration
 REFUSED_TEXT = "Delegation cycle: agent planner is already in chain planner → budget"
 
 
-@pytest.fixture
-def instrumented() -> Iterator[A2AInstrumentor]:
-    instrumentor = A2AInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(A2AInstrumentor)
 
 
 class GrpcAgents:

@@ -6,10 +6,10 @@ without a guard they bounce until the script's tool calls run out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from instrumentors import instrumentor_fixture
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph_app import Script, ScriptedToolModel, agent_graph, agent_tool, delegation_loop
@@ -25,12 +25,7 @@ QUESTION = {"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]}
 REFUSAL_START = "Refused by otel-guard (a2a_delegation_cycle, reason: cycle)"
 
 
-@pytest.fixture
-def instrumented() -> Iterator[LangGraphInstrumentor]:
-    instrumentor = LangGraphInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(LangGraphInstrumentor)
 
 
 def guard_spans(spans: Any) -> list[ReadableSpan]:

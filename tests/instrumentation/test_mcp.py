@@ -8,13 +8,14 @@ The server is the real ``MCPServer`` (or the low-level ``Server``) and the clien
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import mcp_types
 import pytest
 import wrapt
+from instrumentors import instrumentor_fixture
 from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.server.lowlevel.server import Server as LowLevelServer
@@ -35,12 +36,7 @@ from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
 MODES = ["auto", "legacy"]
 
 
-@pytest.fixture
-def instrumented() -> Iterator[MCPInstrumentor]:
-    instrumentor = MCPInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(MCPInstrumentor)
 
 
 def attributes(span: ReadableSpan) -> dict[str, Any]:

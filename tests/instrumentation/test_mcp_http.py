@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
+from instrumentors import instrumentor_fixture
 from mcp import Client
 from mcp_app import ROUNDS, answer_text, build_server, http_server, listening_socket
 from opentelemetry import propagate
@@ -42,12 +43,7 @@ CALL_SECONDS = 30.0
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def instrumented() -> Iterator[MCPInstrumentor]:
-    instrumentor = MCPInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(MCPInstrumentor)
 
 
 def attributes(span: ReadableSpan) -> dict[str, Any]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from agents import Agent, Runner, set_tracing_disabled
 from agents.run import AgentRunner
+from instrumentors import instrumentor_fixture
 from openai_agents_models import CallBudget, LoopModel, agents_as_tools_of_each_other
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import TracerProvider
@@ -40,13 +40,7 @@ def _no_sdk_tracing_export() -> None:
     set_tracing_disabled(True)
 
 
-@pytest.fixture
-def instrumentor() -> Iterator[OpenAIAgentsInstrumentor]:
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument()
-    assert instrumentor.is_instrumented_by_opentelemetry, "the installed SDK failed the version check"
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
 
 
 def attrs(span: object) -> dict[str, object]:

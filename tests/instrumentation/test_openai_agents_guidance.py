@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from agents import Agent, RunConfig, Runner, set_tracing_disabled
 from agents.run_config import CallModelData, ModelInputData
+from instrumentors import instrumentor_fixture
 from openai_agents_models import CallBudget, LoopModel, agents_as_tools_of_each_other
 
 import otel_guard
@@ -18,12 +17,7 @@ def _no_sdk_tracing_export() -> None:
     set_tracing_disabled(True)
 
 
-@pytest.fixture
-def instrumentor() -> Iterator[OpenAIAgentsInstrumentor]:
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
 
 
 def self_calling_planner() -> Agent[object]:

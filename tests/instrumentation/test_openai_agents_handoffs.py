@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 from agents import (
@@ -14,6 +13,7 @@ from agents import (
     input_guardrail,
     set_tracing_disabled,
 )
+from instrumentors import instrumentor_fixture
 from openai_agents_models import CallBudget, LoopModel, agents_handing_off_to_each_other
 
 import otel_guard
@@ -30,12 +30,7 @@ def _no_sdk_tracing_export() -> None:
     set_tracing_disabled(True)
 
 
-@pytest.fixture
-def instrumentor() -> Iterator[OpenAIAgentsInstrumentor]:
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
 
 
 def attrs(span: object) -> dict[str, object]:

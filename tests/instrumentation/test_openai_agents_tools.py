@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
+from instrumentors import instrumentor_fixture
 from openai_agents_models import CallBudget, LoopModel
 from pydantic import BaseModel
 
@@ -27,12 +27,7 @@ def _no_sdk_tracing_export() -> None:
     set_tracing_disabled(True)
 
 
-@pytest.fixture
-def instrumentor() -> Iterator[OpenAIAgentsInstrumentor]:
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
 
 
 class Quote(BaseModel):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import wrapt
+from instrumentors import instrumentor_fixture
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
 from pydantic_ai import Agent, RunContext, Tool
@@ -38,12 +38,7 @@ from otel_guard.instrumentation.pydantic_ai import PATCH_TARGETS, PydanticAIInst
 GUARD_ATTRIBUTES = "otel_guard.decision"
 
 
-@pytest.fixture
-def instrumented() -> Iterator[PydanticAIInstrumentor]:
-    instrumentor = PydanticAIInstrumentor()
-    instrumentor.instrument()
-    yield instrumentor
-    instrumentor.uninstrument()
+instrumented = instrumentor_fixture(PydanticAIInstrumentor)
 
 
 def guard_spans(spans: Any) -> list[ReadableSpan]:
