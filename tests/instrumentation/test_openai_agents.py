@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from agents import Agent, Runner, set_tracing_disabled
+from agents import Agent, Runner
 from agents.run import AgentRunner
 from instrumentors import instrumentor_fixture
+from openai_agents_helpers import REFUSAL, attrs, last_tool_output
 from openai_agents_models import CallBudget, LoopModel, agents_as_tools_of_each_other
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import TracerProvider
@@ -28,29 +29,7 @@ from otel_guard.instrumentation.openai_agents import (
     OpenAIAgentsInstrumentor,
 )
 
-REFUSAL = (
-    "Refused by otel-guard (a2a_delegation_cycle, reason: cycle): Delegation cycle: agent planner "
-    "is already in chain planner → budget."
-)
-
-
-@pytest.fixture(autouse=True)
-def _no_sdk_tracing_export() -> None:
-    # The SDK's own tracing would try to reach api.openai.com.
-    set_tracing_disabled(True)
-
-
 instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
-
-
-def attrs(span: object) -> dict[str, object]:
-    return dict(span.attributes or {})  # type: ignore[attr-defined]
-
-
-def last_tool_output(model: LoopModel) -> str:
-    item = model.calls[-1].input[-1]
-    assert item["type"] == "function_call_output", item
-    return str(item["output"])
 
 
 async def test_agent_tool_loop_is_stopped_at_the_first_bounce(

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-from agents import Agent, RunConfig, Runner, set_tracing_disabled
+import openai_agents_helpers  # noqa: F401  (the SDK's tracing off)
+from agents import Agent, RunConfig, Runner
 from agents.run_config import CallModelData, ModelInputData
 from instrumentors import instrumentor_fixture
 from openai_agents_models import CallBudget, LoopModel, agents_as_tools_of_each_other
 
 import otel_guard
 from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
-
-
-@pytest.fixture(autouse=True)
-def _no_sdk_tracing_export() -> None:
-    set_tracing_disabled(True)
-
 
 instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
 

@@ -11,36 +11,15 @@ from agents import (
     Runner,
     function_tool,
     input_guardrail,
-    set_tracing_disabled,
 )
 from instrumentors import instrumentor_fixture
+from openai_agents_helpers import REFUSAL, attrs, last_tool_output
 from openai_agents_models import CallBudget, LoopModel, agents_handing_off_to_each_other
 
 import otel_guard
 from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-REFUSAL = (
-    "Refused by otel-guard (a2a_delegation_cycle, reason: cycle): Delegation cycle: agent planner "
-    "is already in chain planner → budget."
-)
-
-
-@pytest.fixture(autouse=True)
-def _no_sdk_tracing_export() -> None:
-    set_tracing_disabled(True)
-
-
 instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
-
-
-def attrs(span: object) -> dict[str, object]:
-    return dict(span.attributes or {})  # type: ignore[attr-defined]
-
-
-def last_tool_output(model: LoopModel) -> str:
-    item = model.calls[-1].input[-1]
-    assert item["type"] == "function_call_output", item
-    return str(item["output"])
 
 
 async def run(planner: Agent[object], *, streamed: bool) -> object:

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agents import Agent, Runner, set_tracing_disabled
+from agents import Agent, Runner
 from agents.mcp import MCPServerStdio
+from openai_agents_helpers import attrs
 from openai_agents_models import CallBudget, LoopModel
 
 from otel_guard.instrumentation.mcp import MCPInstrumentor
@@ -23,11 +24,6 @@ HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _no_sdk_tracing_export() -> None:
-    set_tracing_disabled(True)
 
 
 @pytest.fixture
@@ -56,10 +52,6 @@ def mcp_server(**env: str) -> MCPServerStdio:
         name="lookup-server",
         client_session_timeout_seconds=30,
     )
-
-
-def attrs(span: object) -> dict[str, object]:
-    return dict(span.attributes or {})  # type: ignore[attr-defined]
 
 
 async def test_an_mcp_tool_call_is_one_hop_and_its_chain_reaches_the_server(

@@ -4,44 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from agents import (
     Agent,
     RunContextWrapper,
     Runner,
     default_tool_error_function,
     function_tool,
-    set_tracing_disabled,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
 from instrumentors import instrumentor_fixture
+from openai_agents_helpers import attrs, last_tool_output
 from openai_agents_models import CallBudget, LoopModel
 from pydantic import BaseModel
 
 import otel_guard
 from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-
-@pytest.fixture(autouse=True)
-def _no_sdk_tracing_export() -> None:
-    set_tracing_disabled(True)
-
-
 instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
 
 
 class Quote(BaseModel):
     amount: int
-
-
-def attrs(span: object) -> dict[str, object]:
-    return dict(span.attributes or {})  # type: ignore[attr-defined]
-
-
-def last_tool_output(model: LoopModel) -> str:
-    item = model.calls[-1].input[-1]
-    assert item["type"] == "function_call_output", item
-    return str(item["output"])
 
 
 def chain_agents() -> str:
