@@ -10,10 +10,6 @@ HTTP, signed with the key the processes share.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from instrumentors import instrumentor_fixture
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind
+from servers import InstrumentedProgram, start_instrumented, user_environment, wait_until_serving
 
 import otel_guard
 from otel_guard.chain import generate_key
@@ -43,87 +40,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 instrumented = instrumentor_fixture(A2AInstrumentor)
 
 
-@dataclass
-class AgentProcess:
+class AgentProcess(InstrumentedProgram):
     """One travel agent under ``opentelemetry-instrument``; its output in files."""
-
-    name: str
-    port_file: Path
-    stdout: Path
-    stderr: Path
-    process: subprocess.Popen[bytes]
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port_file.read_text().strip()}"
-
-    def spans(self) -> list[dict[str, Any]]:
-        """The spans the console exporter has printed so far (concatenated JSON objects)."""
-        text = self.stdout.read_text()
-        decoder = json.JSONDecoder()
-        found: list[dict[str, Any]] = []
-        position = 0
-        while (start := text.find("{", position)) >= 0:
-            try:
-                span, position = decoder.raw_decode(text, start)
-            except json.JSONDecodeError:
-                break  # the exporter is part-way through writing this one
-            found.append(span)
-        return found
+        return f"http://127.0.0.1:{self.port}"
 
     def hop_spans(self, name: str, count: int, **attributes: Any) -> list[dict[str, Any]]:
         """The spans ``name`` with these attribute values, once ``count`` of them were exported."""
-        deadline = time.monotonic() + CALL_SECONDS
-        while True:
-            found = [
-                span
-                for span in self.spans()
-                if span["name"] == name and all(span["attributes"].get(k) == v for k, v in attributes.items())
-            ]
-            if len(found) >= count or time.monotonic() > deadline:
-                return found
-            time.sleep(0.05)
+        return self.wait_for_spans(name, count, within=CALL_SECONDS, **attributes)
 
     def executions(self) -> list[dict[str, Any]]:
-        return [
-            json.loads(line[len(RAN_PREFIX) :])
-            for line in self.stderr.read_text().splitlines()
-            if line.startswith(RAN_PREFIX)
-        ]
+        return [json.loads(line) for line in self.stderr_lines(RAN_PREFIX)]
 
 
 def start(name: str, peer: str, folder: Path, env: dict[str, str], *args: str) -> AgentProcess:
-    port_file, stdout, stderr = (folder / f"{name}.{kind}" for kind in ("port", "out", "err"))
-    instrument = Path(sys.executable).with_name("opentelemetry-instrument")
-    command = [instrument, sys.executable, APP, "--name", name, "--port-file", port_file]
-    command += ["--peer-port-file", folder / f"{peer}.port", *args]
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = subprocess.Popen(
-            [str(part) for part in command],
-            env={**env, "OTEL_SERVICE_NAME": name},
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-        )
-    return AgentProcess(name, port_file, stdout, stderr, process)
-
-
-def stop(agent: AgentProcess) -> None:
-    agent.process.terminate()
-    try:
-        agent.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        agent.process.kill()
-        agent.process.wait(timeout=10)
-
-
-def wait_until_serving(agents: list[AgentProcess]) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    for agent in agents:
-        while not agent.port_file.exists():
-            assert agent.process.poll() is None, f"{agent.name} exited:\n{agent.stderr.read_text()}"
-            assert time.monotonic() < deadline, f"{agent.name} did not start:\n{agent.stderr.read_text()}"
-            time.sleep(0.05)
+    options = ("--name", name, "--peer-port-file", folder / f"{peer}.port", *args)
+    env = {**env, "OTEL_SERVICE_NAME": name}
+    return start_instrumented(name, APP, folder, env, *options, kind=AgentProcess)
 
 
 @dataclass
@@ -135,35 +70,21 @@ class Pair:
     streaming: bool = False
 
 
-def base_env(keys: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env.update(
-        OTEL_TRACES_EXPORTER="console",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
-        OTEL_BSP_SCHEDULE_DELAY="100",
-        OTEL_GUARD_CYCLE_RULE="agent",
-        OTEL_GUARD_KEYS=keys,
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
 @pytest.fixture(scope="module")
 def enforcing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     """Both agents enforce (JSON-RPC, no streaming)."""
     folder = tmp_path_factory.mktemp("a2a_enforcing")
     kid, secret = generate_key()
     keys = f"{kid}:{secret}"
-    env = base_env(keys)
+    env = user_environment(keys)
     planner = start("planner", "budget", folder, env)
     budget = start("budget", "planner", folder, env)
     try:
-        wait_until_serving([planner, budget])
+        wait_until_serving([planner, budget], STARTUP_SECONDS)
         yield Pair(planner, budget, keys)
     finally:
-        stop(planner)
-        stop(budget)
+        planner.stop()
+        budget.stop()
 
 
 @pytest.fixture(
@@ -178,16 +99,16 @@ def budget_observing(
     folder = tmp_path_factory.mktemp("a2a_budget_observing")
     kid, secret = generate_key()
     keys = f"{kid}:{secret}"
-    env = base_env(keys)
+    env = user_environment(keys)
     options = ("--binding", binding, *(["--streaming"] if streaming else []))
     planner = start("planner", "budget", folder, env, *options)
     budget = start("budget", "planner", folder, {**env, "OTEL_GUARD_MODE": "observe"}, *options)
     try:
-        wait_until_serving([planner, budget])
+        wait_until_serving([planner, budget], STARTUP_SECONDS)
         yield Pair(planner, budget, keys, binding, streaming)
     finally:
-        stop(planner)
-        stop(budget)
+        planner.stop()
+        budget.stop()
 
 
 async def test_budget_process_refuses_the_bounce_into_planner_before_sending(

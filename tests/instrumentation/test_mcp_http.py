@@ -9,10 +9,6 @@ came in over HTTP.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -29,6 +25,7 @@ from mcp_app import ROUNDS, answer_text, build_server, http_server, listening_so
 from opentelemetry import propagate
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from servers import InstrumentedProgram, start_instrumented, user_environment, wait_until_serving
 
 import otel_guard
 from otel_guard.chain import generate_key
@@ -141,94 +138,32 @@ async def test_server_over_http_refuses_an_arriving_cycle(
 # -- another process, under opentelemetry-instrument --------------------------------------------
 
 
-@dataclass
-class OtherProcess:
+class OtherProcess(InstrumentedProgram):
     """``mcp_app.py`` under ``opentelemetry-instrument`` in a subprocess; its output in files."""
 
-    url: str
-    keys: str
-    stdout: Path
-    stderr: Path
-    process: subprocess.Popen[bytes]
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
 
-    def spans(self) -> list[dict[str, Any]]:
-        """The spans the console exporter has printed so far (concatenated JSON objects)."""
-        text = self.stdout.read_text()
-        decoder = json.JSONDecoder()
-        found: list[dict[str, Any]] = []
-        position = 0
-        while True:
-            start = text.find("{", position)
-            if start < 0:
-                return found
-            try:
-                span, position = decoder.raw_decode(text, start)
-            except json.JSONDecodeError:
-                return found  # the exporter is part-way through writing this one
-            found.append(span)
-
-    def wait_for_spans(self, name: str, count: int, **attrs: Any) -> list[dict[str, Any]]:
-        """The spans ``name`` with the attribute values ``attrs``, once there are ``count`` of them."""
-        deadline = time.monotonic() + CALL_SECONDS
-        while True:
-            found = [
-                s
-                for s in self.spans()
-                if s["name"] == name and all(s["attributes"].get(k) == v for k, v in attrs.items())
-            ]
-            if len(found) >= count or time.monotonic() > deadline:
-                return found
-            time.sleep(0.05)
+    @property
+    def keys(self) -> str:
+        return self.env["OTEL_GUARD_KEYS"]
 
     def bodies_run(self) -> list[str]:
-        prefix = "mcp_app: ran "
-        return [
-            line[len(prefix) :] for line in self.stderr.read_text().splitlines() if line.startswith(prefix)
-        ]
+        return self.stderr_lines("mcp_app: ran ")
 
 
 @pytest.fixture(scope="module")
 def other_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtherProcess]:
     folder = tmp_path_factory.mktemp("mcp_app")
-    port_file = folder / "port"
     kid, secret = generate_key()
-    keys = f"{kid}:{secret}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env.update(
-        OTEL_SERVICE_NAME="mcp-budget",
-        OTEL_TRACES_EXPORTER="console",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
-        OTEL_BSP_SCHEDULE_DELAY="100",
-        OTEL_GUARD_CYCLE_RULE="agent",
-        OTEL_GUARD_KEYS=keys,
-        PYTHONUNBUFFERED="1",
-    )
-    instrument = Path(sys.executable).with_name("opentelemetry-instrument")
-    stdout, stderr = folder / "stdout", folder / "stderr"
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = subprocess.Popen(
-            [str(instrument), sys.executable, str(APP), "--port-file", str(port_file)],
-            env=env,
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-        )
+    env = user_environment(f"{kid}:{secret}", OTEL_SERVICE_NAME="mcp-budget")
+    process = start_instrumented("mcp_app", APP, folder, env, kind=OtherProcess)
     try:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while not port_file.exists():
-            assert process.poll() is None, f"mcp_app exited early:\n{stderr.read_text()}"
-            assert time.monotonic() < deadline, f"mcp_app did not start:\n{stderr.read_text()}"
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
-        yield OtherProcess(url, keys, stdout, stderr, process)
+        wait_until_serving([process], STARTUP_SECONDS)
+        yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        process.stop()
 
 
 @pytest.mark.slow
