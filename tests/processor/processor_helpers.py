@@ -6,7 +6,11 @@ Everything listens on 127.0.0.1 port 0; whoever starts a server stops it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import re
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 import grpc
 import grpc.aio
@@ -102,3 +106,25 @@ def series(
         if value:
             found[tuple(v for _, v in labels)] = value
     return found
+
+
+@contextmanager
+def processor_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python -m otel_guard_processor --listen 127.0.0.1:0 *args``; yields it and its ready line
+    (which names the ports it picked) once it serves, and kills it afterwards if it still runs."""
+    command = [sys.executable, "-m", "otel_guard_processor", "--listen", "127.0.0.1:0", *args]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        yield process, process.stderr.readline()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def ready_port(ready: str, what: str) -> int:
+    """The port the ready line gives for ``what`` ("OTLP/gRPC", "metrics")."""
+    found = re.search(re.escape(what) + r" on 127\.0\.0\.1:(\d+)", ready)
+    assert found, ready
+    return int(found.group(1))

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import grpc
 import grpc.aio
 import pytest
 from otel_guard_processor.cli import build_parser, main
 from otel_guard_processor.config import OPTIONS
-from processor_helpers import EXPORT, Sink
+from processor_helpers import EXPORT, Sink, processor_process, ready_port
 from processor_spans import Trace, encode
 
 
@@ -84,35 +81,6 @@ def test_the_otel_guard_command_runs_it() -> None:
     assert "usage: otel-guard processor" in result.stdout
 
 
-@contextmanager
-def processor_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """``python -m otel_guard_processor`` on ephemeral ports; yields it and its gRPC port."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "otel_guard_processor",
-            "--listen",
-            "127.0.0.1:0",
-            "--prometheus",
-            "off",
-            *args,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        found = re.search(r"ready: OTLP/gRPC on 127\.0\.0\.1:(\d+)", line)
-        assert found, line + process.stderr.read()
-        yield process, int(found.group(1))
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 async def test_sigterm_drains_requests_in_flight(sink: Sink) -> None:
@@ -120,7 +88,9 @@ async def test_sigterm_drains_requests_in_flight(sink: Sink) -> None:
     trace = Trace()
     trace.agent("planner", trace.agent("planner"))
     raw = encode(*trace.spans)
-    with processor_process("--forward", sink.address, "--drain-timeout", "10") as (process, port):
+    args = ("--prometheus", "off", "--forward", sink.address, "--drain-timeout", "10")
+    with processor_process(*args) as (process, ready):
+        port = ready_port(ready, "ready: OTLP/gRPC")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
             in_flight = asyncio.ensure_future(export(raw, timeout=20))

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
-import sys
 
 import grpc.aio
 import httpx
 import psutil
 import pytest
-from processor_helpers import EXPORT, Sink
+from processor_helpers import EXPORT, Sink, processor_process, ready_port
 from processor_spans import Trace, encode
 
 
@@ -40,45 +38,19 @@ def fresh(raw: bytes, ids: list[bytes]) -> bytes:
 @pytest.mark.integration
 @pytest.mark.slow
 async def test_flood_past_max_traces_keeps_memory_flat(sink: Sink) -> None:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "otel_guard_processor",
-            "--listen",
-            "127.0.0.1:0",
-            "--prometheus",
-            "127.0.0.1:0",
-            "--forward",
-            sink.address,
-            "--max-traces",
-            "2000",
-            "--max-spans",
-            "20000",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        ready = process.stderr.readline()
-        grpc_port = re.search(r"OTLP/gRPC on 127\.0\.0\.1:(\d+)", ready)
-        metrics_port = re.search(r"metrics on 127\.0\.0\.1:(\d+)", ready)
-        assert grpc_port, ready
-        assert metrics_port, ready
+    args = ("--prometheus", "127.0.0.1:0", "--forward", sink.address)
+    with processor_process(*args, "--max-traces", "2000", "--max-spans", "20000") as (process, ready):
+        grpc_port, metrics_port = ready_port(ready, "OTLP/gRPC"), ready_port(ready, "metrics")
         raw, ids = traffic(60)  # 360 spans a request
         watched = psutil.Process(process.pid)
         rss: list[int] = []
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port.group(1)}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
             for _ in range(30):  # 30 x 8 requests x 60 traces: 14,400 traces, 7x max_traces
                 await asyncio.gather(*(export(fresh(raw, ids), timeout=30) for _ in range(8)))
                 rss.append(watched.memory_info().rss)
         async with httpx.AsyncClient() as client:
-            text = (await client.get(f"http://127.0.0.1:{metrics_port.group(1)}/metrics")).text
-    finally:
-        process.terminate()
-        process.wait(20)
+            text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
 
     def value(pattern: str) -> float:
         found = re.search(pattern + r" ([0-9.e+]+)", text)
