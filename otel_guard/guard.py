@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
+from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
 from otel_guard.chain import (
     MAX_TOKEN_LENGTH,
     Chain,
@@ -435,98 +436,22 @@ def _coroutine_hop(
 
 def _generator_hop(
     fn: Callable[..., Generator[Y, S, R]], hop_name: str, skill: str | None
-) -> Callable[..., Generator[Y, S, R]]:
-    # The hop's context is attached around each step only: between steps the consumer runs in its
-    # own context, and every attach is detached in the same step (contextvars require it).
-    def call(*args: Any, **kwargs: Any) -> Generator[Y, S, R]:
-        hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
-        ctx = hop.start()
-        token = context.attach(ctx)
-        try:
-            inner = fn(*args, **kwargs)
-        finally:
-            context.detach(token)
-        step: Callable[[], Y] = inner.__next__
-        while True:
-            token = context.attach(ctx)
-            try:
-                item = step()
-            except StopIteration as stop:
-                hop.finish()
-                return stop.value  # type: ignore[no-any-return]
-            except BaseException as exc:
-                hop.finish(exc)
-                raise
-            finally:
-                context.detach(token)
-            try:
-                sent = yield item
-            except GeneratorExit:
-                _close_in_hop(hop, ctx, inner.close)
-                raise
-            except BaseException as exc:
-                step = functools.partial(inner.throw, exc)
-            else:
-                step = functools.partial(inner.send, sent)
-
-    return call
-
-
-def _close_in_hop(hop: Delegation, ctx: context.Context, close: Callable[[], object]) -> None:
-    """Close a generator inside its hop (its ``finally`` code sees the chain), then end the hop."""
-    token = context.attach(ctx)
-    try:
-        close()
-    except BaseException as exc:
-        hop.finish(exc)
-        raise
-    else:
-        hop.finish()
-    finally:
-        context.detach(token)
+) -> Callable[..., Generator[Y, Any, Any]]:
+    # A generator's hop starts at its first step and its context is attached around each step only.
+    return generator_in_context(_hop_entry(hop_name, skill), fn)
 
 
 def _async_generator_hop(
     fn: Callable[..., AsyncGenerator[Y, S]], hop_name: str, skill: str | None
-) -> Callable[..., AsyncGenerator[Y, S]]:
-    async def call(*args: Any, **kwargs: Any) -> AsyncGenerator[Y, S]:
-        hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
-        ctx = hop.start()
-        token = context.attach(ctx)
-        try:
-            inner = fn(*args, **kwargs)
-        finally:
-            context.detach(token)
-        step: Callable[[], Awaitable[Y]] = inner.__anext__
-        while True:
-            token = context.attach(ctx)
-            try:
-                item = await step()
-            except StopAsyncIteration:
-                hop.finish()
-                return
-            except BaseException as exc:
-                hop.finish(exc)
-                raise
-            finally:
-                context.detach(token)
-            try:
-                sent = yield item
-            except GeneratorExit:
-                token = context.attach(ctx)
-                try:
-                    await inner.aclose()
-                except BaseException as exc:
-                    hop.finish(exc)
-                    raise
-                else:
-                    hop.finish()
-                finally:
-                    context.detach(token)
-                raise
-            except BaseException as exc:
-                step = functools.partial(inner.athrow, exc)
-            else:
-                step = functools.partial(inner.asend, sent)
+) -> Callable[..., AsyncGenerator[Y, Any]]:
+    return async_generator_in_context(_hop_entry(hop_name, skill), fn)
 
-    return call
+
+def _hop_entry(hop_name: str, skill: str | None) -> Enter:
+    """What starts a new hop each time a generator made by ``@agentic`` takes its first step."""
+
+    def enter() -> tuple[context.Context, Done]:
+        hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
+        return hop.start(), hop.finish
+
+    return enter

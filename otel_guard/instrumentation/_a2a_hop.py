@@ -6,18 +6,19 @@ none. Client and server read the same card and the same request, so the hop the 
 hop the server checks again (and does not add twice).
 
 A hop around a stream attaches its context around each step of the stream only, never across a
-``yield``: between steps the consumer runs in its own context, and every attach is detached in the
-step that made it (contextvars require it). Whatever the stream starts during a step (the A2A server
-starts the agent executor's task there) copies the hop's context, and with it the chain.
+``yield`` (:mod:`otel_guard._steps` runs it): between steps the consumer runs in its own context.
+Whatever the stream starts during a step (the A2A server starts the agent executor's task there)
+copies the hop's context, and with it the chain.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 
+from otel_guard._steps import Done, async_generator_in_context
 from otel_guard.asgi import attach_caller_context
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation
@@ -103,52 +104,20 @@ async def hop_call(
     return result
 
 
-async def hop_stream(
+def hop_stream(
     hop: Delegation,
     refused: Refused,
-    open_stream: Callable[[], AsyncIterator[T]],
+    open_stream: Callable[[], AsyncIterable[T]],
     caller: Mapping[str, str] | None = None,
-) -> AsyncGenerator[T, None]:
+) -> AsyncGenerator[T, Any]:
     """Iterate ``open_stream()`` as ``hop``: decided at the first step, span ended with the stream.
 
     ``open_stream`` is called inside the hop's context, so what it builds (headers to inject) sees
-    the new chain.
+    the new chain. A consumer that stops early (break, aclose, cancellation) closes the inner stream
+    in the hop's context and ends the span as a success: the hop itself did not fail.
     """
-    hop_context = start_hop(hop, refused, caller)
-    token = otel_context.attach(hop_context)
-    try:
-        iterator = aiter(open_stream())
-    except BaseException as exc:
-        otel_context.detach(token)
-        hop.finish(exc)
-        raise
-    otel_context.detach(token)
-    finished = False
-    try:
-        while True:
-            token = otel_context.attach(hop_context)
-            try:
-                item = await anext(iterator)
-            except StopAsyncIteration:
-                finished = True
-                hop.finish()
-                return
-            except BaseException as exc:
-                finished = True
-                hop.finish(exc)
-                raise
-            finally:
-                otel_context.detach(token)
-            yield item
-    finally:
-        if not finished:
-            # The consumer stopped early (break, aclose, cancellation): close the inner stream in
-            # the hop's context and end the span as a success; the hop itself did not fail.
-            token = otel_context.attach(hop_context)
-            try:
-                aclose = getattr(iterator, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            finally:
-                otel_context.detach(token)
-                hop.finish()
+
+    def enter() -> tuple[otel_context.Context, Done]:
+        return start_hop(hop, refused, caller), hop.finish
+
+    return async_generator_in_context(enter, open_stream)()
