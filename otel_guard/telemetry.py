@@ -127,27 +127,32 @@ class Telemetry:
 
 _telemetry: Telemetry | None = None
 _telemetry_lock = threading.Lock()
+_by_providers: dict[tuple[object, object], Telemetry] = {}
 
 
 def current() -> Telemetry:
-    """The telemetry of the global providers, made on first use."""
+    """The telemetry in force: the global providers', made on first use, unless :func:`bind` chose."""
     telemetry = _telemetry
-    if telemetry is None:
-        with _telemetry_lock:
-            telemetry = _telemetry
-            if telemetry is None:
-                telemetry = bind()
-    return telemetry
+    return telemetry if telemetry is not None else bind()
 
 
 def bind(
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
 ) -> Telemetry:
-    """Send otel-guard's spans and metrics to these providers (the global ones when ``None``)."""
+    """Send otel-guard's spans and metrics to these providers (the global ones when ``None``).
+
+    Binding to the same providers again reuses their telemetry: a meter hands back the instrument it
+    already made for a name and ignores a second callback, so new instruments would record nowhere.
+    """
     global _telemetry
-    _telemetry = Telemetry(tracer_provider, meter_provider)
-    return _telemetry
+    key = (tracer_provider, meter_provider)
+    with _telemetry_lock:
+        telemetry = _by_providers.get(key)
+        if telemetry is None:
+            telemetry = _by_providers[key] = Telemetry(tracer_provider, meter_provider)
+        _telemetry = telemetry
+    return telemetry
 
 
 @contextmanager

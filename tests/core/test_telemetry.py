@@ -412,3 +412,23 @@ def test_extra_attributes_cannot_overwrite_the_guards_own(spans: Any) -> None:
     assert refused.attributes["otel_guard.decision"] == "refuse"
     assert refused.attributes["otel_guard.chain.depth"] == 3
     assert refused.attributes["gen_ai.agent.name"] == "a"
+
+
+def test_binding_the_same_providers_again_keeps_recording(metric_reader: Any) -> None:
+    """A meter returns the instrument it already made for a name and ignores a second callback, so a
+    second bind() to the global providers must reuse the first telemetry, or metrics stop."""
+
+    def allowed(name: str) -> int:
+        return sum(
+            int(point.value)
+            for attributes, point in metric_reader.points("otel_guard.decisions")
+            if attributes.get("gen_ai.agent.name") == name
+            and attributes.get("otel_guard.decision") == "allow"
+        )
+
+    first = otel_guard.telemetry.bind()
+    assert otel_guard.telemetry.bind() is first
+    before = allowed("rebound")
+    with delegate("rebound"):
+        pass
+    assert allowed("rebound") == before + 1
