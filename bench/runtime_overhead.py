@@ -1,0 +1,344 @@
+"""What the guard adds to one offline agent run in each runtime, measured side by side in one process.
+
+For each runtime, one run that makes one tool call, with an offline model (no network at all):
+
+* pydantic-ai: an ``Agent`` whose ``FunctionModel`` calls the tool ``lookup`` once, then answers;
+* OpenAI Agents SDK: an ``Agent`` with one ``function_tool`` and a scripted ``Model`` built on the
+  SDK's own test double (``agents.testing.ScriptedModel``); the SDK's tracing is switched off;
+* LangGraph: a named one-tool agent graph (model node + ``ToolNode``) driven by the scripted chat model
+  of ``tests/instrumentation/langgraph_app.py``; run with ``invoke``;
+* MCP: ``call_tool`` of a trivial tool on an in-process ``MCPServer`` (``mcp.Client(server)``, direct
+  dispatch), the client opened once per round, outside the timing.
+
+Unguarded means the runtime's otel-guard instrumentor is not instrumented; guarded means it is. The two
+arms alternate round by round (which arm goes first alternates too) under the same SDK: a global
+TracerProvider with a BatchSpanProcessor and an exporter that discards (it only counts the guard's
+spans, to show the guarded arm made its hops), and a MeterProvider that is never collected during the
+run. Per round the runs are timed together and divided; the figures are medians over rounds of CPU
+time (``time.process_time``, the whole process, the span export thread included) and of wall time.
+
+Usage: python bench/runtime_overhead.py [--rounds 20] [--round-seconds 0.15] [--runtime NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+import otel_guard
+from otel_guard import telemetry
+from otel_guard.instrumentation._base import GuardInstrumentor
+
+TESTS_APPS = Path(__file__).resolve().parent.parent / "tests" / "instrumentation"
+
+
+class CountGuardSpans(SpanExporter):
+    """Discards every span; counts those otel-guard made (a few list lookups per batch)."""
+
+    def __init__(self) -> None:
+        self.guard_spans = 0
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        mine = sum(
+            1
+            for span in spans
+            if span.instrumentation_scope is not None
+            and span.instrumentation_scope.name == telemetry.INSTRUMENTATION_NAME
+        )
+        with self._lock:
+            self.guard_spans += mine
+        return SpanExportResult.SUCCESS
+
+
+def setup_sdk() -> tuple[TracerProvider, CountGuardSpans]:
+    exporter = CountGuardSpans()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    # Global, so a runtime's own spans (MCP makes some) go to the same SDK in both arms.
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(meter_provider)
+    telemetry.bind(provider, meter_provider)
+    # Keyed, as a deployment would be: chains are signed when a carrier is injected (MCP's _meta).
+    otel_guard.configure(mode="enforce", keys={"bench": b"b" * 32})
+    return provider, exporter
+
+
+@dataclass
+class Runtime:
+    """One runtime's offline run and its instrumentor. ``open``/``close`` wrap a round, untimed."""
+
+    name: str
+    run: Callable[[], Awaitable[Any]]
+    instrumentor: GuardInstrumentor
+    check: Callable[[Any], bool]
+    open: Callable[[], Awaitable[None]] | None = None
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+def pydantic_ai_runtime() -> Runtime:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from otel_guard.instrumentation.pydantic_ai import PydanticAIInstrumentor
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        if returned:
+            return ModelResponse(parts=[TextPart(f"planner answers: {returned[0].content}")])
+        return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Lisbon"})])
+
+    agent: Agent[None, str] = Agent(FunctionModel(respond), name="planner")
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        """Look up a city."""
+        return f"{city}: sunny"
+
+    async def run() -> str:
+        return (await agent.run("Plan a trip to Lisbon.")).output
+
+    return Runtime("pydantic-ai", run, PydanticAIInstrumentor(), lambda out: "sunny" in out)
+
+
+def openai_agents_runtime() -> Runtime:
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.models.interface import Model
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+    from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    set_tracing_disabled(True)  # the SDK's own tracing would try to reach api.openai.com
+
+    def respond(call: ModelCall) -> Any:
+        items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+        last = items[-1]
+        if last.get("type") == "function_call_output":
+            return [assistant_message(f"planner answers: {last['output']}")]
+        return [function_call("lookup", {"city": "Lisbon"}, call_id="call_1")]
+
+    class OneToolModel(Model):
+        """Calls ``lookup`` on a user turn, answers from a tool output (fresh script per call)."""
+
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            return await ScriptedModel([ModelStep.respond(respond)]).get_response(*args, **kwargs)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            return ScriptedModel([ModelStep.respond(respond)]).stream_response(*args, **kwargs)
+
+    @function_tool
+    def lookup(city: str) -> str:
+        """Look up a city."""
+        return f"{city}: sunny"
+
+    agent: Agent[Any] = Agent(name="planner", instructions="Plan.", model=OneToolModel(), tools=[lookup])
+
+    async def run() -> Any:
+        return (await Runner.run(agent, "Plan a trip to Lisbon.")).final_output
+
+    return Runtime("openai-agents", run, OpenAIAgentsInstrumentor(), lambda out: "sunny" in str(out))
+
+
+def langgraph_runtime() -> Runtime:
+    sys.path.insert(0, str(TESTS_APPS))
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import StructuredTool
+    from langgraph_app import Script, ScriptedToolModel, agent_graph, last_text
+
+    from otel_guard.instrumentation.langgraph import LangGraphInstrumentor
+
+    def lookup(question: str) -> str:  # the scripted model asks with a "question" argument
+        """Look up a city."""
+        return f"{question}: sunny"
+
+    script = Script(max_tool_calls=sys.maxsize)
+    tool = StructuredTool.from_function(func=lookup, name="lookup", description="Look up a city.")
+    graph = agent_graph("planner", ScriptedToolModel(agent="planner", script=script), [tool])
+    question = {"messages": [HumanMessage("Lisbon")]}
+
+    async def run() -> str:
+        # Sync invoke (LangGraph's common use); the scripted model logs each tool reply: drop the log.
+        state = graph.invoke(question)
+        script.tool_replies.clear()
+        return last_text(state)
+
+    return Runtime("langgraph", run, LangGraphInstrumentor(), lambda out: "sunny" in out)
+
+
+def mcp_runtime() -> Runtime:
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
+    from otel_guard.instrumentation.mcp import MCPInstrumentor
+
+    server = MCPServer("bench")
+
+    @server.tool()
+    async def lookup(city: str) -> str:
+        """Look up a city."""
+        return f"{city}: sunny"
+
+    # A client per round: opened and closed outside the timing, after the arm's instrument state is set.
+    session: dict[str, Any] = {}
+
+    async def open_client() -> None:
+        client = Client(server)
+        session["client"] = await client.__aenter__()
+        session["cm"] = client
+
+    async def close_client() -> None:
+        await session.pop("cm").__aexit__(None, None, None)
+
+    async def run() -> Any:
+        return await session["client"].call_tool("lookup", {"city": "Lisbon"})
+
+    def check(result: Any) -> bool:
+        return not result.is_error and "sunny" in result.content[0].text
+
+    return Runtime("mcp", run, MCPInstrumentor(), check, open_client, close_client)
+
+
+RUNTIMES: dict[str, Callable[[], Runtime]] = {
+    "pydantic-ai": pydantic_ai_runtime,
+    "openai-agents": openai_agents_runtime,
+    "langgraph": langgraph_runtime,
+    "mcp": mcp_runtime,
+}
+
+
+def set_guarded(runtime: Runtime, guarded: bool) -> None:
+    if guarded and not runtime.instrumentor.is_instrumented_by_opentelemetry:
+        runtime.instrumentor.instrument()
+        if not runtime.instrumentor.is_instrumented_by_opentelemetry:
+            raise SystemExit(f"{runtime.name}: the installed version failed the instrumentor's check")
+    elif not guarded and runtime.instrumentor.is_instrumented_by_opentelemetry:
+        runtime.instrumentor.uninstrument()
+
+
+async def time_round(runtime: Runtime, guarded: bool, n: int) -> tuple[float, float]:
+    """CPU and wall seconds per run over ``n`` runs of one arm."""
+    set_guarded(runtime, guarded)
+    if runtime.open is not None:
+        await runtime.open()
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        await runtime.run()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if runtime.close is not None:
+        await runtime.close()
+    return cpu / n, wall / n
+
+
+@dataclass
+class Figures:
+    bare_cpu: float
+    guarded_cpu: float
+    bare_wall: float
+    guarded_wall: float
+    runs: int
+    guard_spans_per_run: tuple[float, float]
+
+
+async def measure(
+    runtime: Runtime, rounds: int, round_seconds: float, provider: TracerProvider, exporter: CountGuardSpans
+) -> Figures:
+    # Correctness first: each arm must finish the run with the tool's answer.
+    for guarded in (False, True):
+        set_guarded(runtime, guarded)
+        if runtime.open is not None:
+            await runtime.open()
+        output = await runtime.run()
+        if runtime.close is not None:
+            await runtime.close()
+        if not runtime.check(output):
+            raise SystemExit(f"{runtime.name}: unexpected output (guarded={guarded}): {output!r}")
+    # Size a round to about round_seconds of the bare arm (after a warm-up of both arms).
+    await time_round(runtime, True, 20)
+    _, wall = await time_round(runtime, False, 20)
+    n = max(5, round(round_seconds / wall))
+
+    spans_per_run: Counter[bool] = Counter()
+    samples: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for i in range(rounds):
+        for guarded in (False, True) if i % 2 == 0 else (True, False):
+            provider.force_flush()
+            before = exporter.guard_spans
+            samples[guarded].append(await time_round(runtime, guarded, n))
+            provider.force_flush()  # untimed: the exporter's count for this arm
+            spans_per_run[guarded] += exporter.guard_spans - before
+    set_guarded(runtime, False)
+    median = statistics.median
+    return Figures(
+        bare_cpu=median(c for c, _ in samples[False]),
+        guarded_cpu=median(c for c, _ in samples[True]),
+        bare_wall=median(w for _, w in samples[False]),
+        guarded_wall=median(w for _, w in samples[True]),
+        runs=n,
+        guard_spans_per_run=(spans_per_run[False] / (n * rounds), spans_per_run[True] / (n * rounds)),
+    )
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:7.3f} ms"
+
+
+def report(name: str, f: Figures, rounds: int) -> None:
+    bare_spans, guard_spans = f.guard_spans_per_run
+    print(
+        f"{name}  ({rounds} rounds x {f.runs} runs; "
+        f"guard spans per run: bare {bare_spans:g}, guarded {guard_spans:g})"
+    )
+    for label, bare, guarded in (("cpu ", f.bare_cpu, f.guarded_cpu), ("wall", f.bare_wall, f.guarded_wall)):
+        print(
+            f"  {label}  bare {ms(bare)}   guarded {ms(guarded)}   "
+            f"added {(guarded - bare) * 1e3:+7.3f} ms   ratio {guarded / bare:.2f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per arm and runtime (default 20)")
+    parser.add_argument(
+        "--round-seconds", type=float, default=0.15, help="bare-arm time a round aims at (default 0.15)"
+    )
+    parser.add_argument("--runtime", choices=sorted(RUNTIMES), action="append", help="default: all")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.round_seconds <= 0:
+        parser.error("--rounds must be >= 1 and --round-seconds > 0")
+    provider, exporter = setup_sdk()
+    print(f"Python {sys.version.split()[0]}; medians per run; CPU is time.process_time of the whole process")
+
+    async def bench() -> None:
+        for name in args.runtime or RUNTIMES:
+            runtime = RUNTIMES[name]()
+            report(
+                name, await measure(runtime, args.rounds, args.round_seconds, provider, exporter), args.rounds
+            )
+
+    asyncio.run(bench())
+    provider.shutdown()
+
+
+if __name__ == "__main__":
+    main()
