@@ -76,6 +76,11 @@ class Chain:
     def agents(self) -> tuple[str, ...]:
         return tuple([hop[0] for hop in self.hops])
 
+    @property
+    def skills(self) -> tuple[str, ...]:
+        """The hops' skills, ``""`` for none (the span attribute ``otel_guard.chain.skills``)."""
+        return tuple([hop[1] or "" for hop in self.hops])
+
     def name_depth(self, name: str) -> int:
         """How many times ``name`` stands in the chain."""
         return self.agents.count(name)
@@ -280,8 +285,8 @@ class ChainToken:
     def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
         self.chain = chain
         # The span attributes otel_guard.chain.agents / .skills, built once per chain.
-        self.agents = tuple([hop[0] for hop in chain.hops])
-        self.skills = tuple([hop[1] or "" for hop in chain.hops])
+        self.agents = chain.agents
+        self.skills = chain.skills
         self._keyring = keyring
         self._text = text
         self.children: dict[Any, Any] = {}  # the guard's memo of hops made from this chain

@@ -289,9 +289,7 @@ class Delegation:
             names.GEN_AI_OPERATION_NAME: names.EXECUTE_TOOL if tool else names.INVOKE_AGENT,
             names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME: hop.agent,
             names.CHAIN_AGENTS: agents,
-            names.CHAIN_SKILLS: token.skills
-            if token is not None
-            else tuple([h.skill or "" for h in chain.hops]),
+            names.CHAIN_SKILLS: token.skills if token is not None else chain.skills,
             names.CHAIN_DEPTH: len(agents),
             names.NAME_DEPTH: agents.count(hop.agent),
             names.DECISION: verdict.outcome,
