@@ -17,7 +17,6 @@ refusal, never into "no chain".
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -36,7 +35,6 @@ MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
 """The longest token the W3C baggage propagator carries (it drops members of 4096 bytes or more)."""
 MIN_SECRET_BYTES: Final = 32
 
-_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _KID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
 _ROOT = re.compile(r"[0-9a-f]{32}")
 _UNSIGNED_HEADER: Final = "eyJhbGciOiJub25lIn0"  # base64url of {"alg":"none"}
@@ -111,15 +109,21 @@ def start_chain(hop: Hop, workspace: str, now: float, ttl: float) -> Chain:
 # -- keys ---------------------------------------------------------------------------------------
 
 
+# base64url with the standard codec: the alphabet is mapped to the standard one, and the standard
+# characters are mapped to "*" so that strict decoding refuses them (and "=", as JWS has no padding).
+_FROM_B64URL: Final = bytes.maketrans(b"-_+/=", b"+/***")
+_TO_B64URL: Final = bytes.maketrans(b"+/", b"-_")
+_PADDING: Final = (b"", b"===", b"==", b"=")
+
+
 def _b64encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    return binascii.b2a_base64(data, newline=False).translate(_TO_B64URL).rstrip(b"=").decode("ascii")
 
 
 def _b64decode(segment: str) -> bytes:
-    if _B64URL.fullmatch(segment) is None:
-        raise InvalidToken("token is not base64url")
     try:
-        return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+        data = segment.encode("ascii").translate(_FROM_B64URL)
+        return binascii.a2b_base64(data + _PADDING[len(data) & 3], strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidToken(f"token is not base64url ({exc})") from None
 
@@ -256,86 +260,139 @@ def _claims_prefix(chain: Chain) -> tuple[str, int]:
     return text, len(text.encode())
 
 
+# Upper bounds on the claims' size in bytes, cheap enough for every hop: in the JSON this module
+# writes, one character of a string takes at most 6 bytes (a \u00XX escape; UTF-8 needs at most 4),
+# and a float's repr at most 24 characters.
+_PREFIX_BOUND: Final = len('{"v":1,"root":"","ws":"","iat":,"exp":,"hops":[') + 32 + 2 * 24
+_CLAIMS_END: Final = len("]}")
+
+
+def _hop_bound(hop: Hop) -> int:
+    return 6 * (len(hop[0]) + len(hop[1] or "")) + len('["",null]')
+
+
+def _claims_bound(chain: Chain) -> int:
+    bound = _PREFIX_BOUND + 6 * len(chain.workspace) + _CLAIMS_END + len(chain.hops) - 1
+    for hop in chain.hops:
+        bound += _hop_bound(hop)
+    return bound
+
+
+def _token_length(claims_bytes: int, keyring: Keyring | None) -> int:
+    # Base64url without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43.
+    header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
+    return len(header) + 1 + (4 * claims_bytes + 2) // 3 + 1 + (43 if keyring is not None else 0)
+
+
 class ChainToken:
-    """A chain ready to travel: its length is known when it is made, its text on first use.
+    """A verified chain ready to travel: encoded and signed only when a propagator needs its text.
 
     The guard puts this object itself into the context's baggage. Inside the process it *is* the
     verified chain, so nested hops never re-verify; the W3C baggage propagator calls ``str()`` on
     it when a carrier is injected, and only then is it encoded and signed (and the result kept).
-    The claims are kept as two JSON pieces (before the hops, the hops) with their sizes in bytes, so
-    a child hop's token reuses them and knows its length without encoding anything.
+
+    A child token (:meth:`extended`) costs a few tuples: its :class:`Chain`, its claims and its exact
+    length are all made on first use, from its parent's. Whether it fits the baggage limit is first
+    checked against an upper bound on its length, so a hop that does not call out never encodes.
     """
 
     __slots__ = (
-        "_hops_bytes",
-        "_hops_json",
+        "_bound",
+        "_chain",
+        "_claims",
+        "_hop",
         "_keyring",
-        "_prefix",
-        "_prefix_bytes",
+        "_length",
+        "_parent",
         "_text",
         "agents",
-        "chain",
         "children",
-        "length",
+        "root",
         "skills",
     )
 
     MAX_CHILDREN = 32
 
     def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
-        self.chain = chain
+        self._chain: Chain | None = chain
+        self._parent: ChainToken | None = None
+        self._hop: Hop | None = None
+        self._keyring = keyring
+        self._text = text
+        self._claims: tuple[str, int, str, int] | None = None  # prefix, its bytes, hops, their bytes
+        self._length = len(text) if text is not None else -1  # -1: not computed yet
+        self._bound = -1  # an upper bound on the length of this chain re-encoded; -1: not yet
+        self.root = chain.root
         # The span attributes otel_guard.chain.agents / .skills, built once per chain.
         self.agents = chain.agents
         self.skills = chain.skills
-        self._keyring = keyring
-        self._text = text
         self.children: dict[Any, Any] = {}  # the guard's memo of hops made from this chain
-        self._prefix: str | None = None  # encoded on demand: a token that arrived may never need it
-        self._prefix_bytes = self._hops_bytes = 0
-        self._hops_json = ""
-        if text is not None:  # a token that arrived: its length is its own
-            self.length = len(text)
-        else:
-            self._encode_claims()
-            self.length = self._signed_length()
 
-    def _encode_claims(self) -> None:
-        self._prefix, self._prefix_bytes = _claims_prefix(self.chain)
-        pieces = [_hop_json(hop) for hop in self.chain.hops]
-        self._hops_json = ",".join([piece for piece, _ in pieces])
-        size = len(pieces) - 1
-        for _, piece_bytes in pieces:
-            size += piece_bytes
-        self._hops_bytes = size
-
-    def _signed_length(self) -> int:
-        # Base64url without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43.
-        claims = self._prefix_bytes + self._hops_bytes + 2
-        keyring = self._keyring
-        header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
-        return len(header) + 1 + (4 * claims + 2) // 3 + 1 + (43 if keyring else 0)
+    @property
+    def chain(self) -> Chain:
+        chain = self._chain
+        if chain is None:
+            assert self._parent is not None
+            assert self._hop is not None
+            chain = self._chain = self._parent.chain.extended(self._hop)
+        return chain
 
     def extended(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
-        """The token of this chain with ``hop`` appended, reusing what is already encoded."""
-        if self._prefix is None:
-            self._encode_claims()
-        hop_json, hop_bytes = _hop_json(hop)
+        """The token of this chain with ``hop`` appended; nothing is encoded until it is needed."""
         child = ChainToken.__new__(ChainToken)
-        child.chain = self.chain.extended(hop)
-        child.agents = (*self.agents, hop[0])
-        child.skills = (*self.skills, hop[1] or "")
+        child._chain = None
+        child._parent = self
+        child._hop = hop
         child._keyring = keyring
         child._text = None
+        child._claims = None
+        child._length = -1
+        bound = self._bound
+        if bound < 0:
+            bound = self._bound = _claims_bound(self.chain)
+        child._bound = bound + 1 + _hop_bound(hop)
+        child.root = self.root
+        child.agents = (*self.agents, hop[0])
+        child.skills = (*self.skills, hop[1] or "")
         child.children = {}
-        child._prefix = self._prefix
-        child._prefix_bytes = self._prefix_bytes
-        if self._hops_json:
-            child._hops_json = f"{self._hops_json},{hop_json}"
-            child._hops_bytes = self._hops_bytes + 1 + hop_bytes
-        else:
-            child._hops_json, child._hops_bytes = hop_json, hop_bytes
-        child.length = child._signed_length()
         return child
+
+    def fits(self, limit: int) -> bool:
+        """Whether the token's text is at most ``limit`` characters, encoding it only if it may not be."""
+        if self._length < 0:
+            if self._bound < 0:
+                self._bound = _claims_bound(self.chain)
+            if _token_length(self._bound, self._keyring) <= limit:
+                return True
+        return self.length <= limit
+
+    @property
+    def length(self) -> int:
+        """The exact length of the token's text, known without signing it."""
+        if self._length < 0:
+            _, prefix_bytes, _, hops_bytes = self._encoded_claims()
+            self._length = _token_length(prefix_bytes + hops_bytes + _CLAIMS_END, self._keyring)
+        return self._length
+
+    def _encoded_claims(self) -> tuple[str, int, str, int]:
+        claims = self._claims
+        if claims is None:
+            parent, hop = self._parent, self._hop
+            if parent is not None and hop is not None:
+                # A child reuses its parent's claims: only the new hop is encoded.
+                prefix, prefix_bytes, hops, hops_bytes = parent._encoded_claims()
+                hop_json, hop_bytes = _hop_json(hop)
+                claims = (prefix, prefix_bytes, f"{hops},{hop_json}", hops_bytes + 1 + hop_bytes)
+            else:
+                chain = self.chain
+                pieces = [_hop_json(hop) for hop in chain.hops]
+                claims = (
+                    *_claims_prefix(chain),
+                    ",".join([piece for piece, _ in pieces]),
+                    len(pieces) - 1 + sum([size for _, size in pieces]),
+                )
+            self._claims = claims
+        return claims
 
     def remember(self, key: Any, value: Any) -> None:
         """Keep ``value`` for ``key`` in :attr:`children`, up to :attr:`MAX_CHILDREN` entries."""
@@ -346,7 +403,8 @@ class ChainToken:
         text = self._text
         if text is None:
             keyring = self._keyring
-            claims = _b64encode(f"{self._prefix}{self._hops_json}]}}".encode())
+            prefix, _, hops, _ = self._encoded_claims()
+            claims = _b64encode(f"{prefix}{hops}]}}".encode())
             if keyring is None:
                 text = f"{_UNSIGNED_HEADER}.{claims}."
             else:
@@ -356,7 +414,7 @@ class ChainToken:
         return text
 
     def __repr__(self) -> str:  # never shows the token
-        return f"ChainToken(root={self.chain.root!r}, depth={self.chain.depth})"
+        return f"ChainToken(root={self.root!r}, depth={len(self.agents)})"
 
 
 def encode(chain: Chain, keyring: Keyring | None) -> str:
@@ -385,37 +443,45 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     return value
 
 
-def _number(claims: Mapping[str, Any], name: str) -> float:
-    value = claims.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidToken(f"token claim {name!r} must be a number")
-    return float(value)
+def _number(value: object, name: str) -> float:
+    if type(value) is float:
+        if math.isfinite(value):
+            return value
+    elif type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            pass
+    raise InvalidToken(f"token claim {name!r} must be a number")
+
+
+_new_hop = tuple.__new__  # builds a Hop straight from a checked [agent, skill] pair
 
 
 def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
     version = claims.get("v")
-    if version != TOKEN_VERSION or isinstance(version, bool):
+    if version != TOKEN_VERSION or type(version) is bool:
         raise InvalidToken(f"token format version {version!r} is not {TOKEN_VERSION}")
     root = claims.get("root")
-    if not isinstance(root, str) or _ROOT.fullmatch(root) is None:
+    if type(root) is not str or _ROOT.fullmatch(root) is None:
         raise InvalidToken("token claim 'root' must be 32 lowercase hex characters")
     workspace = claims.get("ws")
-    if not isinstance(workspace, str) or not workspace:
+    if type(workspace) is not str or not workspace:
         raise InvalidToken("token claim 'ws' must be a non-empty string")
     raw_hops = claims.get("hops")
     if type(raw_hops) is not list or not raw_hops:
         raise InvalidToken("token claim 'hops' must be a non-empty list")
+    hops = []
     for item in raw_hops:
-        if (
-            type(item) is not list
-            or len(item) != 2
-            or type(item[0]) is not str
-            or not item[0]
-            or not (item[1] is None or type(item[1]) is str)
-        ):
+        if type(item) is not list or len(item) != 2:
             raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
-    hops = tuple([Hop(agent, skill) for agent, skill in raw_hops])
-    return Chain(hops, root, workspace, _number(claims, "iat"), _number(claims, "exp"))
+        agent, skill = item
+        if type(agent) is not str or not agent or not (skill is None or type(skill) is str):
+            raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
+        hops.append(_new_hop(Hop, item))
+    return Chain(
+        tuple(hops), root, workspace, _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
+    )
 
 
 def decode(token: object, keyring: Keyring | None) -> Chain:
@@ -434,7 +500,7 @@ def decode(token: object, keyring: Keyring | None) -> Chain:
 
 
 def _decode(token: object, keyring: Keyring | None) -> Chain:
-    if not isinstance(token, str):
+    if type(token) is not str:
         raise InvalidToken("token is not a string")
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidToken(f"token is longer than {MAX_TOKEN_LENGTH} characters")
@@ -451,7 +517,7 @@ def _decode(token: object, keyring: Keyring | None) -> Chain:
         if header == _UNSIGNED_HEADER or not signature:
             raise InvalidToken("token is unsigned but keys are configured")
         key = keyring.key_for(header)
-        expected = _b64encode(key.sign(f"{header}.{payload}".encode("ascii")))
-        if not hmac.compare_digest(expected, signature):
+        signed = token[: len(header) + 1 + len(payload)].encode("ascii")
+        if not hmac.compare_digest(_b64encode(key.sign(signed)), signature):
             raise InvalidToken("token signature does not match")
     return _claims_to_chain(_json_object(_b64decode(payload), "claims"))

@@ -51,49 +51,73 @@ S = TypeVar("S")
 # -- reading the chain in force -----------------------------------------------------------------
 
 
+def _context_slot(ctx: context.Context) -> str:
+    """The one key ``ctx`` holds (an empty context changed once through the public API), or ``""``."""
+    keys = list(ctx)
+    return keys[0] if len(keys) == 1 else ""
+
+
+# Where the context keeps the current span and the baggage, found once through the public API. With
+# both known, a hop reads the baggage with one lookup and makes its context with one copy (instead
+# of one copy for the span and one for the baggage); a test checks the result against the public API.
+_SPAN_SLOT = _context_slot(trace.set_span_in_context(trace.INVALID_SPAN, context.Context()))
+_BAGGAGE_SLOT = _context_slot(baggage.set_baggage(_BAGGAGE_KEY, "", context.Context()))
+_FAST_CONTEXT = bool(_SPAN_SLOT and _BAGGAGE_SLOT) and (
+    type(baggage.set_baggage(_BAGGAGE_KEY, "", context.Context()).get(_BAGGAGE_SLOT)) is dict
+)
+
+
+def _baggage_of(ctx: context.Context) -> Mapping[str, object] | None:
+    """The baggage of ``ctx``, or ``None`` (or an empty mapping) when it has none."""
+    if _FAST_CONTEXT:
+        value = ctx.get(_BAGGAGE_SLOT)
+        return value if type(value) is dict else None
+    return baggage.get_all(ctx)
+
+
 class _VerifiedTokens:
-    """Tokens from carriers that this process has verified already, by (keyring, token).
+    """Tokens from carriers that this process has verified already, by token text.
 
     A server reads the same incoming token more than once (``current_chain()``, then the hop): the
-    second read is a dict lookup. Bounded (emptied when full); only successful verifications are kept.
+    second read is a dict lookup. Bounded (emptied when full); only successful verifications are kept,
+    each with the keyring that verified it.
     Plain dict operations are atomic under the GIL, so no lock is needed.
     """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._items: dict[tuple[Keyring | None, str], Chain] = {}
+        self._items: dict[str, tuple[Keyring | None, ChainToken]] = {}
 
-    def verify(self, token: str, keyring: Keyring | None) -> Chain:
-        key = (keyring, token)
-        chain = self._items.get(key)
-        if chain is None:
-            chain = decode(token, keyring)
-            if len(self._items) >= self._size:
-                self._items.clear()
-            self._items[key] = chain
-        return chain
+    def verify(self, text: str, keyring: Keyring | None) -> ChainToken:
+        item = self._items.get(text)
+        if item is not None and item[0] is keyring:
+            return item[1]
+        token = ChainToken(decode(text, keyring), keyring, text)
+        if len(self._items) >= self._size:
+            self._items.clear()
+        self._items[text] = (keyring, token)
+        return token
 
 
 _verified = _VerifiedTokens()
 
 
-def _arrival(ctx: context.Context | None, keyring: Keyring | None) -> ChainToken | None:
-    """The chain in ``ctx``; raises :class:`InvalidToken` for one that fails verification."""
-    value = baggage.get_baggage(_BAGGAGE_KEY, ctx)
+def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
+    """The chain a baggage value carries; raises :class:`InvalidToken` for one that fails verification."""
     if value is None or type(value) is ChainToken:
         return value
     if not isinstance(value, str):
         raise InvalidToken("baggage member otel_guard.chain is not a token")
-    return ChainToken(_verified.verify(value, keyring), keyring, value)
+    return _verified.verify(value, keyring)
 
 
 def current_chain() -> Chain | None:
     """The verified chain in force in the current context, or ``None`` outside any hop."""
     try:
-        token = _arrival(None, current_settings().keys)
+        token = _arrival(baggage.get_baggage(_BAGGAGE_KEY), current_settings().keys)
     except InvalidToken:
         return None
-    return token.chain if token is not None and token.chain.hops else None
+    return token.chain if token is not None else None
 
 
 def name_depth(name: str) -> int:
@@ -116,6 +140,65 @@ def _warn_unsigned_once() -> None:
         )
 
 
+class _Plan:
+    """Everything a hop decided and built from one chain, before its span.
+
+    Nothing in it depends on the moment or the parent context, so the plan of a hop that was allowed
+    is kept on the token of the chain it came from (:attr:`ChainToken.children`): the same hop from
+    the same chain (an agent calling one tool again and again) reuses it while the settings stay the
+    same object and the chain has not expired.
+    """
+
+    __slots__ = (
+        "attributes",
+        "baggage",
+        "carried",
+        "hop",
+        "settings",
+        "span_name",
+        "tally",
+        "token",
+        "valid_until",
+        "verdict",
+    )
+
+    def __init__(
+        self,
+        hop: Hop,
+        verdict: Verdict,
+        token: ChainToken,
+        carried: bool,
+        settings: Settings,
+        attributes: dict[str, AttributeValue],
+        span_name: str,
+        tally: names.HopKey,
+        valid_until: float,
+    ) -> None:
+        self.hop = hop
+        self.verdict = verdict
+        self.token = token  # the chain including this hop
+        self.carried = carried  # False: too large for baggage (off mode), the hop carries no chain
+        self.settings = settings
+        self.attributes = attributes
+        self.span_name = span_name
+        self.tally = tally
+        self.valid_until = valid_until  # the chain's expiry: then the hop is decided afresh
+        # (parent baggage, child baggage) of the last context made from this plan: the same parent
+        # baggage gives the same child baggage, which is never changed in place, so it is shared.
+        self.baggage: tuple[object, dict[str, object]] = (self, {})
+
+    def child_baggage(self, parent_baggage: Mapping[str, object] | None) -> dict[str, object]:
+        """The baggage of a hop made from this plan in a context with ``parent_baggage``."""
+        child_baggage = dict(parent_baggage) if parent_baggage else {}
+        # A token the propagator would drop is never produced: in off mode such a hop carries no chain.
+        if self.carried:
+            child_baggage[_BAGGAGE_KEY] = self.token
+        else:
+            child_baggage.pop(_BAGGAGE_KEY, None)
+        self.baggage = (parent_baggage, child_baggage)
+        return child_baggage
+
+
 class Delegation:
     """One guarded hop. Use :func:`delegate` to make one; enter it with ``with`` or ``async with``.
 
@@ -124,14 +207,17 @@ class Delegation:
     """
 
     __slots__ = (
+        "_agent",
         "_attributes",
+        "_hop",
+        "_key",
+        "_plan",
         "_receiving",
+        "_skill",
         "_span_kind",
         "_token",
-        "chain",
         "context",
         "decision",
-        "hop",
         "kind",
         "span",
     )
@@ -149,94 +235,79 @@ class Delegation:
             raise ValueError(f"delegate: agent must be a non-empty string, not {agent!r}")
         if kind not in ("agent", "tool"):
             raise ValueError(f"delegate: kind must be 'agent' or 'tool', not {kind!r}")
-        self.hop = Hop(agent, skill)
+        self._agent = agent
+        self._skill = skill
+        self._key = (agent, skill, kind)
+        self._hop: Hop | None = None
         self.kind = kind
         self._span_kind = span_kind
         self._receiving = receiving
         self._attributes = attributes
         self._token: object = None
+        self._plan: _Plan | None = None
         self.span: trace.Span = trace.INVALID_SPAN
-        self.chain: Chain | None = None
         self.context: context.Context | None = None
         self.decision: str | None = None
+
+    @property
+    def hop(self) -> Hop:
+        """The hop (agent, skill); on the receiving side, the one that arrived in the chain."""
+        plan = self._plan
+        if plan is not None:
+            return plan.hop
+        hop = self._hop
+        if hop is None:
+            hop = self._hop = Hop(self._agent, self._skill)
+        return hop
+
+    @property
+    def chain(self) -> Chain | None:
+        """The chain including this hop, once it has started (``None`` before)."""
+        plan = self._plan
+        return plan.token.chain if plan is not None else None
 
     # The steps ----------------------------------------------------------------------------------
 
     def start(self) -> context.Context:
         """Decide the hop and start its span; return the context to run the body in.
 
-        ``settings`` below are the ones in force for this hop's agent (overrides applied).
-
         Raises :class:`DelegationRefused` (after recording the refused span) when the hop is refused.
         """
-        hop = self.hop
-        settings = current_settings().for_agent(hop.agent)
-        keyring = settings.keys
-        attributes: dict[str, AttributeValue] | None = None
-        if keyring is None:
-            _warn_unsigned_once()
+        settings = current_settings()
+        if settings.overrides:
+            settings = settings.for_agent(self._agent)
         parent = context.get_current()
-        now = time.time()
-        try:
-            arrived = _arrival(parent, keyring)
-        except InvalidToken as exc:
-            if settings.mode != "off":
-                message = f"Delegation chain failed verification: {exc}; agent {hop.agent} refused"
-                verdict = Verdict("refuse", "bad_signature", message)
-                self._refuse(verdict, None, Chain((hop,), "", settings.workspace, now, now), parent, settings)
-            arrived = None  # off mode: no checks; the hop starts a new chain
-        arrival = arrived.chain if arrived is not None else None
-        if self._receiving and arrived is not None and arrival and _continues(arrival, hop):
-            # The caller's instrumentation already added this hop: check it again, do not add it twice.
-            hop = self.hop = arrival.hops[-1]
-            before = Chain(
-                arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
-            )
-            verdict = decide(before, hop, settings, now)
-            token = arrived
-        elif arrived is not None and arrival is not None and self._attributes is None:
-            # The same hop from the same chain (an agent calling one tool again and again) decides the
-            # same way and makes the same child chain while the settings and the clock allow: reuse.
-            child = arrived.children.get((hop, self.kind))
-            if child is not None and child[0] is settings and now < arrival.expires_at:
-                _, verdict, token, attributes = child
-            else:
-                verdict = decide(arrival, hop, settings, now)
-                token = arrived.extended(hop, keyring)
-                attributes = self._attributes_for(verdict, token.chain, settings, token)
-                if verdict.outcome != "refuse":
-                    arrived.remember((hop, self.kind), (settings, verdict, token, attributes))
+        if _FAST_CONTEXT:
+            parent_baggage = parent.get(_BAGGAGE_SLOT)
+            if type(parent_baggage) is not dict:
+                parent_baggage = None
         else:
-            verdict = decide(arrival, hop, settings, now)
-            if arrived is None:
-                token = ChainToken(start_chain(hop, settings.workspace, now, settings.ttl), keyring)
-            else:
-                token = arrived.extended(hop, keyring)
-        chain = token.chain
-        if verdict.outcome == "refuse":
-            self._refuse(verdict, arrival, chain, parent, settings)
-        oversized = token.length > MAX_TOKEN_LENGTH
-        if oversized and settings.mode != "off":
-            verdict = Verdict(
-                "refuse",
-                "chain_size",
-                f"Delegation chain too large: calling agent {hop.agent} would make a token of "
-                f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
-            )
-            self._refuse(verdict, arrival, chain, parent, settings)
-        if attributes is None:
-            attributes = self._attributes_for(verdict, chain, settings, token)
-        span = self._start_span(verdict, parent, attributes, chain.depth)
-        self.span = span
-        self.chain = chain
+            parent_baggage = baggage.get_all(parent)
+        value = parent_baggage.get(_BAGGAGE_KEY) if parent_baggage else None
+        plan = value.children.get(self._key) if type(value) is ChainToken and not self._receiving else None
+        if plan is None or plan.settings is not settings or time.time() >= plan.valid_until:
+            plan = self._decide(value, settings, parent)
+        self._plan = plan
+        verdict = plan.verdict
         self.decision = verdict.outcome
-        ctx = trace.set_span_in_context(span, parent)
-        # A token the propagator would drop is never produced: in off mode such a hop carries no chain.
-        ctx = (
-            baggage.remove_baggage(_BAGGAGE_KEY, ctx)
-            if oversized
-            else baggage.set_baggage(_BAGGAGE_KEY, token, ctx)
+        # What follows is _open_span and _child_context written out: this is the hot path.
+        tel = names.current()
+        self.span = span = tel.tracer.start_span(
+            plan.span_name,
+            parent,
+            self._span_kind,
+            plan.attributes if self._attributes is None else {**self._attributes, **plan.attributes},
         )
+        if verdict.reason is not None:
+            _record_verdict(span, verdict)
+        tel.hops.add(plan.tally)
+        if _FAST_CONTEXT:
+            last_parent, child_baggage = plan.baggage
+            if last_parent is not parent_baggage:
+                child_baggage = plan.child_baggage(parent_baggage)
+            ctx = context.Context({**parent, _SPAN_SLOT: span, _BAGGAGE_SLOT: child_baggage})
+        else:
+            ctx = _child_context_slowly(parent, span, plan)
         self.context = ctx
         return ctx
 
@@ -277,78 +348,156 @@ class Delegation:
 
     # Internals ----------------------------------------------------------------------------------
 
-    def _attributes_for(
-        self, verdict: Verdict, chain: Chain, settings: Settings, token: ChainToken | None = None
-    ) -> dict[str, AttributeValue]:
+    def _decide(self, value: object, settings: Settings, parent: context.Context) -> _Plan:
+        """Verify the chain that arrived in ``value``, decide the hop and build its plan.
+
+        ``settings`` are the ones in force for this hop's agent (overrides applied). A refusal is
+        recorded and raised here; an allowed hop's plan is kept on the token it came from.
+        """
         hop = self.hop
-        agents = token.agents if token is not None else chain.agents
+        keyring = settings.keys
+        if keyring is None:
+            _warn_unsigned_once()
+        now = time.time()
+        try:
+            arrived = _arrival(value, keyring)
+        except InvalidToken as exc:
+            if settings.mode != "off":
+                message = f"Delegation chain failed verification: {exc}; agent {hop.agent} refused"
+                verdict = Verdict("refuse", "bad_signature", message)
+                self._refuse(
+                    verdict,
+                    None,
+                    ChainToken(Chain((hop,), "", settings.workspace, now, now), None),
+                    parent,
+                    settings,
+                )
+            arrived = None  # off mode: no checks; the hop starts a new chain
+        arrival = arrived.chain if arrived is not None else None
+        memo = None
+        if self._receiving and arrived is not None and arrival is not None and _continues(arrival, hop):
+            # The caller's instrumentation already added this hop: check it again, do not add it twice.
+            hop = self._hop = arrival.hops[-1]
+            before = Chain(
+                arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
+            )
+            verdict = decide(before, hop, settings, now)
+            token = arrived
+        elif arrived is None:
+            verdict = decide(None, hop, settings, now)
+            token = ChainToken(start_chain(hop, settings.workspace, now, settings.ttl), keyring)
+        else:
+            verdict = decide(arrival, hop, settings, now)
+            token = arrived.extended(hop, keyring)
+            memo = arrived
+        if verdict.outcome == "refuse":
+            self._refuse(verdict, arrival, token, parent, settings)
+        carried = token.fits(MAX_TOKEN_LENGTH)
+        if not carried and settings.mode != "off":
+            verdict = Verdict(
+                "refuse",
+                "chain_size",
+                f"Delegation chain too large: calling agent {hop.agent} would make a token of "
+                f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
+            )
+            self._refuse(verdict, arrival, token, parent, settings)
+        plan = _Plan(
+            hop,
+            verdict,
+            token,
+            carried,
+            settings,
+            self._attributes_for(verdict, token, settings),
+            self._span_name(),
+            self._tally_key(verdict, len(token.agents)),
+            arrival.expires_at if arrival is not None else now,
+        )
+        if memo is not None:
+            memo.remember(self._key, plan)
+        return plan
+
+    def _span_name(self) -> str:
+        return f"{names.EXECUTE_TOOL if self.kind == 'tool' else names.INVOKE_AGENT} {self._agent}"
+
+    def _tally_key(self, verdict: Verdict, depth: int) -> names.HopKey:
+        name_key = names.GEN_AI_TOOL_NAME if self.kind == "tool" else names.GEN_AI_AGENT_NAME
+        return (verdict.outcome, verdict.reason, name_key, self._agent), depth
+
+    def _attributes_for(
+        self, verdict: Verdict, token: ChainToken, settings: Settings
+    ) -> dict[str, AttributeValue]:
+        """The span attributes of CONTRACT §5 (the guard's own only)."""
+        hop = self.hop
+        agents = token.agents
         tool = self.kind == "tool"
-        # The caller's attributes go first so they can never overwrite the guard's own.
-        attributes: dict[str, AttributeValue] = dict(self._attributes) if self._attributes else {}
-        attributes |= {
+        attributes: dict[str, AttributeValue] = {
             names.GEN_AI_OPERATION_NAME: names.EXECUTE_TOOL if tool else names.INVOKE_AGENT,
             names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME: hop.agent,
             names.CHAIN_AGENTS: agents,
-            names.CHAIN_SKILLS: token.skills if token is not None else chain.skills,
+            names.CHAIN_SKILLS: token.skills,
             names.CHAIN_DEPTH: len(agents),
             names.NAME_DEPTH: agents.count(hop.agent),
             names.DECISION: verdict.outcome,
             names.MODE: settings.mode,
         }
-        if chain.root:
-            attributes[names.CHAIN_ROOT] = chain.root
+        if token.root:
+            attributes[names.CHAIN_ROOT] = token.root
         if hop.skill is not None:
             attributes[names.SKILL] = hop.skill
         if verdict.reason is not None:
             attributes[names.REASON] = verdict.reason
         return attributes
 
-    def _start_span(
+    def _open_span(
         self,
-        verdict: Verdict,
+        name: str,
         parent: context.Context,
-        attributes: dict[str, AttributeValue],
-        depth: int,
+        attributes: Mapping[str, AttributeValue],
+        verdict: Verdict,
+        tally: names.HopKey,
     ) -> trace.Span:
         tel = names.current()
-        tool = self.kind == "tool"
-        span = tel.tracer.start_span(
-            f"{names.EXECUTE_TOOL if tool else names.INVOKE_AGENT} {self.hop.agent}",
-            context=parent,
-            kind=self._span_kind,
-            attributes=attributes,
-        )
+        span = tel.tracer.start_span(name, parent, self._span_kind, attributes)
         if verdict.reason is not None:
-            span.add_event(
-                names.EVENT_REFUSED if verdict.outcome == "refuse" else names.EVENT_WOULD_REFUSE,
-                {names.REASON: verdict.reason, names.EVENT_MESSAGE: verdict.message},
-            )
-        tel.decisions.add(
-            (
-                verdict.outcome,
-                verdict.reason,
-                names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME,
-                self.hop.agent,
-            )
-        )
-        tel.depths.add(depth)
+            _record_verdict(span, verdict)
+        tel.hops.add(tally)
         return span
 
     def _refuse(
         self,
         verdict: Verdict,
         arrival: Chain | None,
-        chain: Chain,
+        token: ChainToken,
         parent: context.Context,
         settings: Settings,
     ) -> NoReturn:
-        span = self._start_span(verdict, parent, self._attributes_for(verdict, chain, settings), chain.depth)
+        attributes = self._attributes_for(verdict, token, settings)
+        if self._attributes:
+            attributes = {**self._attributes, **attributes}
+        tally = self._tally_key(verdict, len(token.agents))
+        span = self._open_span(self._span_name(), parent, attributes, verdict, tally)
         span.set_status(Status(StatusCode.ERROR, verdict.message))
         span.set_attribute(names.ERROR_TYPE, DelegationRefused.__name__)
         span.end()
         self.decision = "refuse"
         assert verdict.reason is not None
         raise DelegationRefused(verdict.reason, verdict.message, self.hop, arrival)
+
+
+def _record_verdict(span: trace.Span, verdict: Verdict) -> None:
+    """The span event of a refused or would-refuse hop."""
+    span.add_event(
+        names.EVENT_REFUSED if verdict.outcome == "refuse" else names.EVENT_WOULD_REFUSE,
+        {names.REASON: verdict.reason or "", names.EVENT_MESSAGE: verdict.message},
+    )
+
+
+def _child_context_slowly(parent: context.Context, span: trace.Span, plan: _Plan) -> context.Context:
+    """The hop's context made through the public API only (when the context slots are unknown)."""
+    ctx = trace.set_span_in_context(span, parent)
+    if plan.carried:
+        return baggage.set_baggage(_BAGGAGE_KEY, plan.token, ctx)
+    return baggage.remove_baggage(_BAGGAGE_KEY, ctx)
 
 
 def _continues(arrival: Chain, hop: Hop) -> bool:

@@ -3,19 +3,20 @@
 The names are the public contract (CONTRACT §5): dashboards, alert rules and the collector-side
 processor read them.
 
-Metrics cost the hop almost nothing: decisions and depths are tallied in dicts. Decisions are
-reported by an observable counter when the SDK collects; the depths are recorded into the histogram
-in that same collection callback (the SDK runs observable callbacks before it reads its
+Metrics cost the hop almost nothing: each hop appends one key to a deque (:class:`HopTally`).
+Decisions are reported by an observable counter when the SDK collects; the depths are recorded into
+the histogram in that same collection callback (the SDK runs observable callbacks before it reads its
 synchronous instruments), so a hop never pays for the histogram's aggregation and exemplar sampling
-(measured: 17 % of a hop). The price: the histogram has no exemplars.
+(measured: 17 % of a hop) nor for a lock. The price: the histogram has no exemplars.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -65,26 +66,53 @@ def _version() -> str:
 DecisionKey = tuple[str, str | None, str, str]
 """(decision, reason, name attribute key, name)."""
 
+HopKey = tuple[DecisionKey, int]
+"""What one hop reports: its decision key and its chain depth."""
 
-class Tally:
-    """Counts kept in a dict behind a lock, taken out at collection time."""
+
+class HopTally:
+    """The hops decided since the start (by decision) and since the last collection (by depth).
+
+    A hop only appends its key to a deque: ``deque.append`` is atomic, so hops on many threads take
+    no lock. The keys are folded into counts under a lock, by whichever hop finds the deque long (so
+    memory stays bounded when nothing ever collects) and at each collection.
+    """
+
+    FOLD_AT = 1024
 
     def __init__(self) -> None:
-        self._counts: dict[Any, int] = {}
+        self._pending: deque[HopKey] = deque()
         self._lock = threading.Lock()
+        self._decisions: dict[DecisionKey, int] = {}  # cumulative
+        self._depths: dict[int, int] = {}  # since the last take_depths()
 
-    def add(self, key: Any) -> None:
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
+    def add(self, key: HopKey) -> None:
+        pending = self._pending
+        pending.append(key)
+        if len(pending) >= self.FOLD_AT:
+            self._fold()
 
-    def snapshot(self) -> list[tuple[Any, int]]:
+    def _fold(self) -> None:
         with self._lock:
-            return list(self._counts.items())
+            pending, decisions, depths = self._pending, self._decisions, self._depths
+            # Only what is there now: keys appended meanwhile stay for the next fold, none is lost.
+            for _ in range(len(pending)):
+                decision, depth = pending.popleft()
+                decisions[decision] = decisions.get(decision, 0) + 1
+                depths[depth] = depths.get(depth, 0) + 1
 
-    def take(self) -> list[tuple[Any, int]]:
+    def decisions(self) -> list[tuple[DecisionKey, int]]:
+        """Every decision key with its count since the start."""
+        self._fold()
         with self._lock:
-            counts, self._counts = self._counts, {}
-        return list(counts.items())
+            return list(self._decisions.items())
+
+    def take_depths(self) -> list[tuple[int, int]]:
+        """Every depth with its count since the last call."""
+        self._fold()
+        with self._lock:
+            depths, self._depths = self._depths, {}
+        return list(depths.items())
 
 
 class Telemetry:
@@ -98,8 +126,7 @@ class Telemetry:
         version = _version()
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, version, tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION_NAME, version, meter_provider)
-        self.decisions = Tally()  # DecisionKey -> count, cumulative
-        self.depths = Tally()  # depth -> hops since the last collection
+        self.hops = HopTally()
         self._depth_histogram = meter.create_histogram(
             METRIC_CHAIN_DEPTH,
             unit="{hop}",
@@ -115,10 +142,10 @@ class Telemetry:
 
     def _collect(self, _options: CallbackOptions) -> Iterable[Observation]:
         record = self._depth_histogram.record
-        for depth, count in self.depths.take():
+        for depth, count in self.hops.take_depths():
             for _ in range(count):
                 record(depth)
-        for (decision, reason, name_key, name), count in self.decisions.snapshot():
+        for (decision, reason, name_key, name), count in self.hops.decisions():
             attributes = {DECISION: decision, name_key: name}
             if reason is not None:
                 attributes[REASON] = reason
