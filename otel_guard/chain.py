@@ -260,6 +260,23 @@ def _claims_prefix(chain: Chain) -> tuple[str, int]:
     return text, len(text.encode())
 
 
+def check_hop(hop: Hop) -> None:
+    """Raise ``ValueError`` for a hop whose names cannot travel in a token.
+
+    The names must be text that UTF-8 can encode (no lone surrogates); a skill is text or ``None``.
+    Cheap after the first time (the hop's JSON is cached).
+    """
+    if hop.skill is not None and not isinstance(hop.skill, str):
+        raise ValueError(f"delegate: skill must be a string or None, not {hop.skill!r}")
+    try:
+        _hop_json(hop)
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"delegate: agent {hop.agent!r} / skill {hop.skill!r} is not valid Unicode text "
+            "(a lone surrogate cannot be encoded)"
+        ) from None
+
+
 # Upper bounds on the claims' size in bytes, cheap enough for every hop: in the JSON this module
 # writes, one character of a string takes at most 6 bytes (a \u00XX escape; UTF-8 needs at most 4),
 # and a float's repr at most 24 characters.
@@ -294,16 +311,20 @@ class ChainToken:
     A child token (:meth:`extended`) costs a few tuples: its :class:`Chain`, its claims and its exact
     length are all made on first use, from its parent's. Whether it fits the baggage limit is first
     checked against an upper bound on its length, so a hop that does not call out never encodes.
+    A child keeps its parent's chain and claims, never the parent token itself: the guard keeps
+    children in their parent's :attr:`children`, and a reference back would make a cycle that only
+    the garbage collector could free (a token arriving with every request would make one each).
     """
 
     __slots__ = (
+        "_base",
+        "_base_claims",
         "_bound",
         "_chain",
         "_claims",
         "_hop",
         "_keyring",
         "_length",
-        "_parent",
         "_text",
         "agents",
         "children",
@@ -315,7 +336,8 @@ class ChainToken:
 
     def __init__(self, chain: Chain, keyring: Keyring | None, text: str | None = None) -> None:
         self._chain: Chain | None = chain
-        self._parent: ChainToken | None = None
+        self._base: Chain | None = None  # a child's: its parent's chain, and its parent's claims
+        self._base_claims: tuple[str, int, str, int] | None = None
         self._hop: Hop | None = None
         self._keyring = keyring
         self._text = text
@@ -332,16 +354,17 @@ class ChainToken:
     def chain(self) -> Chain:
         chain = self._chain
         if chain is None:
-            assert self._parent is not None
+            assert self._base is not None
             assert self._hop is not None
-            chain = self._chain = self._parent.chain.extended(self._hop)
+            chain = self._chain = self._base.extended(self._hop)
         return chain
 
     def extended(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
         """The token of this chain with ``hop`` appended; nothing is encoded until it is needed."""
         child = ChainToken.__new__(ChainToken)
         child._chain = None
-        child._parent = self
+        child._base = self.chain
+        child._base_claims = self._claims
         child._hop = hop
         child._keyring = keyring
         child._text = None
@@ -377,10 +400,10 @@ class ChainToken:
     def _encoded_claims(self) -> tuple[str, int, str, int]:
         claims = self._claims
         if claims is None:
-            parent, hop = self._parent, self._hop
-            if parent is not None and hop is not None:
-                # A child reuses its parent's claims: only the new hop is encoded.
-                prefix, prefix_bytes, hops, hops_bytes = parent._encoded_claims()
+            base, hop = self._base_claims, self._hop
+            if base is not None and hop is not None:
+                # A child of an encoded parent: only the new hop is encoded.
+                prefix, prefix_bytes, hops, hops_bytes = base
                 hop_json, hop_bytes = _hop_json(hop)
                 claims = (prefix, prefix_bytes, f"{hops},{hop_json}", hops_bytes + 1 + hop_bytes)
             else:

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
@@ -31,6 +32,7 @@ from otel_guard.chain import (
     Hop,
     InvalidToken,
     Keyring,
+    check_hop,
     decode,
     start_chain,
 )
@@ -51,7 +53,7 @@ S = TypeVar("S")
 # -- reading the chain in force -----------------------------------------------------------------
 
 
-def _context_slot(ctx: context.Context) -> str:
+def _context_slot(ctx: Context) -> str:
     """The one key ``ctx`` holds (an empty context changed once through the public API), or ``""``."""
     keys = list(ctx)
     return keys[0] if len(keys) == 1 else ""
@@ -60,14 +62,14 @@ def _context_slot(ctx: context.Context) -> str:
 # Where the context keeps the current span and the baggage, found once through the public API. With
 # both known, a hop reads the baggage with one lookup and makes its context with one copy (instead
 # of one copy for the span and one for the baggage); a test checks the result against the public API.
-_SPAN_SLOT = _context_slot(trace.set_span_in_context(trace.INVALID_SPAN, context.Context()))
-_BAGGAGE_SLOT = _context_slot(baggage.set_baggage(_BAGGAGE_KEY, "", context.Context()))
+_SPAN_SLOT = _context_slot(trace.set_span_in_context(trace.INVALID_SPAN, Context()))
+_BAGGAGE_SLOT = _context_slot(baggage.set_baggage(_BAGGAGE_KEY, "", Context()))
 _FAST_CONTEXT = bool(_SPAN_SLOT and _BAGGAGE_SLOT) and (
-    type(baggage.set_baggage(_BAGGAGE_KEY, "", context.Context()).get(_BAGGAGE_SLOT)) is dict
+    type(baggage.set_baggage(_BAGGAGE_KEY, "", Context()).get(_BAGGAGE_SLOT)) is dict
 )
 
 
-def _baggage_of(ctx: context.Context) -> Mapping[str, object] | None:
+def _baggage_of(ctx: Context) -> Mapping[str, object] | None:
     """The baggage of ``ctx``, or ``None`` (or an empty mapping) when it has none."""
     if _FAST_CONTEXT:
         value = ctx.get(_BAGGAGE_SLOT)
@@ -151,9 +153,9 @@ class _Plan:
 
     __slots__ = (
         "attributes",
-        "baggage",
         "carried",
         "hop",
+        "own_baggage",
         "settings",
         "span_name",
         "tally",
@@ -183,19 +185,20 @@ class _Plan:
         self.span_name = span_name
         self.tally = tally
         self.valid_until = valid_until  # the chain's expiry: then the hop is decided afresh
-        # (parent baggage, child baggage) of the last context made from this plan: the same parent
-        # baggage gives the same child baggage, which is never changed in place, so it is shared.
-        self.baggage: tuple[object, dict[str, object]] = (self, {})
+        # The baggage of a hop made in a context whose baggage holds nothing but the chain (the usual
+        # case): the same for every such hop, and never changed in place, so it is shared.
+        self.own_baggage: dict[str, object] = {_BAGGAGE_KEY: token} if carried else {}
 
     def child_baggage(self, parent_baggage: Mapping[str, object] | None) -> dict[str, object]:
         """The baggage of a hop made from this plan in a context with ``parent_baggage``."""
-        child_baggage = dict(parent_baggage) if parent_baggage else {}
+        if not parent_baggage or (len(parent_baggage) == 1 and _BAGGAGE_KEY in parent_baggage):
+            return self.own_baggage
+        child_baggage = dict(parent_baggage)
         # A token the propagator would drop is never produced: in off mode such a hop carries no chain.
         if self.carried:
             child_baggage[_BAGGAGE_KEY] = self.token
         else:
             child_baggage.pop(_BAGGAGE_KEY, None)
-        self.baggage = (parent_baggage, child_baggage)
         return child_baggage
 
 
@@ -206,21 +209,13 @@ class Delegation:
     generator attaches :attr:`context` around each of its steps instead).
     """
 
-    __slots__ = (
-        "_agent",
-        "_attributes",
-        "_hop",
-        "_key",
-        "_plan",
-        "_receiving",
-        "_skill",
-        "_span_kind",
-        "_token",
-        "context",
-        "decision",
-        "kind",
-        "span",
-    )
+    # Not slotted: what a hop sets only when it starts has a class-level default instead (cheaper).
+    _hop: Hop | None = None
+    _plan: _Plan | None = None
+    _token: object = None
+    span: trace.Span = trace.INVALID_SPAN
+    context: Context | None = None
+    decision: str | None = None
 
     def __init__(
         self,
@@ -238,16 +233,10 @@ class Delegation:
         self._agent = agent
         self._skill = skill
         self._key = (agent, skill, kind)
-        self._hop: Hop | None = None
         self.kind = kind
         self._span_kind = span_kind
         self._receiving = receiving
         self._attributes = attributes
-        self._token: object = None
-        self._plan: _Plan | None = None
-        self.span: trace.Span = trace.INVALID_SPAN
-        self.context: context.Context | None = None
-        self.decision: str | None = None
 
     @property
     def hop(self) -> Hop:
@@ -268,14 +257,12 @@ class Delegation:
 
     # The steps ----------------------------------------------------------------------------------
 
-    def start(self) -> context.Context:
+    def start(self) -> Context:
         """Decide the hop and start its span; return the context to run the body in.
 
         Raises :class:`DelegationRefused` (after recording the refused span) when the hop is refused.
         """
-        settings = current_settings()
-        if settings.overrides:
-            settings = settings.for_agent(self._agent)
+        settings = current_settings()  # a plan is kept for these; overrides are applied in _decide
         parent = context.get_current()
         if _FAST_CONTEXT:
             parent_baggage = parent.get(_BAGGAGE_SLOT)
@@ -302,10 +289,7 @@ class Delegation:
             _record_verdict(span, verdict)
         tel.hops.add(plan.tally)
         if _FAST_CONTEXT:
-            last_parent, child_baggage = plan.baggage
-            if last_parent is not parent_baggage:
-                child_baggage = plan.child_baggage(parent_baggage)
-            ctx = context.Context({**parent, _SPAN_SLOT: span, _BAGGAGE_SLOT: child_baggage})
+            ctx = Context({**parent, _SPAN_SLOT: span, _BAGGAGE_SLOT: plan.child_baggage(parent_baggage)})
         else:
             ctx = _child_context_slowly(parent, span, plan)
         self.context = ctx
@@ -333,7 +317,10 @@ class Delegation:
         tb: TracebackType | None,
     ) -> None:
         context.detach(self._token)  # type: ignore[arg-type]
-        self.finish(exc)
+        if exc is None:
+            self.span.end()
+        else:
+            self.finish(exc)
 
     async def __aenter__(self) -> Delegation:
         return self.__enter__()
@@ -348,13 +335,15 @@ class Delegation:
 
     # Internals ----------------------------------------------------------------------------------
 
-    def _decide(self, value: object, settings: Settings, parent: context.Context) -> _Plan:
+    def _decide(self, value: object, in_force: Settings, parent: Context) -> _Plan:
         """Verify the chain that arrived in ``value``, decide the hop and build its plan.
 
-        ``settings`` are the ones in force for this hop's agent (overrides applied). A refusal is
-        recorded and raised here; an allowed hop's plan is kept on the token it came from.
+        A refusal is recorded and raised here; an allowed hop's plan is kept on the token it came
+        from, for as long as ``in_force`` (the process-wide settings) stay in force.
         """
         hop = self.hop
+        check_hop(hop)
+        settings = in_force.for_agent(hop.agent)
         keyring = settings.keys
         if keyring is None:
             _warn_unsigned_once()
@@ -406,7 +395,7 @@ class Delegation:
             verdict,
             token,
             carried,
-            settings,
+            in_force,
             self._attributes_for(verdict, token, settings),
             self._span_name(),
             self._tally_key(verdict, len(token.agents)),
@@ -451,7 +440,7 @@ class Delegation:
     def _open_span(
         self,
         name: str,
-        parent: context.Context,
+        parent: Context,
         attributes: Mapping[str, AttributeValue],
         verdict: Verdict,
         tally: names.HopKey,
@@ -468,7 +457,7 @@ class Delegation:
         verdict: Verdict,
         arrival: Chain | None,
         token: ChainToken,
-        parent: context.Context,
+        parent: Context,
         settings: Settings,
     ) -> NoReturn:
         attributes = self._attributes_for(verdict, token, settings)
@@ -492,7 +481,7 @@ def _record_verdict(span: trace.Span, verdict: Verdict) -> None:
     )
 
 
-def _child_context_slowly(parent: context.Context, span: trace.Span, plan: _Plan) -> context.Context:
+def _child_context_slowly(parent: Context, span: trace.Span, plan: _Plan) -> Context:
     """The hop's context made through the public API only (when the context slots are unknown)."""
     ctx = trace.set_span_in_context(span, parent)
     if plan.carried:
@@ -597,7 +586,7 @@ def _async_generator_hop(
 def _hop_entry(hop_name: str, skill: str | None) -> Enter:
     """What starts a new hop each time a generator made by ``@agentic`` takes its first step."""
 
-    def enter() -> tuple[context.Context, Done]:
+    def enter() -> tuple[Context, Done]:
         hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
         return hop.start(), hop.finish
 
