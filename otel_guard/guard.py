@@ -264,12 +264,7 @@ class Delegation:
         """
         settings = current_settings()  # a plan is kept for these; overrides are applied in _decide
         parent = context.get_current()
-        if _FAST_CONTEXT:
-            parent_baggage = parent.get(_BAGGAGE_SLOT)
-            if type(parent_baggage) is not dict:
-                parent_baggage = None
-        else:
-            parent_baggage = baggage.get_all(parent)
+        parent_baggage = _baggage_of(parent)
         value = parent_baggage.get(_BAGGAGE_KEY) if parent_baggage else None
         plan = value.children.get(self._key) if type(value) is ChainToken and not self._receiving else None
         if plan is None or plan.settings is not settings or time.time() >= plan.valid_until:
