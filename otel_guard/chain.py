@@ -343,7 +343,7 @@ class ChainToken:
         self._text = text
         self._claims: tuple[str, int, str, int] | None = None  # prefix, its bytes, hops, their bytes
         self._length = len(text) if text is not None else -1  # -1: not computed yet
-        self._bound = -1  # an upper bound on the length of this chain re-encoded; -1: not yet
+        self._bound = -1  # see _claims_size_bound(); -1: not computed yet
         self.root = chain.root
         # The span attributes otel_guard.chain.agents / .skills, built once per chain.
         self.agents = chain.agents
@@ -370,10 +370,7 @@ class ChainToken:
         child._text = None
         child._claims = None
         child._length = -1
-        bound = self._bound
-        if bound < 0:
-            bound = self._bound = _claims_bound(self.chain)
-        child._bound = bound + 1 + _hop_bound(hop)
+        child._bound = self._claims_size_bound() + 1 + _hop_bound(hop)
         child.root = self.root
         child.agents = (*self.agents, hop[0])
         child.skills = (*self.skills, hop[1] or "")
@@ -382,12 +379,15 @@ class ChainToken:
 
     def fits(self, limit: int) -> bool:
         """Whether the token's text is at most ``limit`` characters, encoding it only if it may not be."""
-        if self._length < 0:
-            if self._bound < 0:
-                self._bound = _claims_bound(self.chain)
-            if _token_length(self._bound, self._keyring) <= limit:
-                return True
+        if self._length < 0 and _token_length(self._claims_size_bound(), self._keyring) <= limit:
+            return True
         return self.length <= limit
+
+    def _claims_size_bound(self) -> int:
+        """An upper bound on the size in bytes of this chain's claims as this module encodes them."""
+        if self._bound < 0:
+            self._bound = _claims_bound(self.chain)
+        return self._bound
 
     @property
     def length(self) -> int:

@@ -63,10 +63,9 @@ def _context_slot(ctx: Context) -> str:
 # both known, a hop reads the baggage with one lookup and makes its context with one copy (instead
 # of one copy for the span and one for the baggage); a test checks the result against the public API.
 _SPAN_SLOT = _context_slot(trace.set_span_in_context(trace.INVALID_SPAN, Context()))
-_BAGGAGE_SLOT = _context_slot(baggage.set_baggage(_BAGGAGE_KEY, "", Context()))
-_FAST_CONTEXT = bool(_SPAN_SLOT and _BAGGAGE_SLOT) and (
-    type(baggage.set_baggage(_BAGGAGE_KEY, "", Context()).get(_BAGGAGE_SLOT)) is dict
-)
+_BAGGAGE_PROBE = baggage.set_baggage(_BAGGAGE_KEY, "", Context())
+_BAGGAGE_SLOT = _context_slot(_BAGGAGE_PROBE)
+_FAST_CONTEXT = bool(_SPAN_SLOT and _BAGGAGE_SLOT) and type(_BAGGAGE_PROBE.get(_BAGGAGE_SLOT)) is dict
 
 
 def _baggage_of(ctx: Context) -> Mapping[str, object] | None:
@@ -304,10 +303,7 @@ class Delegation:
         tb: TracebackType | None,
     ) -> None:
         context.detach(self._token)  # type: ignore[arg-type]
-        if exc is None:
-            self.span.end()
-        else:
-            self.finish(exc)
+        self.finish(exc)
 
     async def __aenter__(self) -> Delegation:
         return self.__enter__()
