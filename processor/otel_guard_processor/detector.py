@@ -2,34 +2,48 @@
 
 What counts
 -----------
-A *call span* is one whose operation is ``invoke_agent`` or ``execute_tool``: by its span name
-(``invoke_agent planner``, as the OpenTelemetry GenAI conventions name it) or by its
-``gen_ai.operation.name`` attribute (looked for in the instrumentation scopes that name calls
-otherwise; see ``Detector._watch_scope``). Its *name* is the span name's subject, else its
-``gen_ai.agent.name`` / ``gen_ai.tool.name`` attribute. Every other span -- HTTP client and server
-spans, model calls, queue spans -- is an unnamed link in the ancestry.
+A *call span* is an agent run or a tool call, in whichever dialect it is written: the OpenTelemetry
+GenAI conventions, OpenInference or OpenLLMetry (:mod:`otel_guard_processor.dialects` says which
+spans are calls and what they are named; the detector knows no dialect). Every other span -- HTTP
+client and server spans, model calls, graph nodes -- is an unnamed link in the ancestry.
 
 Each span's *path* is the list of names of its named ancestors, oldest first. A *cycle* is a name
 that is already on its own path. Its label is the path from that name's latest earlier occurrence
-to the repeat (``planner>budget>planner``), so recursion that goes round many times counts as one
-cycle, not one per depth. Its kind:
+to the repeat (``planner>budget>planner``). Its kind:
 
 - ``cross_trace``: the cycle's path crosses into another trace, through a span link or through a
   chain carried by ``otel_guard.chain.*`` attributes;
 - ``direct``: nothing named stands between the two occurrences (A -> A, perhaps through HTTP spans);
 - ``cross_function``: other names stand between (A -> B -> A).
 
-Each distinct (kind, label) counts once per trace, in the trace of the span that repeats the name.
-``delegations`` counts one per named span, on the edge from its nearest named ancestor; a named span
-with no named ancestor starts a path and has no edge.
+One loop is one series: a loop that bounces many times in one trace counts once, under the label of
+the first name that returned; its later turns (``budget>planner>budget``, a rotation of the same
+names) count nothing more. Each distinct (kind, label) counts once per trace, in the trace of the
+span that repeats the name.
 
-One call seen from both sides is not a cycle: the client span of a remote call and the server span
-that receives it (``invoke_agent budget`` as a CLIENT or PRODUCER span, then ``invoke_agent budget``
-as a SERVER or CONSUMER span below it), and a runtime's own span directly inside the guard's span
-for the same call. A span of the inline guard (instrumentation scope ``otel_guard``) directly under
-a span of its own name is a new hop only when its chain already held that name
-(``otel_guard.name_depth`` of 2 or more); a span of another instrumentation directly under the
-guard's span of the same name is that call again.
+One call is one hop
+-------------------
+however many spans record it. An agent run below a tool call (nothing named between) is the run of
+that tool: the tool's name gives way to the agent's on the path, so paths, labels and edges are in
+agent names (a tool that runs an agent makes the edge caller -> agent, and no edge to the tool).
+A named span directly below a span of the same name is the same call when it is
+
+- the server side of a remote call below its client side (CLIENT or PRODUCER above, SERVER or
+  CONSUMER below);
+- another instrumentation's span of the call (another scope), or the guard's span of a call that
+  another instrumentation recorded first (``otel_guard.name_depth`` 1);
+- a wrapper of the same instrumentation read by another dialect rule (Traceloop's
+  ``invoke_agent X`` around ``X.workflow``).
+
+It is a new call, and a ``direct`` cycle, when the same instrumentation records it in the same form
+(``invoke_agent wiki_agent`` inside ``invoke_agent wiki_agent``), when an agent calls a tool named
+after itself, and when the inline guard's span says its chain already held the name
+(``otel_guard.name_depth`` of 2 or more).
+
+``delegations`` counts one per call, on the edge from its nearest named ancestor; a call with no
+named ancestor starts a path and has no edge. A tool's edge is counted when the request that
+settled it has been read, so that an agent run below it (usually in the same request: spans are
+exported as they end, children first) can take its place.
 
 Across traces
 -------------
@@ -56,10 +70,11 @@ Traces are evicted least recently active first and counted in ``evictions`` by r
 out because their trace is full are counted in ``dropped``. Paths keep their last
 ``MAX_PATH_NAMES`` names.
 
-Reading is lazy, because this runs once per span at line rate. A call span's name comes from its
-span name, its side from its kind. Its attributes are read only when they are needed: for a name
-the span name lacks, for a repeat directly under the same name, for a span that starts a trace or
-has to wait for its parent. Decisions are counted from the raw request when every
+Reading is lazy, because this runs once per span at line rate. A call span named in the GenAI form
+is read by its span name, its side from its kind. Attributes are read only when they are needed:
+for spans of scopes that name calls otherwise (and only in requests that hold a dialect's marker
+bytes at all), for a repeat directly under the same name, for a span that starts a trace or has to
+wait for its parent. Decisions are counted from the raw request when every
 ``otel_guard.decision`` in it is ``allow`` and their number is that of the guard's call spans, and
 read span by span otherwise. Ids are read as opaque keys and not checked: the request goes
 downstream unchanged, and a downstream that rejects an id answers for it.
@@ -74,6 +89,15 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
 
+from otel_guard_processor.dialects import (
+    AGENT,
+    CALL_PREFIXES,
+    FORM_NAME,
+    MARKERS,
+    TOOL,
+    call_by_attributes,
+    name_of_named_call,
+)
 from otel_guard_processor.otlp import (
     KIND_CLIENT,
     KIND_CONSUMER,
@@ -86,11 +110,8 @@ from otel_guard_processor.otlp import (
     encoded_attribute,
 )
 
-__all__ = ["CALL_OPERATIONS", "MAX_PATH_NAMES", "Detector", "DetectorLimits"]
+__all__ = ["MAX_PATH_NAMES", "Detector", "DetectorLimits"]
 
-CALL_OPERATIONS: Final = frozenset({"invoke_agent", "execute_tool"})
-_OP_LENGTH: Final = 12  # len("invoke_agent") == len("execute_tool")
-_CALL_PREFIXES: Final = tuple(sorted(CALL_OPERATIONS))
 MAX_PATH_NAMES: Final = 64
 
 # A path is a tuple (boundary, last, name, name, ...), kept as a plain tuple of ints and strings
@@ -105,23 +126,34 @@ Path = tuple[int | str, ...]
 _HEAD: Final = 2
 ROOT_PATH: Final[Path] = (0, 0)
 
-# A marker packs what the same-call rule needs of a named span: which side of a remote call it is,
-# whether the inline guard made it, and its otel_guard.name_depth when that has been read (0 when
-# not read or absent).
+# A marker packs what the same-call rule needs of a named span, in bits: which side of a remote
+# call it is (0-1), whether the inline guard made it (2), its call kind (3-4), the dialect form it
+# was read by (5-7), whether it is a call only below a tool (8), its instrumentation scope (9-24),
+# and its otel_guard.name_depth when that has been read (25-; 0 when not read or absent).
 _CLIENT: Final = 1
 _SERVER: Final = 2
 _GUARDED: Final = 4
-_NAME_DEPTH_SHIFT: Final = 3
+_KIND_SHIFT: Final = 3
+_FORM_SHIFT: Final = 5
+_CONDITIONAL: Final = 1 << 8
+_SCOPE_SHIFT: Final = 9
+_SCOPE_MASK: Final = 0xFFFF
+_NAME_DEPTH_SHIFT: Final = 25
+_AGENT_BITS: Final = AGENT << _KIND_SHIFT
+_TOOL_BITS: Final = TOOL << _KIND_SHIFT
+_KIND_BITS: Final = 3 << _KIND_SHIFT
+_FORM_BITS: Final = 7 << _FORM_SHIFT
+_NAME_FORM_BITS: Final = FORM_NAME << _FORM_SHIFT
 _CLIENT_KINDS: Final = frozenset({KIND_CLIENT, KIND_PRODUCER})
 _SERVER_KINDS: Final = frozenset({KIND_SERVER, KIND_CONSUMER})
+# The span-name prefixes: "invoke_agent " and "execute_tool " are as long; "invoke_workflow " is
+# told from "invoke_agent " by its eighth character.
+_PREFIX_LENGTH: Final = len(CALL_PREFIXES[0])
+_WORKFLOW_PREFIX_LENGTH: Final = len(CALL_PREFIXES[2])
+assert len(CALL_PREFIXES[1]) == _PREFIX_LENGTH
+assert CALL_PREFIXES[2][7] == "w" != CALL_PREFIXES[0][7]
 
 _GUARD_BYTES: Final = b"otel_guard."
-# The AnyValue strings "invoke_agent" / "execute_tool" as protobuf encodes them: a request without
-# them has no gen_ai.operation.name of a call to look for.
-_OP_VALUE_BYTES: Final = tuple(b"\n\x0c" + op.encode() for op in sorted(CALL_OPERATIONS))
-_OP_ATTRIBUTES: Final = {op: encoded_attribute("gen_ai.operation.name", op) for op in sorted(CALL_OPERATIONS)}
-_AGENT_NAME: Final = attribute_key("gen_ai.agent.name")
-_TOOL_NAME: Final = attribute_key("gen_ai.tool.name")
 _NAME_DEPTH: Final = attribute_key("otel_guard.name_depth")
 _DEPTH: Final = attribute_key("otel_guard.chain.depth")
 _DECISION_KEY: Final = attribute_key("otel_guard.decision")
@@ -134,6 +166,7 @@ GUARD_SCOPE: Final = "otel_guard"
 # before a whole request from it is checked again.
 SCOPE_RECHECK_SECONDS: Final = 600.0
 _MAX_SCOPES: Final = 1024
+_MAX_SCOPE_IDS: Final = _SCOPE_MASK
 # Label values come from span names and attributes, which the senders choose: each metric keeps at
 # most MAX_SERIES label sets, and counts the rest under the label value OVERFLOW.
 MAX_SERIES: Final = 10_000
@@ -169,7 +202,7 @@ class DetectorLimits:
 class _Trace:
     """Detection state of one trace: settled paths, spans waiting here, cycles seen."""
 
-    __slots__ = ("cycles", "held", "last_seen", "paths", "trace_id", "waiting")
+    __slots__ = ("callees", "cycles", "held", "last_seen", "paths", "trace_id", "waiting")
 
     def __init__(self, trace_id: bytes) -> None:
         self.trace_id = trace_id
@@ -178,7 +211,11 @@ class _Trace:
         # trace roots of other traces that link to it
         self.waiting: dict[bytes, list[Waiter]] = {}
         self.held = 0  # spans in ``waiting``
-        self.cycles: set[tuple[str, str]] | None = None
+        # (kind, loop names from their least rotation): the loops counted in this trace
+        self.cycles: set[tuple[str, tuple[str, ...]]] | None = None
+        # id of a tool call's path -> the agents that ran below it (the path is held in ``paths``
+        # for as long as the trace is, so its id stays its own)
+        self.callees: dict[int, set[str]] | None = None
         self.last_seen = 0.0
 
 
@@ -218,6 +255,10 @@ class Detector:
         # which made eviction cost grow with the number of traces held.
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
         self._scopes: dict[str, tuple[bool, float]] = {}  # scope -> (names calls otherwise, when)
+        self._scope_ids: dict[str, int] = {}  # scope -> its bits in markers
+        # Tool calls settled in the request being read: id of the tool's path -> (path, its edge).
+        # Their edges are counted once the request is read, unless an agent run below took them.
+        self._tool_edges: dict[int, tuple[Path, tuple[str, str]]] = {}
         self._decided_here = 0  # decisions read span by span in the request being ingested
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
@@ -242,16 +283,17 @@ class Detector:
         Every span whose ancestry is complete is settled now, with every span that waited for it.
         """
         guard = _GUARD_BYTES in raw
-        operation_values = any(pattern in raw for pattern in _OP_VALUE_BYTES)
+        dialect_markers = any(marker in raw for marker in MARKERS)
         per_trace = self.limits.max_spans_per_trace
         received = skipped = 0
         last_trace_id: bytes | None = None  # no trace id equals it: the first span looks its trace up
         trace = _NO_TRACE
         paths: dict[bytes, Path] = {}
         delegations = self.delegations
+        tool_edges = self._tool_edges
         waiting: dict[bytes, list[Waiter]] = {}
         full = False
-        call_prefixes = _CALL_PREFIXES  # a local: read once per span
+        call_prefixes = CALL_PREFIXES  # locals: read once per span
         traces = self._traces
         # Call spans settled without reading their attributes (the guard's, and others): their
         # decisions are counted after.
@@ -270,7 +312,8 @@ class Detector:
                     spans.reverse()
                 scope = scope_spans.scope.name
                 guarded = guard and scope == GUARD_SCOPE
-                watch = operation_values and self._watch_scope(scope, now)
+                scope_bits = self._scope_bits(scope) | (_GUARDED if guarded else 0)
+                watch = dialect_markers and self._watch_scope(scope, now)
                 found_other_calls = False
                 for span in spans:
                     trace_id = span.trace_id
@@ -299,34 +342,41 @@ class Detector:
                     span_name = span.name
                     if span_name.startswith(call_prefixes):
                         parent = paths.get(parent_id) if parent_id else None
-                        if (
-                            parent is None
-                            or span_name[_OP_LENGTH : _OP_LENGTH + 1] != " "
-                            or len(span_name) == _OP_LENGTH + 1
-                        ):
-                            self._call(trace, span, span_name, guarded, guard, now,
+                        name = span_name[_WORKFLOW_PREFIX_LENGTH if span_name[7] == "w" else _PREFIX_LENGTH :]
+                        kind_bits = _TOOL_BITS if span_name[0] == "e" else _AGENT_BITS
+                        side = span.kind
+                        marker = (
+                            scope_bits
+                            | kind_bits
+                            | _NAME_FORM_BITS
+                            | (_CLIENT if side in _CLIENT_KINDS else _SERVER if side in _SERVER_KINDS else 0)
+                        )
+                        if parent is None or not name:
+                            self._call(trace, span, marker, name, guarded, guard, now,
                                        undecided if guarded else undecided_others)  # fmt: skip
                             continue
                         # _call's common case, inlined: a named call under a settled parent.
-                        name = span_name[_OP_LENGTH + 1 :]
-                        kind = span.kind
-                        marker = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
-                        if guarded:
-                            marker |= _GUARDED
                         if guarded:
                             undecided.append((span, name))
                         elif guard:
                             undecided_others.append((span, name))
                         last = len(parent) - 1
-                        if _HEAD <= last < MAX_PATH_NAMES and name not in parent:
+                        if (
+                            _HEAD <= last < MAX_PATH_NAMES
+                            and name not in parent
+                            and (kind_bits == _TOOL_BITS or int(parent[1]) & _KIND_BITS != _TOOL_BITS)
+                        ):
                             # _named's common case, inlined: a new name under a named ancestor.
-                            edge = (str(parent[last]), name)
-                            count = delegations.get(edge)
-                            if count is None:
-                                _count(delegations, edge, _OVERFLOW_EDGE)
-                            else:
-                                delegations[edge] = count + 1
                             path = (parent[0], marker, *parent[_HEAD:], name)
+                            edge = (str(parent[last]), name)
+                            if kind_bits == _TOOL_BITS:
+                                tool_edges[id(path)] = (path, edge)
+                            else:
+                                count = delegations.get(edge)
+                                if count is None:
+                                    _count(delegations, edge, _OVERFLOW_EDGE)
+                                else:
+                                    delegations[edge] = count + 1
                         else:
                             path = self._named(trace, name, marker, parent, span)
                         paths[span_id] = path
@@ -335,10 +385,24 @@ class Detector:
                         continue
                     if watch:
                         attributes = Attributes(span)
-                        operation = next((op for op, kv in _OP_ATTRIBUTES.items() if kv in attributes), None)
-                        if operation is not None:
+                        call = call_by_attributes(span_name, scope, attributes)
+                        if call is not None:
                             found_other_calls = True
-                            self._call(trace, span, operation, guarded, guard, now,
+                            side = span.kind
+                            marker = (
+                                scope_bits
+                                | call.kind << _KIND_SHIFT
+                                | call.form << _FORM_SHIFT
+                                | (_CONDITIONAL if call.conditional else 0)
+                                | (
+                                    _CLIENT
+                                    if side in _CLIENT_KINDS
+                                    else _SERVER
+                                    if side in _SERVER_KINDS
+                                    else 0
+                                )
+                            )
+                            self._call(trace, span, marker, call.name, guarded, guard, now,
                                        undecided if guarded else undecided_others, attributes)  # fmt: skip
                             continue
                     if parent_id:
@@ -366,6 +430,7 @@ class Detector:
             self._count_decisions(undecided, undecided_others, raw)
         self._stored += received - skipped
         self._enforce_span_budget()
+        self._count_tool_edges()
         return received
 
     def _count_decisions(
@@ -391,8 +456,8 @@ class Detector:
     def _watch_scope(self, scope: str, now: float) -> bool:
         """Whether to look for calls named otherwise among this scope's spans in this request.
 
-        Reading ``gen_ai.operation.name`` on every span would cost as much as the rest of detection,
-        and GenAI-convention instrumentations name every call ``invoke_agent …``/``execute_tool …``.
+        Reading attributes on every span would cost as much as the rest of detection, and
+        GenAI-convention instrumentations name every call ``invoke_agent …``/``execute_tool …``.
         So a scope is checked on a whole request, and then again only if it did name calls
         otherwise, or after SCOPE_RECHECK_SECONDS.
         """
@@ -401,11 +466,21 @@ class Detector:
             return True
         return habit[0]
 
+    def _scope_bits(self, scope: str) -> int:
+        """The scope's bits in a marker: its own small number (0 for any past the first 65,535)."""
+        number = self._scope_ids.get(scope)
+        if number is None:
+            number = len(self._scope_ids) + 1 if len(self._scope_ids) < _MAX_SCOPE_IDS else 0
+            if number:
+                self._scope_ids[scope] = number
+        return number << _SCOPE_SHIFT
+
     def _call(
         self,
         trace: _Trace,
         span: SpanView,
-        span_name: str,
+        marker: int,
+        name: str | None,
         guarded: bool,
         guard: bool,
         now: float,
@@ -414,18 +489,13 @@ class Detector:
     ) -> None:
         """Settle or park a call span, reading its attributes only where they are needed.
 
-        ``span_name`` is the span's name when it starts with the operation, else the operation.
+        ``marker`` holds what the span is (scope, kind, form, side); ``name`` is its call name, or
+        None when the span's name does not give it.
         """
         span_id = span.span_id
         parent_id = span.parent_span_id
-        name: str | None = None
-        if span_name[_OP_LENGTH : _OP_LENGTH + 1] == " ":
-            name = span_name[_OP_LENGTH + 1 :] or None
+        name = name or None
         parent = trace.paths.get(parent_id) if parent_id else None
-        kind = span.kind
-        marker = _CLIENT if kind in _CLIENT_KINDS else _SERVER if kind in _SERVER_KINDS else 0
-        if guarded:
-            marker |= _GUARDED
         decision = None
         chain: Path | None = None
         if name is None or attributes is not None or (guard and parent is None):
@@ -433,13 +503,13 @@ class Detector:
             # wait (its facts are kept, the span is not), a trace root that may continue a chain.
             if attributes is None:
                 attributes = Attributes(span)
+            if name is None and marker & _FORM_BITS == _NAME_FORM_BITS:
+                # A GenAI span name with no subject ("invoke_agent "): the attributes may name it.
+                name = name_of_named_call(span.name, attributes)
             if name is None:
-                key = _AGENT_NAME if span_name.startswith("invoke_agent") else _TOOL_NAME
-                name = attributes.string(key) or None
-                if name is None:
-                    # A call with no name to go by is an unnamed link, like any other span.
-                    self._unnamed_call(trace, span, span_id, parent_id, parent, now)
-                    return
+                # A call with no name to go by is an unnamed link, like any other span.
+                self._unnamed_call(trace, span, span_id, parent_id, parent, now)
+                return
             if guard:
                 if parent_id and parent is None:
                     # It waits, and the span will be gone when it settles: keep what it says.
@@ -544,13 +614,16 @@ class Detector:
     ) -> Path:
         """The path of a named span under ``parent``; counts its cycle and its delegation edge."""
         last = len(parent) - 1
+        below = int(parent[1]) & _KIND_BITS if last >= _HEAD else 0  # the nearest call's kind
+        if marker & _CONDITIONAL and below not in (0, _TOOL_BITS):
+            return parent  # a call only first below a tool, or at the top: here, a link
+        if below == _TOOL_BITS and marker & _KIND_BITS == _AGENT_BITS:
+            return self._agent_of_tool(trace, name, marker, parent)
         if last >= _HEAD and name not in parent:
             # The common case first: a name not yet on the path, under a named ancestor.
-            edge = (str(parent[last]), name)
-            _count(self.delegations, edge, _OVERFLOW_EDGE)
-            if last - _HEAD + 1 < MAX_PATH_NAMES:
-                return (parent[0], marker, *parent[_HEAD:], name)
-            return (max(0, int(parent[0]) - 1), marker, *parent[_HEAD + 1 :], name)
+            path = self._extended(parent, marker, name)
+            self._edge(path, (str(parent[last]), name), marker)
+            return path
         if name in parent:
             index = last
             while parent[index] != name:
@@ -561,27 +634,77 @@ class Detector:
                     marker |= max(name_depth, 0) << _NAME_DEPTH_SHIFT
                 if _same_call(int(parent[1]), marker):
                     return (parent[0], marker, *parent[_HEAD:])
-            if index - _HEAD < int(parent[0]):
-                kind = "cross_trace"
-            elif index == last:
-                kind = "direct"
-            else:
-                kind = "cross_function"
-            label = ">".join([*(str(n) for n in parent[index:]), name])
-            seen = trace.cycles
-            if seen is None:
-                seen = trace.cycles = set()
-            key = (kind, label)
-            if key not in seen:
-                seen.add(key)
-                _count(self.cycles, key, (kind, OVERFLOW))
+            self._cycle(trace, parent, index, name)
+        path = self._extended(parent, marker, name)
         if last >= _HEAD:
-            edge = (str(parent[last]), name)
+            self._edge(path, (str(parent[last]), name), marker)
+        return path
+
+    def _agent_of_tool(self, trace: _Trace, name: str, marker: int, tool: Path) -> Path:
+        """The path of an agent run below a tool call: the run of that tool, in the agent's name.
+
+        The tool's name gives way to the agent's; the tool's pending edge (caller -> tool) gives
+        way to the edge caller -> agent. Two agent spans of one tool call (Traceloop records a
+        LangGraph agent twice) count one edge.
+        """
+        names = tool[_HEAD:-1]
+        base: Path = (min(int(tool[0]), len(names)), 0, *names)
+        if name in names:
+            index = len(base) - 1
+            while base[index] != name:
+                index -= 1
+            self._cycle(trace, base, index, name)
+        callees = trace.callees
+        if callees is None:
+            callees = trace.callees = {}
+        ran = callees.setdefault(id(tool), set())
+        if name not in ran:
+            ran.add(name)
+            pending = self._tool_edges.pop(id(tool), None)
+            if names and (pending is not None or name != tool[-1]):
+                _count(self.delegations, (str(names[-1]), name), _OVERFLOW_EDGE)
+        return self._extended(base, marker, name)
+
+    def _cycle(self, trace: _Trace, parent: Path, index: int, name: str) -> None:
+        """Count the cycle of ``name`` returning to ``parent[index]``, once per loop and trace."""
+        last = len(parent) - 1
+        if index - _HEAD < int(parent[0]):
+            kind = "cross_trace"
+        elif index == last:
+            kind = "direct"
+        else:
+            kind = "cross_function"
+        loop = tuple(str(n) for n in parent[index:])
+        # A loop's later turns are rotations of its first: planner>budget>planner, then
+        # budget>planner>budget. The least rotation stands for all of them.
+        key = (kind, min(loop[i:] + loop[:i] for i in range(len(loop))))
+        seen = trace.cycles
+        if seen is None:
+            seen = trace.cycles = set()
+        if key not in seen:
+            seen.add(key)
+            _count(self.cycles, (kind, ">".join([*loop, name])), (kind, OVERFLOW))
+
+    def _edge(self, path: Path, edge: tuple[str, str], marker: int) -> None:
+        """Count a call's delegation edge; a tool's waits until the request is read."""
+        if marker & _KIND_BITS == _TOOL_BITS:
+            self._tool_edges[id(path)] = (path, edge)
+        else:
             _count(self.delegations, edge, _OVERFLOW_EDGE)
-        if last - _HEAD + 1 >= MAX_PATH_NAMES:
-            boundary = max(0, int(parent[0]) - 1)
-            return (boundary, marker, *parent[_HEAD + 1 :], name)
-        return (parent[0], marker, *parent[_HEAD:], name)
+
+    def _count_tool_edges(self) -> None:
+        """Count the edges of the tool calls settled meanwhile that no agent run took over."""
+        if self._tool_edges:
+            for _, edge in self._tool_edges.values():
+                _count(self.delegations, edge, _OVERFLOW_EDGE)
+            self._tool_edges.clear()
+
+    @staticmethod
+    def _extended(parent: Path, marker: int, name: str) -> Path:
+        """``parent`` with one more name, keeping the last MAX_PATH_NAMES names."""
+        if len(parent) - _HEAD < MAX_PATH_NAMES:
+            return (parent[0], marker, *parent[_HEAD:], name)
+        return (max(0, int(parent[0]) - 1), marker, *parent[_HEAD + 1 :], name)
 
     def _release(self, holder: _Trace, span_id: bytes, path: Path) -> None:
         """Settle the spans that waited for ``span_id``, and those that waited for them."""
@@ -635,6 +758,7 @@ class Detector:
                 break
             self._evict(trace_id, "ttl")
             expired += 1
+        self._count_tool_edges()
         return expired
 
     def _enforce_span_budget(self) -> None:
@@ -699,4 +823,12 @@ def _same_call(ancestor: int, marker: int) -> bool:
     if ancestor & _GUARDED:
         # Another instrumentation's span of the call the guard's span just recorded.
         return True
-    return bool(ancestor & _CLIENT or marker & _SERVER)
+    if ancestor & _CLIENT or marker & _SERVER:
+        return True  # the two sides of a remote call
+    if ancestor & _KIND_BITS == _AGENT_BITS and marker & _KIND_BITS == _TOOL_BITS:
+        return False  # an agent that calls a tool named after itself
+    if (ancestor ^ marker) >> _SCOPE_SHIFT & _SCOPE_MASK:
+        return True  # two instrumentations recording one call
+    # One instrumentation: the same form is a new call (an agent that re-entered itself), another
+    # form a wrapper of the same call.
+    return bool((ancestor ^ marker) & _FORM_BITS)

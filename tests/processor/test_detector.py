@@ -58,13 +58,28 @@ def test_cross_function_cycle_through_http_spans_between_agents() -> None:
     assert detector.delegations == {("planner", "budget"): 1, ("budget", "planner"): 1}
 
 
-def test_tools_are_names_in_the_path_like_agents() -> None:
+def test_an_agent_run_below_a_tool_call_is_that_call_in_the_agents_name() -> None:
+    # planner -> tool ask_planner -> agent planner: planner re-entered itself; the tool's name
+    # gives way to the agent's on the path, the label and the edges.
+    trace = Trace()
+    planner = trace.agent("planner")
+    tool = trace.tool("ask_planner", planner)
+    trace.agent("planner", trace.http_hop(tool))
+    detector = detect(trace.spans)
+    assert detector.cycles == {("direct", "planner>planner"): 1}
+    assert detector.delegations == {("planner", "planner"): 1}
+
+
+def test_tools_that_run_no_agent_keep_their_names_in_the_path() -> None:
+    # MCP servers whose tools call each other: a loop of tools, labelled in tool names.
     trace = Trace()
     planner = trace.agent("planner")
     search = trace.tool("search", planner)
-    trace.agent("planner", search)
+    fetch = trace.tool("fetch", search)
+    trace.tool("search", fetch)
     detector = detect(trace.spans)
-    assert detector.cycles == {("cross_function", "planner>search>planner"): 1}
+    assert detector.cycles == {("cross_function", "search>fetch>search"): 1}
+    assert detector.delegations == {("planner", "search"): 1, ("search", "fetch"): 1, ("fetch", "search"): 1}
 
 
 def test_name_comes_from_the_attribute_when_the_span_name_has_no_subject() -> None:
@@ -140,14 +155,25 @@ def test_deep_recursion_is_one_cycle_not_one_per_depth() -> None:
     assert detect(trace.spans).cycles == {("direct", "summarize>summarize"): 1}
 
 
-def test_distinct_cycles_in_one_trace_each_count() -> None:
+def test_a_loop_that_bounces_many_times_is_one_series_labelled_from_the_first_return() -> None:
+    trace = Trace()
+    parent = trace.agent("a")
+    for name in ("b", "a", "b", "a", "b"):
+        parent = trace.agent(name, parent)
+    detector = detect(trace.spans)
+    # b>a>b, a>b>a again, ...: the same loop turning; only its first return counts.
+    assert detector.cycles == {("cross_function", "a>b>a"): 1}
+
+
+def test_distinct_loops_in_one_trace_each_count() -> None:
     trace = Trace()
     a = trace.agent("a")
     b = trace.agent("b", a)
     a2 = trace.agent("a", b)
-    trace.agent("b", a2)
+    c = trace.agent("c", a2)
+    trace.agent("a", c)
     detector = detect(trace.spans)
-    assert detector.cycles == {("cross_function", "a>b>a"): 1, ("cross_function", "b>a>b"): 1}
+    assert detector.cycles == {("cross_function", "a>b>a"): 1, ("cross_function", "a>c>a"): 1}
 
 
 def test_out_of_order_across_requests_children_first() -> None:
@@ -489,7 +515,8 @@ def test_calls_named_otherwise_are_found_by_operation_in_the_scopes_that_use_the
         "agent run", tool, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
     )
     feed(detector, trace.spans, now=0.0)
-    assert detector.cycles == {("cross_function", "a>b>a"): 1}
+    # The tool b ran the agent a: a re-entered itself, in agent names.
+    assert detector.cycles == {("direct", "a>a"): 1}
     # Later requests from the same scope are read the same way.
     again = Trace()
     run = again.span(
@@ -499,7 +526,7 @@ def test_calls_named_otherwise_are_found_by_operation_in_the_scopes_that_use_the
         "agent run", run, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
     )
     feed(detector, again.spans, now=1.0)
-    assert detector.cycles[("direct", "a>a")] == 1
+    assert detector.cycles[("direct", "a>a")] == 2
 
 
 def test_guard_scope_is_the_inline_guards_instrumentation_name() -> None:

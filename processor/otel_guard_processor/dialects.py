@@ -1,0 +1,179 @@
+r"""Which spans are calls: the dialects agent telemetry is written in, mapped to one question.
+
+The detector asks of a span "is this a call, of which kind, named what?" and knows no dialect; this
+module answers. A *call* is an agent run (kind ``AGENT``) or a tool call (kind ``TOOL``); a span
+that is neither is an unnamed link in the ancestry (HTTP spans, model calls, graph nodes, ...).
+
+========================  ==========================================  =====  ===========================
+dialect                   the span                                    kind   name
+========================  ==========================================  =====  ===========================
+OpenTelemetry GenAI       span name ``invoke_agent X``                AGENT  ``X``
+\                         span name ``invoke_workflow X``             AGENT  ``X``
+\                         span name ``execute_tool X``                TOOL   ``X``
+\                         ``gen_ai.operation.name`` ``invoke_agent``  AGENT  ``gen_ai.agent.name``
+\                         ... ``invoke_workflow``                     AGENT  ``gen_ai.workflow.name``
+\                         ... ``execute_tool``                        TOOL   ``gen_ai.tool.name``
+OpenInference             ``openinference.span.kind`` ``AGENT``       AGENT  ``agent.name``, else
+                                                                             ``graph.node.id``
+\                         ``openinference.span.kind`` ``TOOL``        TOOL   ``tool.name``, else the
+                                                                             span name
+OpenInference, LangChain  ``CHAIN`` first below a tool, or with no    AGENT  the span name (a LangGraph
+                          call above it                                      graph run: the agent)
+OpenLLMetry / Traceloop   ``traceloop.span.kind`` ``agent``,          AGENT  ``traceloop.entity.name``
+                          ``workflow``
+\                         ``traceloop.span.kind`` ``tool``            TOOL   ``traceloop.entity.name``
+\                         ``task`` first below a tool (the run of     AGENT  ``traceloop.entity.name``
+                          an agent called as a tool)
+========================  ==========================================  =====  ===========================
+
+The GenAI rows come first: a span that carries GenAI attributes and another dialect's (pydantic-ai's
+spans with OpenInference's span processor, Traceloop's ``X.workflow``) is read as GenAI. A call
+whose name is missing or empty is an unnamed call: a link like any other span.
+
+LangChain's ``AGENT`` kind in OpenInference is a guess from the run's name (``"agent" in name``), and
+its name is a graph node's (``agent``), not the agent's; so for that scope the graph run is the call
+and ``AGENT`` spans are links. Rows marked "first below a tool" are *conditional*: the detector counts
+such a span as a call only where its nearest named ancestor is a tool call, or where it has none.
+
+Reading stays lazy, because this runs at line rate: a span named in the GenAI form is a call by its
+name alone (:data:`CALL_PREFIXES`); attributes are read (:func:`call_by_attributes`) only for spans of
+requests that hold one of :data:`MARKERS` at all.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv_ai import SpanAttributes as TraceloopAttributes
+from opentelemetry.semconv_ai import TraceloopSpanKindValues
+
+from otel_guard_processor.otlp import Attributes, attribute_key, encoded_attribute
+
+__all__ = [
+    "AGENT",
+    "CALL_PREFIXES",
+    "MARKERS",
+    "TOOL",
+    "Call",
+    "call_by_attributes",
+    "name_of_named_call",
+]
+
+AGENT: Final = 1
+TOOL: Final = 2
+
+
+class Call(NamedTuple):
+    """What a span is as a call: its kind, its name (``None``: an unnamed call), how it was read."""
+
+    kind: int
+    name: str | None
+    # Which row of the table matched: two spans of one instrumentation with the same call name but
+    # read by different rows (Traceloop's ``invoke_agent X`` and ``X.workflow``) record one call.
+    form: int
+    # Only a call when first below a tool, or with no call above it (see the module docstring).
+    conditional: bool = False
+
+
+# Forms: one per row of the table (the span-name rows share one per kind).
+FORM_NAME: Final = 1
+FORM_GENAI: Final = 2
+FORM_OPENINFERENCE: Final = 3
+FORM_OPENINFERENCE_CHAIN: Final = 4
+FORM_TRACELOOP: Final = 5
+FORM_TRACELOOP_TASK: Final = 6
+
+_INVOKE_AGENT: Final = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
+_INVOKE_WORKFLOW: Final = gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value
+_EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
+
+# Span-name prefixes of the GenAI form, and the kind each names.
+_NAME_FORMS: Final = (
+    (_INVOKE_AGENT + " ", AGENT),
+    (_EXECUTE_TOOL + " ", TOOL),
+    (_INVOKE_WORKFLOW + " ", AGENT),
+)
+CALL_PREFIXES: Final = tuple(prefix for prefix, _ in _NAME_FORMS)
+
+
+# --- attributes, bound once -----------------------------------------------------------------
+
+_OPERATION: Final = gen_ai.GEN_AI_OPERATION_NAME
+_GENAI_OPERATIONS: Final = {
+    encoded_attribute(_OPERATION, _INVOKE_AGENT): (AGENT, attribute_key(gen_ai.GEN_AI_AGENT_NAME)),
+    encoded_attribute(_OPERATION, _EXECUTE_TOOL): (TOOL, attribute_key(gen_ai.GEN_AI_TOOL_NAME)),
+    encoded_attribute(_OPERATION, _INVOKE_WORKFLOW): (AGENT, attribute_key(gen_ai.GEN_AI_WORKFLOW_NAME)),
+}
+
+# A span named by its operation alone ("invoke_agent"), or with an empty subject, is named by the
+# operation's name attribute.
+_NAME_KEYS: Final = {
+    _INVOKE_AGENT: attribute_key(gen_ai.GEN_AI_AGENT_NAME),
+    _EXECUTE_TOOL: attribute_key(gen_ai.GEN_AI_TOOL_NAME),
+    _INVOKE_WORKFLOW: attribute_key(gen_ai.GEN_AI_WORKFLOW_NAME),
+}
+_BARE_NAMES: Final = {
+    _INVOKE_AGENT: AGENT,
+    _EXECUTE_TOOL: TOOL,
+    _INVOKE_WORKFLOW: AGENT,
+}
+
+_OI_KIND: Final = SpanAttributes.OPENINFERENCE_SPAN_KIND
+_OI_AGENT: Final = encoded_attribute(_OI_KIND, OpenInferenceSpanKindValues.AGENT.value)
+_OI_TOOL: Final = encoded_attribute(_OI_KIND, OpenInferenceSpanKindValues.TOOL.value)
+_OI_CHAIN: Final = encoded_attribute(_OI_KIND, OpenInferenceSpanKindValues.CHAIN.value)
+_OI_AGENT_NAME: Final = attribute_key(SpanAttributes.AGENT_NAME)
+_OI_GRAPH_NODE: Final = attribute_key(SpanAttributes.GRAPH_NODE_ID)
+_OI_TOOL_NAME: Final = attribute_key(SpanAttributes.TOOL_NAME)
+# OpenInference's LangChain instrumentation (the only scope whose CHAIN spans name agents).
+OPENINFERENCE_LANGCHAIN_SCOPE: Final = "openinference.instrumentation.langchain"
+
+_TL_KIND: Final = TraceloopAttributes.TRACELOOP_SPAN_KIND
+_TL_NAME: Final = attribute_key(TraceloopAttributes.TRACELOOP_ENTITY_NAME)
+_TL_FORMS: Final = {
+    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.AGENT.value): (AGENT, False),
+    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.WORKFLOW.value): (AGENT, False),
+    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.TOOL.value): (TOOL, False),
+    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.TASK.value): (AGENT, True),
+}
+
+# A request that holds none of these bytes has no span that is a call by its attributes: the
+# operations as string values, the bare operations as span names (field 5), the dialects' keys.
+MARKERS: Final = (
+    *(b"\n" + bytes([len(op)]) + op.encode() for op in _BARE_NAMES),
+    *(b"*" + bytes([len(op)]) + op.encode() for op in _BARE_NAMES),
+    _OI_KIND.encode(),
+    _TL_KIND.encode(),
+)
+
+
+def name_of_named_call(span_name: str, attributes: Attributes) -> str | None:
+    """The name of a call whose GenAI span name has no subject (``invoke_agent``), if it has one."""
+    operation = span_name.partition(" ")[0]
+    key = _NAME_KEYS.get(operation)
+    return (attributes.string(key) or None) if key is not None else None
+
+
+def call_by_attributes(span_name: str, scope: str, attributes: Attributes) -> Call | None:
+    """The call a span records by its attributes, or None when it records none."""
+    bare = _BARE_NAMES.get(span_name)
+    if bare is not None:
+        return Call(bare, name_of_named_call(span_name, attributes), FORM_NAME)
+    for encoded, (kind, name_key) in _GENAI_OPERATIONS.items():
+        if encoded in attributes:
+            return Call(kind, attributes.string(name_key) or None, FORM_GENAI)
+    if _OI_TOOL in attributes:
+        return Call(TOOL, attributes.string(_OI_TOOL_NAME) or span_name or None, FORM_OPENINFERENCE)
+    if scope == OPENINFERENCE_LANGCHAIN_SCOPE:
+        if _OI_CHAIN in attributes:
+            return Call(AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, conditional=True)
+    elif _OI_AGENT in attributes:
+        name = attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
+        return Call(AGENT, name or None, FORM_OPENINFERENCE)
+    for encoded, (kind, conditional) in _TL_FORMS.items():
+        if encoded in attributes:
+            form = FORM_TRACELOOP_TASK if conditional else FORM_TRACELOOP
+            return Call(kind, attributes.string(_TL_NAME) or None, form, conditional)
+    return None

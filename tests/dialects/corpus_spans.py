@@ -1,0 +1,55 @@
+"""Recorded spans (JSON lines, the format of ``corpus/README.md``) as OTLP requests for the detector."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def _any_value(value: Any) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, list):
+        return AnyValue(array_value=ArrayValue(values=[_any_value(item) for item in value]))
+    return AnyValue(string_value=str(value))
+
+
+def read_spans(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def to_request(records: Iterable[dict[str, Any]]) -> ExportTraceServiceRequest:
+    """One request, a ScopeSpans per instrumentation scope, the spans in the order recorded."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    scopes: dict[str, Any] = {}
+    for record in records:
+        scope_spans = scopes.get(record["scope"])
+        if scope_spans is None:
+            scope_spans = scopes[record["scope"]] = resource_spans.scope_spans.add()
+            scope_spans.scope.name = record["scope"]
+            scope_spans.scope.version = record.get("scope_version") or ""
+        span = scope_spans.spans.add(
+            trace_id=bytes.fromhex(record["trace_id"]),
+            span_id=bytes.fromhex(record["span_id"]),
+            parent_span_id=bytes.fromhex(record["parent_id"]) if record["parent_id"] else b"",
+            name=record["name"],
+            kind=getattr(Span, f"SPAN_KIND_{record['kind']}"),
+            start_time_unix_nano=record["start"],
+            end_time_unix_nano=record["start"] + 1,
+        )
+        for key, value in record["attributes"].items():
+            span.attributes.append(KeyValue(key=key, value=_any_value(value)))
+    return request
