@@ -165,6 +165,7 @@ GUARD_SCOPE: Final = "otel_guard"
 # How long a scope's habit of naming calls (by span name alone, or also otherwise) is trusted
 # before a whole request from it is checked again.
 SCOPE_RECHECK_SECONDS: Final = 600.0
+SCOPE_LEARN_REQUESTS: Final = 16
 _MAX_SCOPES: Final = 1024
 _MAX_SCOPE_IDS: Final = _SCOPE_MASK
 # Label values come from span names and attributes, which the senders choose: each metric keeps at
@@ -254,7 +255,8 @@ class Detector:
         # dict again and again leaves dead slots at its front that every next(iter()) rescans,
         # which made eviction cost grow with the number of traces held.
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
-        self._scopes: dict[str, tuple[bool, float]] = {}  # scope -> (names calls otherwise, when)
+        # scope -> (names calls otherwise, since when, watched requests that showed nothing)
+        self._scopes: dict[str, tuple[bool, float, int]] = {}
         self._scope_ids: dict[str, int] = {}  # scope -> its bits in markers
         # Tool calls settled in the request being read: id of the tool's path -> (path, its edge).
         # Their edges are counted once the request is read, unless an agent run below took them.
@@ -423,9 +425,7 @@ class Detector:
                     if waiting and span_id in waiting:
                         self._release(trace, span_id, parent)
                 if watch:
-                    if len(self._scopes) >= _MAX_SCOPES and scope not in self._scopes:
-                        self._scopes.clear()  # bounded: scope names come from the senders
-                    self._scopes[scope] = (found_other_calls, now)
+                    self._learn_scope(scope, found_other_calls, now)
         if undecided or undecided_others:
             self._count_decisions(undecided, undecided_others, raw)
         self._stored += received - skipped
@@ -458,13 +458,36 @@ class Detector:
 
         Reading attributes on every span would cost as much as the rest of detection, and
         GenAI-convention instrumentations name every call ``invoke_agent …``/``execute_tool …``.
-        So a scope is checked on a whole request, and then again only if it did name calls
-        otherwise, or after SCOPE_RECHECK_SECONDS.
+        So a scope is watched until its requests show how it names calls (see ``_learn_scope``),
+        and checked again after SCOPE_RECHECK_SECONDS.
         """
         habit = self._scopes.get(scope)
         if habit is None or now - habit[1] > SCOPE_RECHECK_SECONDS:
             return True
         return habit[0]
+
+    def _learn_scope(self, scope: str, otherwise: bool, now: float) -> None:
+        """Remember what a watched request showed of the scope's way of naming calls.
+
+        A call named otherwise keeps the scope watched (until SCOPE_RECHECK_SECONDS pass without
+        another). A scope never seen to name a call otherwise stops being watched after
+        SCOPE_LEARN_REQUESTS watched requests: one request says little on its own, as spans
+        arrive as they end (Traceloop's ``invoke_agent X`` may come before its ``X.workflow``,
+        and a SimpleSpanProcessor sends one span per request).
+        """
+        habit = self._scopes.get(scope)
+        if habit is not None and now - habit[1] > SCOPE_RECHECK_SECONDS:
+            habit = None
+        if otherwise:
+            learned = (True, now, -1)  # -1: seen to name calls otherwise
+        elif habit is not None and habit[2] < 0:
+            return
+        else:
+            seen = (habit[2] if habit is not None else 0) + 1
+            learned = (seen < SCOPE_LEARN_REQUESTS, habit[1] if habit is not None else now, seen)
+        if habit is None and len(self._scopes) >= _MAX_SCOPES:
+            self._scopes.clear()  # bounded: scope names come from the senders
+        self._scopes[scope] = learned
 
     def _scope_bits(self, scope: str) -> int:
         """The scope's bits in a marker: its own small number (0 for any past the first 65,535)."""

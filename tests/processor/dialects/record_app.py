@@ -34,7 +34,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "instrumentation"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "instrumentation"))
 
 LOOP_TOOL_CALLS = 5
 
