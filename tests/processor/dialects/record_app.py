@@ -114,10 +114,8 @@ def run_pydantic_ai(instrumentation: str, scenario: str, same_names: bool, provi
 
 
 def run_openai_agents(instrumentation: str, scenario: str, same_names: bool) -> int:
-    from agents import Runner, set_trace_processors
+    from agents import Agent, Runner, set_trace_processors
     from openai_agents_models import CallBudget, LoopModel
-
-    from agents import Agent
 
     # Nothing may reach the SDK's default exporter (api.openai.com): the instrumentation's
     # processor is the only one.
