@@ -43,6 +43,7 @@ class Trace:
         kind: int = INTERNAL,
         attributes: Mapping[str, AttributeValue] | None = None,
         links: Iterable[Span] = (),
+        scope: str | None = None,
     ) -> Span:
         span = Span(
             trace_id=self.trace_id,
@@ -57,6 +58,8 @@ class Trace:
             span.attributes.append(KeyValue(key=key, value=any_value(value)))
         for linked in links:
             span.links.add(trace_id=linked.trace_id, span_id=linked.span_id)
+        if scope is not None:
+            SCOPE_OF[span.span_id] = scope
         self.spans.append(span)
         return span
 
@@ -96,13 +99,15 @@ def guard_attributes(
 
 
 GUARD_SCOPE = "otel_guard"  # the inline guard's instrumentation scope
+SCOPE_OF: dict[bytes, str] = {}  # span id -> the instrumentation scope a test gave it
 
 
 def request(*spans: Span, service: str = "agents") -> ExportTraceServiceRequest:
     """One ExportTraceServiceRequest holding ``spans`` in the given order.
 
-    Spans with ``otel_guard.*`` attributes go in the guard's instrumentation scope, the others in
-    the scope ``tests``, as an instrumented process exports them.
+    A span goes in the scope its test gave it (``Trace.span(scope=...)``); else spans with
+    ``otel_guard.*`` attributes go in the guard's instrumentation scope and the others in the scope
+    ``tests``, as an instrumented process exports them.
     """
     message = ExportTraceServiceRequest()
     resource_spans = message.resource_spans.add()
@@ -111,8 +116,11 @@ def request(*spans: Span, service: str = "agents") -> ExportTraceServiceRequest:
     )
     scopes: dict[str, list[Span]] = {}
     for span in spans:
-        guarded = any(kv.key.startswith("otel_guard.") for kv in span.attributes)
-        scopes.setdefault(GUARD_SCOPE if guarded else "tests", []).append(span)
+        scope = SCOPE_OF.get(span.span_id)
+        if scope is None:
+            guarded = any(kv.key.startswith("otel_guard.") for kv in span.attributes)
+            scope = GUARD_SCOPE if guarded else "tests"
+        scopes.setdefault(scope, []).append(span)
     for scope, members in scopes.items():
         scope_spans = resource_spans.scope_spans.add()
         scope_spans.scope.name = scope

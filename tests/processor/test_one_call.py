@@ -1,0 +1,205 @@
+"""One call is one hop, one loop is one series: the detector's rules for the spans that record a call.
+
+CONTRACT §6: a tool that runs an agent, two instrumentations' spans of one call, a wrapper span, the
+client and server sides of a remote call are one hop; a name that returns through a new call is a
+cycle; a loop that bounces counts once, in agent names.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor.detector import SCOPE_LEARN_REQUESTS, Detector
+from otel_guard_processor.otlp import parse_request
+from processor_spans import CLIENT, SERVER, Trace, encode
+
+OI_LANGCHAIN = "openinference.instrumentation.langchain"
+TRACELOOP_LANGCHAIN = "opentelemetry.instrumentation.langchain"
+
+
+def detect(*batches: list[Span]) -> Detector:
+    detector = Detector()
+    for batch in batches:
+        raw = encode(*batch)
+        detector.ingest(parse_request(raw), raw, 0.0)
+    return detector
+
+
+def oi(trace: Trace, name: str, kind: str, parent: Span | None = None, **attributes: str) -> Span:
+    """An OpenInference span of LangChain's instrumentation."""
+    return trace.span(
+        name, parent, scope=OI_LANGCHAIN, attributes={"openinference.span.kind": kind, **attributes}
+    )
+
+
+def test_a_tool_that_runs_an_agent_of_the_same_name_is_one_hop() -> None:
+    trace = Trace()
+    planner = trace.agent("planner")
+    tool = trace.tool("budget", planner)
+    trace.agent("budget", tool)
+    detector = detect(trace.spans)
+    assert detector.cycles == {}
+    assert detector.delegations == {("planner", "budget"): 1}
+
+
+def test_a_tool_that_runs_an_agent_of_another_name_makes_the_edge_to_the_agent() -> None:
+    trace = Trace()
+    planner = trace.agent("planner")
+    tool = trace.tool("ask_budget", planner)
+    trace.agent("budget", trace.span("turn", tool))
+    detector = detect(trace.spans)
+    assert detector.cycles == {}
+    assert detector.delegations == {("planner", "budget"): 1}
+
+
+def test_a_tool_that_runs_no_agent_keeps_its_edge() -> None:
+    trace = Trace()
+    trace.tool("search", trace.agent("planner"))
+    assert detect(trace.spans).delegations == {("planner", "search"): 1}
+
+
+def test_an_agent_that_calls_a_tool_named_after_itself_reentered_itself() -> None:
+    trace = Trace()
+    planner = trace.agent("planner")
+    tool = trace.tool("planner", planner)
+    trace.agent("planner", tool)  # the run of that tool: one hop with it, no second series
+    detector = detect(trace.spans)
+    assert detector.cycles == {("direct", "planner>planner"): 1}
+    assert detector.delegations == {("planner", "planner"): 1}
+
+
+def test_the_same_instrumentation_recording_an_agent_inside_itself_is_a_direct_cycle() -> None:
+    trace = Trace()
+    trace.agent("wiki_agent", trace.agent("wiki_agent", scope="pydantic-ai"), scope="pydantic-ai")
+    assert detect(trace.spans).cycles == {("direct", "wiki_agent>wiki_agent"): 1}
+
+
+def test_two_instrumentations_recording_one_call_are_one_hop() -> None:
+    trace = Trace()
+    runtime = trace.agent("planner", scope="pydantic-ai")
+    trace.tool("search", trace.agent("planner", runtime, scope="openinference.instrumentation.x"))
+    detector = detect(trace.spans)
+    assert detector.cycles == {}
+    assert detector.delegations == {("planner", "search"): 1}
+
+
+def test_a_wrapper_span_of_the_same_instrumentation_is_the_same_call() -> None:
+    # Traceloop: invoke_agent planner around planner.workflow (read by its attributes).
+    trace = Trace()
+    outer = trace.agent("planner", scope=TRACELOOP_LANGCHAIN)
+    workflow = trace.span(
+        "planner.workflow",
+        outer,
+        scope=TRACELOOP_LANGCHAIN,
+        attributes={
+            "traceloop.span.kind": "workflow",
+            "traceloop.entity.name": "planner",
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "planner",
+        },
+    )
+    trace.tool("search", workflow, scope=TRACELOOP_LANGCHAIN)
+    detector = detect(trace.spans)
+    assert detector.cycles == {}
+    assert detector.delegations == {("planner", "search"): 1}
+
+
+def test_client_and_server_sides_of_a_remote_call_are_one_hop() -> None:
+    trace = Trace()
+    client = trace.agent("budget", trace.agent("planner"), kind=CLIENT)
+    trace.agent("budget", client, kind=SERVER)
+    detector = detect(trace.spans)
+    assert detector.cycles == {}
+    assert detector.delegations == {("planner", "budget"): 1}
+
+
+def test_two_agent_spans_of_one_tool_call_count_one_edge() -> None:
+    # Traceloop records a LangGraph agent run below a tool twice: invoke_agent X and a task X.
+    trace = Trace()
+    tool = trace.tool(
+        "ask_budget", trace.agent("planner", scope=TRACELOOP_LANGCHAIN), scope=TRACELOOP_LANGCHAIN
+    )
+    trace.agent("budget", tool, scope=TRACELOOP_LANGCHAIN)
+    trace.span(
+        "execute_task budget",
+        tool,
+        scope=TRACELOOP_LANGCHAIN,
+        attributes={"traceloop.span.kind": "task", "traceloop.entity.name": "budget"},
+    )
+    detector = detect(trace.spans)
+    assert detector.delegations == {("planner", "budget"): 1}
+
+
+def test_a_task_is_a_call_only_first_below_a_tool() -> None:
+    trace = Trace()
+    planner = trace.agent("planner", scope=TRACELOOP_LANGCHAIN)
+    task = {"traceloop.span.kind": "task", "traceloop.entity.name": "model"}
+    node = trace.span("execute_task model", planner, scope=TRACELOOP_LANGCHAIN, attributes=task)
+    trace.span("execute_task model", node, scope=TRACELOOP_LANGCHAIN, attributes=task)
+    detector = detect(trace.spans)
+    assert detector.cycles == {}
+    assert detector.delegations == {}
+
+
+def test_a_langgraph_graph_run_is_the_agent_in_openinference() -> None:
+    trace = Trace()
+    planner = oi(trace, "planner", "CHAIN")
+    node = oi(trace, "model", "CHAIN", planner)
+    oi(trace, "call_model", "CHAIN", node)
+    oi(trace, "agent", "AGENT", planner)  # LangChain's AGENT kind is a guess from the run name
+    tools = oi(trace, "tools", "CHAIN", planner)
+    ask = oi(trace, "ask_budget", "TOOL", tools, **{"tool.name": "ask_budget"})
+    budget = oi(trace, "budget", "CHAIN", ask)
+    ask_again = oi(
+        trace, "ask_planner", "TOOL", oi(trace, "tools", "CHAIN", budget), **{"tool.name": "ask_planner"}
+    )
+    oi(trace, "planner", "CHAIN", ask_again)
+    detector = detect(trace.spans)
+    assert detector.cycles == {("cross_function", "planner>budget>planner"): 1}
+    assert detector.delegations == {("planner", "budget"): 1, ("budget", "planner"): 1}
+
+
+def test_a_conditional_call_that_waits_for_its_parent_is_decided_when_it_settles() -> None:
+    trace = Trace()
+    planner = oi(trace, "planner", "CHAIN")
+    ask = oi(trace, "ask_budget", "TOOL", planner, **{"tool.name": "ask_budget"})
+    budget = oi(trace, "budget", "CHAIN", ask)
+    inner = oi(trace, "model", "CHAIN", budget)
+    # Children first, one request each: every span waits until the root arrives.
+    detector = detect(*([span] for span in reversed(trace.spans)))
+    assert detector.delegations == {("planner", "budget"): 1}
+    assert inner.span_id in next(iter(detector._traces.values())).paths
+
+
+def test_invoke_workflow_spans_are_calls() -> None:
+    trace = Trace()
+    crew = trace.span("invoke_workflow trip", attributes={"gen_ai.operation.name": "invoke_workflow"})
+    planner = trace.agent("planner", crew)
+    trace.span(
+        "kickoff",
+        planner,
+        attributes={"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "trip"},
+    )
+    detector = detect(trace.spans)
+    assert detector.cycles == {("cross_function", "trip>planner>trip"): 1}
+
+
+def test_a_scope_that_names_calls_by_span_name_stops_being_read_by_attributes() -> None:
+    detector = Detector()
+    for _ in range(SCOPE_LEARN_REQUESTS):
+        trace = Trace()
+        trace.tool("search", trace.agent("planner"))
+        raw = encode(*trace.spans)
+        assert detector._watch_scope("tests", 0.0)
+        detector.ingest(parse_request(raw), raw, 0.0)
+    assert not detector._watch_scope("tests", 0.0)
+    # A scope seen to name a call otherwise stays watched.
+    trace = Trace()
+    trace.span("agent run", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"})
+    raw = encode(*trace.spans)
+    detector.ingest(parse_request(raw), raw, 700.0)
+    for _ in range(2 * SCOPE_LEARN_REQUESTS):
+        trace = Trace()
+        trace.agent("planner")
+        raw = encode(*trace.spans)
+        detector.ingest(parse_request(raw), raw, 701.0)
+    assert detector._watch_scope("tests", 701.0)
