@@ -41,9 +41,10 @@ after itself, and when the inline guard's span says its chain already held the n
 (``otel_guard.name_depth`` of 2 or more).
 
 ``delegations`` counts one per call, on the edge from its nearest named ancestor; a call with no
-named ancestor starts a path and has no edge. A tool's edge is counted when the request that
-settled it has been read, so that an agent run below it (usually in the same request: spans are
-exported as they end, children first) can take its place.
+named ancestor starts a path and has no edge. A tool's edge waits ``tool_edge_wait`` seconds
+(counted by :meth:`Detector.expire`, which the service calls every second) so that an agent run
+below it can take its place: such a run usually comes first (spans are exported as they end), but
+from another process it may come after.
 
 Across traces
 -------------
@@ -198,6 +199,9 @@ class DetectorLimits:
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
     trace_ttl: float = 120.0
+    # How long a tool call's delegation edge waits for an agent run below it to take its place:
+    # the run may come from another process, whose exporter sends it after the tool's.
+    tool_edge_wait: float = 10.0
 
 
 class _Trace:
@@ -258,9 +262,11 @@ class Detector:
         # scope -> (names calls otherwise, since when, watched requests that showed nothing)
         self._scopes: dict[str, tuple[bool, float, int]] = {}
         self._scope_ids: dict[str, int] = {}  # scope -> its bits in markers
-        # Tool calls settled in the request being read: id of the tool's path -> (path, its edge).
-        # Their edges are counted once the request is read, unless an agent run below took them.
-        self._tool_edges: dict[int, tuple[Path, tuple[str, str]]] = {}
+        # Tool calls settled lately, oldest first: id of the tool's path -> (path, edge, when).
+        # Their edges count after ``tool_edge_wait`` (see ``expire``) unless an agent run below
+        # took them over; the path is held here so that its id stays its own meanwhile.
+        self._tool_edges: OrderedDict[int, tuple[Path, tuple[str, str], float]] = OrderedDict()
+        self._now = 0.0  # the time of the request being read (or of the sweep under way)
         self._decided_here = 0  # decisions read span by span in the request being ingested
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
@@ -284,6 +290,7 @@ class Detector:
 
         Every span whose ancestry is complete is settled now, with every span that waited for it.
         """
+        self._now = now
         guard = _GUARD_BYTES in raw
         dialect_markers = any(marker in raw for marker in MARKERS)
         per_trace = self.limits.max_spans_per_trace
@@ -372,7 +379,7 @@ class Detector:
                             path = (parent[0], marker, *parent[_HEAD:], name)
                             edge = (str(parent[last]), name)
                             if kind_bits == _TOOL_BITS:
-                                tool_edges[id(path)] = (path, edge)
+                                tool_edges[id(path)] = (path, edge, now)
                             else:
                                 count = delegations.get(edge)
                                 if count is None:
@@ -430,7 +437,6 @@ class Detector:
             self._count_decisions(undecided, undecided_others, raw)
         self._stored += received - skipped
         self._enforce_span_budget()
-        self._count_tool_edges()
         return received
 
     def _count_decisions(
@@ -709,18 +715,23 @@ class Detector:
             _count(self.cycles, (kind, ">".join([*loop, name])), (kind, OVERFLOW))
 
     def _edge(self, path: Path, edge: tuple[str, str], marker: int) -> None:
-        """Count a call's delegation edge; a tool's waits until the request is read."""
+        """Count a call's delegation edge; a tool's waits for an agent run below it (``expire``)."""
         if marker & _KIND_BITS == _TOOL_BITS:
-            self._tool_edges[id(path)] = (path, edge)
+            self._tool_edges[id(path)] = (path, edge, self._now)
         else:
             _count(self.delegations, edge, _OVERFLOW_EDGE)
 
-    def _count_tool_edges(self) -> None:
-        """Count the edges of the tool calls settled meanwhile that no agent run took over."""
-        if self._tool_edges:
-            for _, edge in self._tool_edges.values():
-                _count(self.delegations, edge, _OVERFLOW_EDGE)
-            self._tool_edges.clear()
+    def _count_tool_edges(self, now: float) -> None:
+        """Count the edges of the tool calls that no agent run took over within ``tool_edge_wait``."""
+        pending = self._tool_edges
+        deadline = now - self.limits.tool_edge_wait
+        while pending:
+            key = next(iter(pending))
+            _, edge, when = pending[key]
+            if when > deadline:
+                break
+            del pending[key]
+            _count(self.delegations, edge, _OVERFLOW_EDGE)
 
     @staticmethod
     def _extended(parent: Path, marker: int, name: str) -> Path:
@@ -771,7 +782,9 @@ class Detector:
     # --- bounds -----------------------------------------------------------------------------
 
     def expire(self, now: float) -> int:
-        """Evict every trace idle for longer than the TTL; return how many went."""
+        """Evict every trace idle for longer than the TTL, and count the tool edges whose wait is
+        over; return how many traces went."""
+        self._now = now
         deadline = now - self.limits.trace_ttl
         expired = 0
         traces = self._traces
@@ -781,7 +794,7 @@ class Detector:
                 break
             self._evict(trace_id, "ttl")
             expired += 1
-        self._count_tool_edges()
+        self._count_tool_edges(now)
         return expired
 
     def _enforce_span_budget(self) -> None:

@@ -28,7 +28,10 @@ def feed(detector: Detector, *batches: list[Span], now: float = 0.0) -> Detector
 
 
 def detect(*batches: list[Span]) -> Detector:
-    return feed(Detector(), *batches)
+    """A fresh detector fed ``batches`` at time 0, then swept once the tool edges' wait is over."""
+    detector = feed(Detector(), *batches)
+    detector.expire(detector.limits.tool_edge_wait)
+    return detector
 
 
 def test_cross_function_cycle_is_found_with_its_path() -> None:

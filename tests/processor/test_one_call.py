@@ -21,6 +21,7 @@ def detect(*batches: list[Span]) -> Detector:
     for batch in batches:
         raw = encode(*batch)
         detector.ingest(parse_request(raw), raw, 0.0)
+    detector.expire(detector.limits.tool_edge_wait)  # the tool edges' wait is over
     return detector
 
 
@@ -51,10 +52,32 @@ def test_a_tool_that_runs_an_agent_of_another_name_makes_the_edge_to_the_agent()
     assert detector.delegations == {("planner", "budget"): 1}
 
 
-def test_a_tool_that_runs_no_agent_keeps_its_edge() -> None:
+def test_a_tool_that_runs_no_agent_keeps_its_edge_once_its_wait_is_over() -> None:
     trace = Trace()
     trace.tool("search", trace.agent("planner"))
-    assert detect(trace.spans).delegations == {("planner", "search"): 1}
+    raw = encode(*trace.spans)
+    detector = Detector()
+    detector.ingest(parse_request(raw), raw, 100.0)
+    detector.expire(100.0 + detector.limits.tool_edge_wait - 1)
+    assert detector.delegations == {}
+    detector.expire(100.0 + detector.limits.tool_edge_wait)
+    assert detector.delegations == {("planner", "search"): 1}
+
+
+def test_an_agent_run_from_another_process_arriving_after_its_tool_takes_the_tools_edge() -> None:
+    trace = Trace()
+    tool = trace.tool("ask_budget", trace.agent("planner"))
+    client = trace.span("POST", tool, kind=CLIENT)
+    server = trace.span("POST /ask", client, kind=SERVER)
+    budget = trace.agent("budget", server)
+    detector = Detector()
+    first, later = trace.spans[:3], trace.spans[3:]
+    for batch, now in ((first, 0.0), (later, 4.0)):
+        raw = encode(*batch)
+        detector.ingest(parse_request(raw), raw, now)
+    detector.expire(60.0)
+    assert detector.delegations == {("planner", "budget"): 1}
+    assert budget.span_id in next(iter(detector._traces.values())).paths
 
 
 def test_an_agent_that_calls_a_tool_named_after_itself_reentered_itself() -> None:

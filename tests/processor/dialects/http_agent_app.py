@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "instrumentation"))
-from pydantic_ai_app import ScriptedModel  # noqa: E402
+from pydantic_ai_app import ScriptedModel
 
 
 def build_app(name: str, peer_port_file: Path, max_tool_calls: int) -> Starlette:
