@@ -86,7 +86,7 @@ The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parse
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -145,8 +145,7 @@ _TOOL_BITS: Final = TOOL << _KIND_SHIFT
 _KIND_BITS: Final = 3 << _KIND_SHIFT
 _FORM_BITS: Final = 7 << _FORM_SHIFT
 _NAME_FORM_BITS: Final = FORM_NAME << _FORM_SHIFT
-_CLIENT_KINDS: Final = frozenset({KIND_CLIENT, KIND_PRODUCER})
-_SERVER_KINDS: Final = frozenset({KIND_SERVER, KIND_CONSUMER})
+_SIDES: Final = {KIND_CLIENT: _CLIENT, KIND_PRODUCER: _CLIENT, KIND_SERVER: _SERVER, KIND_CONSUMER: _SERVER}
 # The span-name prefixes: "invoke_agent " and "execute_tool " are as long; "invoke_workflow " is
 # told from "invoke_agent " by its eighth character.
 _PREFIX_LENGTH: Final = len(CALL_PREFIXES[0])
@@ -207,7 +206,7 @@ class DetectorLimits:
 class _Trace:
     """Detection state of one trace: settled paths, spans waiting here, cycles seen."""
 
-    __slots__ = ("callees", "cycles", "held", "last_seen", "paths", "trace_id", "waiting")
+    __slots__ = ("callees", "cycles", "held", "last_seen", "paths", "tools", "trace_id", "waiting")
 
     def __init__(self, trace_id: bytes) -> None:
         self.trace_id = trace_id
@@ -221,6 +220,8 @@ class _Trace:
         # id of a tool call's path -> the agents that ran below it (the path is held in ``paths``
         # for as long as the trace is, so its id stays its own)
         self.callees: dict[int, set[str]] | None = None
+        # tool calls settled lately whose edges wait to count: path, edge, path, edge, ...
+        self.tools: list[Any] | None = None
         self.last_seen = 0.0
 
 
@@ -262,11 +263,13 @@ class Detector:
         # scope -> (names calls otherwise, since when, watched requests that showed nothing)
         self._scopes: dict[str, tuple[bool, float, int]] = {}
         self._scope_ids: dict[str, int] = {}  # scope -> its bits in markers
-        # Tool calls settled lately, oldest first: id of the tool's path -> (path, edge, when).
-        # Their edges count after ``tool_edge_wait`` (see ``expire``) unless an agent run below
-        # took them over; the path is held here so that its id stays its own meanwhile.
-        self._tool_edges: OrderedDict[int, tuple[Path, tuple[str, str], float]] = OrderedDict()
-        self._now = 0.0  # the time of the request being read (or of the sweep under way)
+        # Traces with tool calls whose edges wait to count (in ``_Trace.tools``): those of the
+        # request being read, then per request (when, [(trace, its tool calls)]), oldest first.
+        # The edges count after ``tool_edge_wait`` (see ``expire``) unless an agent run below took
+        # them over, which it marks in its trace's ``callees``. The tool's path is held, so its id
+        # stays its own.
+        self._new_tool_edges: list[_Trace] = []
+        self._tool_edges: deque[tuple[float, list[tuple[_Trace, list[Any]]]]] = deque()
         self._decided_here = 0  # decisions read span by span in the request being ingested
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
@@ -290,7 +293,6 @@ class Detector:
 
         Every span whose ancestry is complete is settled now, with every span that waited for it.
         """
-        self._now = now
         guard = _GUARD_BYTES in raw
         dialect_markers = any(marker in raw for marker in MARKERS)
         per_trace = self.limits.max_spans_per_trace
@@ -299,10 +301,11 @@ class Detector:
         trace = _NO_TRACE
         paths: dict[bytes, Path] = {}
         delegations = self.delegations
-        tool_edges = self._tool_edges
+        tool_edges = self._new_tool_edges
         waiting: dict[bytes, list[Waiter]] = {}
         full = False
         call_prefixes = CALL_PREFIXES  # locals: read once per span
+        sides = _SIDES
         traces = self._traces
         # Call spans settled without reading their attributes (the guard's, and others): their
         # decisions are counted after.
@@ -322,6 +325,8 @@ class Detector:
                 scope = scope_spans.scope.name
                 guarded = guard and scope == GUARD_SCOPE
                 scope_bits = self._scope_bits(scope) | (_GUARDED if guarded else 0)
+                agent_bits = scope_bits | _NAME_FORM_BITS | _AGENT_BITS  # of a span named in the
+                tool_bits = scope_bits | _NAME_FORM_BITS | _TOOL_BITS  # GenAI form, but its side
                 watch = dialect_markers and self._watch_scope(scope, now)
                 found_other_calls = False
                 for span in spans:
@@ -352,14 +357,8 @@ class Detector:
                     if span_name.startswith(call_prefixes):
                         parent = paths.get(parent_id) if parent_id else None
                         name = span_name[_WORKFLOW_PREFIX_LENGTH if span_name[7] == "w" else _PREFIX_LENGTH :]
-                        kind_bits = _TOOL_BITS if span_name[0] == "e" else _AGENT_BITS
-                        side = span.kind
-                        marker = (
-                            scope_bits
-                            | kind_bits
-                            | _NAME_FORM_BITS
-                            | (_CLIENT if side in _CLIENT_KINDS else _SERVER if side in _SERVER_KINDS else 0)
-                        )
+                        tool = span_name[0] == "e"
+                        marker = (tool_bits if tool else agent_bits) | sides.get(span.kind, 0)
                         if parent is None or not name:
                             self._call(trace, span, marker, name, guarded, guard, now,
                                        undecided if guarded else undecided_others)  # fmt: skip
@@ -373,13 +372,18 @@ class Detector:
                         if (
                             _HEAD <= last < MAX_PATH_NAMES
                             and name not in parent
-                            and (kind_bits == _TOOL_BITS or int(parent[1]) & _KIND_BITS != _TOOL_BITS)
+                            # (an agent below a tool is the tool's run: _named handles it)
+                            and (tool or parent[1] & _KIND_BITS != _TOOL_BITS)  # type: ignore[operator]
                         ):
                             # _named's common case, inlined: a new name under a named ancestor.
                             path = (parent[0], marker, *parent[_HEAD:], name)
                             edge = (str(parent[last]), name)
-                            if kind_bits == _TOOL_BITS:
-                                tool_edges[id(path)] = (path, edge, now)
+                            if tool:
+                                waiting_tools = trace.tools
+                                if waiting_tools is None:
+                                    waiting_tools = trace.tools = []
+                                    tool_edges.append(trace)
+                                waiting_tools += (path, edge)
                             else:
                                 count = delegations.get(edge)
                                 if count is None:
@@ -397,19 +401,12 @@ class Detector:
                         call = call_by_attributes(span_name, scope, attributes)
                         if call is not None:
                             found_other_calls = True
-                            side = span.kind
                             marker = (
                                 scope_bits
                                 | call.kind << _KIND_SHIFT
                                 | call.form << _FORM_SHIFT
                                 | (_CONDITIONAL if call.conditional else 0)
-                                | (
-                                    _CLIENT
-                                    if side in _CLIENT_KINDS
-                                    else _SERVER
-                                    if side in _SERVER_KINDS
-                                    else 0
-                                )
+                                | sides.get(span.kind, 0)
                             )
                             self._call(trace, span, marker, call.name, guarded, guard, now,
                                        undecided if guarded else undecided_others, attributes)  # fmt: skip
@@ -437,6 +434,7 @@ class Detector:
             self._count_decisions(undecided, undecided_others, raw)
         self._stored += received - skipped
         self._enforce_span_budget()
+        self._park_tool_edges(now)
         return received
 
     def _count_decisions(
@@ -651,7 +649,7 @@ class Detector:
         if last >= _HEAD and name not in parent:
             # The common case first: a name not yet on the path, under a named ancestor.
             path = self._extended(parent, marker, name)
-            self._edge(path, (str(parent[last]), name), marker)
+            self._edge(trace, path, (str(parent[last]), name), marker)
             return path
         if name in parent:
             index = last
@@ -666,15 +664,15 @@ class Detector:
             self._cycle(trace, parent, index, name)
         path = self._extended(parent, marker, name)
         if last >= _HEAD:
-            self._edge(path, (str(parent[last]), name), marker)
+            self._edge(trace, path, (str(parent[last]), name), marker)
         return path
 
     def _agent_of_tool(self, trace: _Trace, name: str, marker: int, tool: Path) -> Path:
         """The path of an agent run below a tool call: the run of that tool, in the agent's name.
 
-        The tool's name gives way to the agent's; the tool's pending edge (caller -> tool) gives
-        way to the edge caller -> agent. Two agent spans of one tool call (Traceloop records a
-        LangGraph agent twice) count one edge.
+        The tool's name gives way to the agent's; the tool's edge (caller -> tool), waiting to
+        be counted, gives way to the edge caller -> agent. Two agent spans of one tool call
+        (Traceloop records a LangGraph agent twice) count one edge.
         """
         names = tool[_HEAD:-1]
         base: Path = (min(int(tool[0]), len(names)), 0, *names)
@@ -689,8 +687,7 @@ class Detector:
         ran = callees.setdefault(id(tool), set())
         if name not in ran:
             ran.add(name)
-            pending = self._tool_edges.pop(id(tool), None)
-            if names and (pending is not None or name != tool[-1]):
+            if names:
                 _count(self.delegations, (str(names[-1]), name), _OVERFLOW_EDGE)
         return self._extended(base, marker, name)
 
@@ -714,24 +711,42 @@ class Detector:
             seen.add(key)
             _count(self.cycles, (kind, ">".join([*loop, name])), (kind, OVERFLOW))
 
-    def _edge(self, path: Path, edge: tuple[str, str], marker: int) -> None:
+    def _edge(self, trace: _Trace, path: Path, edge: tuple[str, str], marker: int) -> None:
         """Count a call's delegation edge; a tool's waits for an agent run below it (``expire``)."""
         if marker & _KIND_BITS == _TOOL_BITS:
-            self._tool_edges[id(path)] = (path, edge, self._now)
+            if trace.tools is None:
+                trace.tools = []
+                self._new_tool_edges.append(trace)
+            trace.tools += (path, edge)
         else:
             _count(self.delegations, edge, _OVERFLOW_EDGE)
 
+    def _park_tool_edges(self, now: float) -> None:
+        """Start the wait of the tool edges settled since the last call (a request, a sweep)."""
+        if self._new_tool_edges:
+            parked = []
+            for trace in self._new_tool_edges:
+                parked.append((trace, trace.tools or []))
+                trace.tools = None  # the trace's next tool calls wait from their own time
+            self._tool_edges.append((now, parked))
+            self._new_tool_edges = []
+
     def _count_tool_edges(self, now: float) -> None:
         """Count the edges of the tool calls that no agent run took over within ``tool_edge_wait``."""
-        pending = self._tool_edges
+        parked = self._tool_edges
         deadline = now - self.limits.tool_edge_wait
-        while pending:
-            key = next(iter(pending))
-            _, edge, when = pending[key]
-            if when > deadline:
-                break
-            del pending[key]
-            _count(self.delegations, edge, _OVERFLOW_EDGE)
+        delegations = self.delegations
+        while parked and parked[0][0] <= deadline:
+            for trace, tools in parked.popleft()[1]:
+                callees = trace.callees
+                for at in range(0, len(tools), 2):
+                    if callees is None or id(tools[at]) not in callees:
+                        edge = tools[at + 1]
+                        count = delegations.get(edge)
+                        if count is None:
+                            _count(delegations, edge, _OVERFLOW_EDGE)
+                        else:
+                            delegations[edge] = count + 1
 
     @staticmethod
     def _extended(parent: Path, marker: int, name: str) -> Path:
@@ -784,7 +799,6 @@ class Detector:
     def expire(self, now: float) -> int:
         """Evict every trace idle for longer than the TTL, and count the tool edges whose wait is
         over; return how many traces went."""
-        self._now = now
         deadline = now - self.limits.trace_ttl
         expired = 0
         traces = self._traces
@@ -794,6 +808,7 @@ class Detector:
                 break
             self._evict(trace_id, "ttl")
             expired += 1
+        self._park_tool_edges(now)
         self._count_tool_edges(now)
         return expired
 
@@ -807,6 +822,8 @@ class Detector:
         trace = self._traces.pop(trace_id)
         self._settle_orphans(trace)
         self._stored -= len(trace.paths)
+        # Its tool calls may wait to count their edges: keep of it only what they read.
+        trace.paths = {}
         self.evictions[reason] = self.evictions.get(reason, 0) + 1
 
     def _settle_orphans(self, trace: _Trace) -> None:
