@@ -206,7 +206,7 @@ class DetectorLimits:
 class _Trace:
     """Detection state of one trace: settled paths, spans waiting here, cycles seen."""
 
-    __slots__ = ("callees", "cycles", "held", "last_seen", "paths", "tools", "trace_id", "waiting")
+    __slots__ = ("callees", "cycles", "held", "last_seen", "parked", "paths", "tools", "trace_id", "waiting")
 
     def __init__(self, trace_id: bytes) -> None:
         self.trace_id = trace_id
@@ -220,8 +220,12 @@ class _Trace:
         # id of a tool call's path -> the agents that ran below it (the path is held in ``paths``
         # for as long as the trace is, so its id stays its own)
         self.callees: dict[int, set[str]] | None = None
-        # tool calls settled lately whose edges wait to count: path, edge, path, edge, ...
+        # The tool calls whose edges wait to count (see Detector._park_tool_edges), as lists
+        # [callees, path, path, ...] (a tool's edge is its path's last two names): those settled
+        # in the request being read, and
+        # those parked earlier (emptied once counted).
         self.tools: list[Any] | None = None
+        self.parked: list[list[Any]] | None = None
         self.last_seen = 0.0
 
 
@@ -263,13 +267,13 @@ class Detector:
         # scope -> (names calls otherwise, since when, watched requests that showed nothing)
         self._scopes: dict[str, tuple[bool, float, int]] = {}
         self._scope_ids: dict[str, int] = {}  # scope -> its bits in markers
-        # Traces with tool calls whose edges wait to count (in ``_Trace.tools``): those of the
-        # request being read, then per request (when, [(trace, its tool calls)]), oldest first.
-        # The edges count after ``tool_edge_wait`` (see ``expire``) unless an agent run below took
-        # them over, which it marks in its trace's ``callees``. The tool's path is held, so its id
-        # stays its own.
+        # Tool calls whose edges wait to count: the traces with some settled in the request being
+        # read, then per request (when, [their tool lists]), oldest first. The edges count after
+        # ``tool_edge_wait`` (see ``expire``), or when their trace is evicted, unless an agent run
+        # below took them over, which it marks in its trace's ``callees``. The tool's path is
+        # held, so its id stays its own; nothing parked holds the trace itself.
         self._new_tool_edges: list[_Trace] = []
-        self._tool_edges: deque[tuple[float, list[tuple[_Trace, list[Any]]]]] = deque()
+        self._tool_edges: deque[tuple[float, list[list[Any]]]] = deque()
         self._decided_here = 0  # decisions read span by span in the request being ingested
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
@@ -301,7 +305,6 @@ class Detector:
         trace = _NO_TRACE
         paths: dict[bytes, Path] = {}
         delegations = self.delegations
-        tool_edges = self._new_tool_edges
         waiting: dict[bytes, list[Waiter]] = {}
         full = False
         call_prefixes = CALL_PREFIXES  # locals: read once per span
@@ -377,14 +380,13 @@ class Detector:
                         ):
                             # _named's common case, inlined: a new name under a named ancestor.
                             path = (parent[0], marker, *parent[_HEAD:], name)
-                            edge = (str(parent[last]), name)
                             if tool:
                                 waiting_tools = trace.tools
                                 if waiting_tools is None:
-                                    waiting_tools = trace.tools = []
-                                    tool_edges.append(trace)
-                                waiting_tools += (path, edge)
+                                    waiting_tools = self._tool_list(trace)
+                                waiting_tools.append(path)
                             else:
+                                edge = (str(parent[last]), name)
                                 count = delegations.get(edge)
                                 if count is None:
                                     _count(delegations, edge, _OVERFLOW_EDGE)
@@ -712,41 +714,65 @@ class Detector:
             _count(self.cycles, (kind, ">".join([*loop, name])), (kind, OVERFLOW))
 
     def _edge(self, trace: _Trace, path: Path, edge: tuple[str, str], marker: int) -> None:
-        """Count a call's delegation edge; a tool's waits for an agent run below it (``expire``)."""
+        """Count a call's delegation edge (the last two names of ``path``); a tool's waits for an
+        agent run below it (``expire``)."""
         if marker & _KIND_BITS == _TOOL_BITS:
-            if trace.tools is None:
-                trace.tools = []
-                self._new_tool_edges.append(trace)
-            trace.tools += (path, edge)
+            tools = trace.tools
+            if tools is None:
+                tools = self._tool_list(trace)
+            tools.append(path)  # its edge is (path[-2], path[-1])
         else:
             _count(self.delegations, edge, _OVERFLOW_EDGE)
+
+    def _tool_list(self, trace: _Trace) -> list[Any]:
+        """The list of the tool calls ``trace`` settles in the request being read."""
+        callees = trace.callees
+        if callees is None:
+            callees = trace.callees = {}
+        tools = trace.tools = [callees]
+        self._new_tool_edges.append(trace)
+        return tools
 
     def _park_tool_edges(self, now: float) -> None:
         """Start the wait of the tool edges settled since the last call (a request, a sweep)."""
         if self._new_tool_edges:
-            parked = []
+            lists = []
             for trace in self._new_tool_edges:
-                parked.append((trace, trace.tools or []))
+                tools = trace.tools
+                if tools is None:
+                    continue  # evicted meanwhile: counted then
                 trace.tools = None  # the trace's next tool calls wait from their own time
-            self._tool_edges.append((now, parked))
+                lists.append(tools)
+                if trace.parked is None:
+                    trace.parked = [tools]
+                else:
+                    trace.parked.append(tools)
+            self._tool_edges.append((now, lists))
             self._new_tool_edges = []
 
     def _count_tool_edges(self, now: float) -> None:
         """Count the edges of the tool calls that no agent run took over within ``tool_edge_wait``."""
         parked = self._tool_edges
         deadline = now - self.limits.tool_edge_wait
-        delegations = self.delegations
         while parked and parked[0][0] <= deadline:
-            for trace, tools in parked.popleft()[1]:
-                callees = trace.callees
-                for at in range(0, len(tools), 2):
-                    if callees is None or id(tools[at]) not in callees:
-                        edge = tools[at + 1]
-                        count = delegations.get(edge)
-                        if count is None:
-                            _count(delegations, edge, _OVERFLOW_EDGE)
-                        else:
-                            delegations[edge] = count + 1
+            for tools in parked.popleft()[1]:
+                self._count_tools(tools)
+
+    def _count_tools(self, tools: list[Any]) -> None:
+        """Count the edges in one tool list that no agent run took over, and empty it."""
+        if len(tools) < 2:
+            return  # counted already (its trace was evicted)
+        callees = tools[0]
+        delegations = self.delegations
+        for path in tools[1:]:
+            if not callees or id(path) not in callees:
+                edge = (str(path[-2]), str(path[-1]))
+                count = delegations.get(edge)
+                if count is None:
+                    _count(delegations, edge, _OVERFLOW_EDGE)
+                else:
+                    delegations[edge] = count + 1
+        tools.clear()
 
     @staticmethod
     def _extended(parent: Path, marker: int, name: str) -> Path:
@@ -822,8 +848,10 @@ class Detector:
         trace = self._traces.pop(trace_id)
         self._settle_orphans(trace)
         self._stored -= len(trace.paths)
-        # Its tool calls may wait to count their edges: keep of it only what they read.
-        trace.paths = {}
+        # No agent run can take over its tool calls now: their edges count.
+        for tools in (*(trace.parked or ()), trace.tools or ()):
+            self._count_tools(tools)
+        trace.tools = trace.parked = None
         self.evictions[reason] = self.evictions.get(reason, 0) + 1
 
     def _settle_orphans(self, trace: _Trace) -> None:
