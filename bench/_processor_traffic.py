@@ -1,11 +1,20 @@
 """Agent-like OTLP traffic for the processor benchmark, and the two servers it runs against.
 
-Traffic: traces as an instrumented agent system exports them -- a planner that calls a model and a
-search tool, then a budget agent over A2A (HTTP client and server spans), which calls a model and a
-lookup tool that queries a database. Guard spans carry the inline guard's attributes (CONTRACT.md
-§5); model, HTTP and database spans carry their semantic-convention attributes. 13 spans a trace,
-4 of them calls; spans are ordered as a BatchSpanProcessor exports them (children end first).
-Every request gets new trace ids, so a processor cannot skip spans it has seen.
+Traffic (``MIXES``):
+
+- ``guarded``: traces as an agent system under the inline guard exports them -- a planner that
+  calls a model and a search tool, then a budget agent over A2A (HTTP client and server spans),
+  which calls a model and a lookup tool that queries a database. Guard spans carry the inline
+  guard's attributes (CONTRACT.md §5); model, HTTP and database spans carry their
+  semantic-convention attributes. 13 spans a trace, 4 of them calls; spans are ordered as a
+  BatchSpanProcessor exports them (children end first). Complete traces, parents in the same
+  request, one scope, no links: the detector's best case.
+- ``dialects``: the same guarded traces among recorded third-party ones (OpenInference,
+  OpenLLMetry, the openai-agents-v2 instrumentation, pydantic-ai), traces split so that parents
+  arrive a request after their children, and trace roots that link to earlier traces
+  (see :func:`mixed`).
+
+Every cycle of requests gets new trace ids, so a processor cannot skip spans it has seen.
 
 Servers (run as ``python bench/_processor_traffic.py sink|passthrough ...``):
 - sink: an OTLP/gRPC TraceService that counts requests and acknowledges them;
@@ -16,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -141,50 +152,175 @@ def one_trace(trace_id: bytes) -> list[Span]:
 
 
 class Template:
-    """One request of ``traces`` traces; ``fresh()`` gives its bytes with new trace ids."""
+    """A cycle of requests that share trace ids; ``next()`` gives the next one with new ids.
 
-    def __init__(self, traces: int) -> None:
-        self.trace_ids = [os.urandom(16) for _ in range(traces)]
-        message = ExportTraceServiceRequest()
-        resource_spans = message.resource_spans.add()
-        resource_spans.resource.attributes.extend(
-            [_kv("service.name", "agents"), _kv("service.version", "1.4.2")]
+    Every cycle gets new trace ids (the same in all its requests, so a trace split across two of
+    them stays one trace, and a link still points at its span): a processor cannot skip spans it
+    has seen.
+    """
+
+    def __init__(self, requests: list[ExportTraceServiceRequest]) -> None:
+        self.raws = [message.SerializeToString() for message in requests]
+        self.sizes = [
+            sum(len(scope.spans) for resource in message.resource_spans for scope in resource.scope_spans)
+            for message in requests
+        ]
+        self.raw = self.raws[0]
+        self.spans = sum(self.sizes) // len(self.sizes)  # a request's spans, on average
+        self.trace_ids = sorted(
+            {
+                span.trace_id
+                for message in requests
+                for resource in message.resource_spans
+                for scope in resource.scope_spans
+                for span in scope.spans
+            }
         )
-        scope = resource_spans.scope_spans.add()
-        scope.scope.name = "otel_guard"
-        for trace_id in self.trace_ids:
-            scope.spans.extend(one_trace(trace_id))
-        self.raw = message.SerializeToString()
-        self.spans = traces * SPANS_PER_TRACE
+        index_of = {trace_id: index for index, trace_id in enumerate(self.trace_ids)}
+        # Where each trace id stands in the bytes (as a field: tag 0x0a, length 16; a link's trace
+        # id too), so that a request with new ids is one join of the pieces between them -- cheap
+        # enough that the load generator does not compete with the servers it measures.
+        self._layouts: list[tuple[list[bytes], list[int], bytes]] = []
+        for raw in self.raws:
+            places: list[tuple[int, int]] = []
+            for trace_id, index in index_of.items():
+                field = b"\n\x10" + trace_id
+                at = raw.find(field)
+                while at >= 0:
+                    places.append((at + 2, index))
+                    at = raw.find(field, at + 1)
+            places.sort()
+            pieces: list[bytes] = []
+            which: list[int] = []
+            start = 0
+            for at, index in places:
+                pieces.append(raw[start:at])
+                which.append(index)
+                start = at + 16
+            self._layouts.append((pieces, which, raw[start:]))
+        self._turn = 0
+        self._ids: list[bytes] = []
 
-        # Where each trace id stands in the bytes (as the field: tag 0x0a, length 16), so that a
-        # request with new ids is one join of the pieces between them -- cheap enough that the
-        # load generator does not compete with the servers it measures.
-        places: list[tuple[int, int]] = []
-        for index, trace_id in enumerate(self.trace_ids):
-            field = b"\n\x10" + trace_id
-            at = self.raw.find(field)
-            while at >= 0:
-                places.append((at + 2, index))
-                at = self.raw.find(field, at + 1)
-        places.sort()
-        self._pieces: list[bytes] = []
-        self._which: list[int] = []
-        start = 0
-        for at, index in places:
-            self._pieces.append(self.raw[start:at])
-            self._which.append(index)
-            start = at + 16
-        self._tail = self.raw[start:]
-
-    def fresh(self) -> bytes:
-        ids = [os.urandom(16) for _ in self.trace_ids]
+    def next(self) -> tuple[bytes, int]:
+        """The next request of the cycle (new ids at the start of each cycle) and its span count."""
+        turn = self._turn
+        if turn == 0:
+            self._ids = [os.urandom(16) for _ in self.trace_ids]
+        self._turn = (turn + 1) % len(self.raws)
+        pieces, which, tail = self._layouts[turn]
+        ids = self._ids
         parts: list[bytes] = []
-        for piece, index in zip(self._pieces, self._which, strict=True):
+        for piece, index in zip(pieces, which, strict=True):
             parts.append(piece)
             parts.append(ids[index])
-        parts.append(self._tail)
-        return b"".join(parts)
+        parts.append(tail)
+        return b"".join(parts), self.sizes[turn]
+
+
+def _request(scopes: dict[str, list[Span]]) -> ExportTraceServiceRequest:
+    message = ExportTraceServiceRequest()
+    resource_spans = message.resource_spans.add()
+    resource_spans.resource.attributes.extend(
+        [_kv("service.name", "agents"), _kv("service.version", "1.4.2")]
+    )
+    for name, spans in scopes.items():
+        scope = resource_spans.scope_spans.add()
+        scope.scope.name = name
+        scope.spans.extend(spans)
+    return message
+
+
+def guarded(traces: int) -> Template:
+    """The guard's traffic: one request of ``traces`` guarded traces (13 spans each, all allowed)."""
+    return Template(
+        [_request({"otel_guard": [span for _ in range(traces) for span in one_trace(os.urandom(16))]})]
+    )
+
+
+# The recorded third-party traces of the processor's tests: healthy runs, as they were exported.
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "processor" / "dialects" / "corpus"
+DIALECT_TRACES = ("oai_oi", "oai_otelv2", "lg_oi", "lg_tl", "pai_oi_same")
+
+
+def _recorded(name: str) -> dict[str, list[Span]]:
+    """The spans of one recorded healthy run, by instrumentation scope, children first."""
+    scopes: dict[str, list[Span]] = {}
+    lines = (CORPUS / f"{name}.control.spans.jsonl").read_text(encoding="utf-8").splitlines()
+    for record in sorted((json.loads(line) for line in lines), key=lambda r: -r["start"]):
+        span = Span(
+            trace_id=bytes.fromhex(record["trace_id"]),
+            span_id=bytes.fromhex(record["span_id"]),
+            parent_span_id=bytes.fromhex(record["parent_id"]) if record["parent_id"] else b"",
+            name=record["name"],
+            kind=getattr(Span, f"SPAN_KIND_{record['kind']}"),
+            start_time_unix_nano=record["start"],
+            end_time_unix_nano=record["start"] + 50_000_000,
+        )
+        span.attributes.extend(_kv(key, value) for key, value in record["attributes"].items())
+        scopes.setdefault(record["scope"], []).append(span)
+    return scopes
+
+
+def _with_trace_id(spans: list[Span], trace_id: bytes) -> list[Span]:
+    copies = []
+    for span in spans:
+        copy = Span()
+        copy.CopyFrom(span)
+        copy.trace_id = trace_id
+        copies.append(copy)
+    return copies
+
+
+def mixed(traces: int) -> Template:
+    """Two requests in turn, ``traces`` traces each: what a pipeline sees from many instrumentations.
+
+    Per request, a fifth of the traces each from the inline guard (the 13-span trace above) and
+    from recordings of OpenInference (OpenAI Agents SDK, LangGraph), OpenLLMetry (LangGraph),
+    opentelemetry-instrumentation-openai-agents-v2 and pydantic-ai with OpenInference's span
+    processor (``tests/processor/dialects/corpus``, healthy runs). A quarter of the traces are
+    split across the two requests, their children in the first and the rest (their parents) in
+    the second; a tenth of the second request's traces start with a root span that links to a
+    span of a trace in the first.
+    """
+    recorded = [_recorded(name) for name in DIALECT_TRACES]
+    first: dict[str, list[Span]] = {}
+    second: dict[str, list[Span]] = {}
+    for index in range(traces):
+        for request in (first, second):
+            trace_id = os.urandom(16)
+            kind = index % (len(recorded) + 1)
+            scopes = (
+                {"otel_guard": one_trace(trace_id)}
+                if kind == 0
+                else {scope: _with_trace_id(spans, trace_id) for scope, spans in recorded[kind - 1].items()}
+            )
+            split = request is first and index % 4 == 0
+            for scope, spans in scopes.items():
+                if split:  # children first, in this request; parents in the other
+                    half = len(spans) // 2
+                    first.setdefault(scope, []).extend(spans[:half])
+                    second.setdefault(scope, []).extend(spans[half:])
+                else:
+                    request.setdefault(scope, []).extend(spans)
+            if request is second and index % 10 == 0:
+                # A trace handed over through a queue: its root links to a span of the first request.
+                target = next(iter(first.values()))[index % 5]
+                root = Span(
+                    trace_id=os.urandom(16),
+                    span_id=os.urandom(8),
+                    name="process jobs",
+                    kind=Span.SPAN_KIND_CONSUMER,
+                    start_time_unix_nano=1_700_000_000_000_000_000,
+                    end_time_unix_nano=1_700_000_000_100_000_000,
+                )
+                root.links.add(trace_id=target.trace_id, span_id=target.span_id)
+                child = one_trace(root.trace_id)[-1]  # the guard's planner span, under the root
+                child.parent_span_id = root.span_id
+                second.setdefault("otel_guard", []).extend([child, root])
+    return Template([_request(first), _request(second)])
+
+
+MIXES = {"guarded": guarded, "dialects": mixed}
 
 
 # --- servers -----------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import grpc
 import grpc.aio
 import httpx
 import psutil
-from _processor_traffic import EXPORT, Template
+from _processor_traffic import EXPORT, MIXES, Template
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
@@ -94,8 +94,9 @@ async def load(target: str, template: Template, seconds: float, concurrency: int
         async def worker() -> None:
             nonlocal acknowledged
             while time.monotonic() < deadline:
-                await call(template.fresh(), timeout=30)
-                acknowledged += template.spans
+                raw, spans = template.next()
+                await call(raw, timeout=30)
+                acknowledged += spans
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return acknowledged
@@ -169,12 +170,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per proxy")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
-    parser.add_argument("--traces", type=int, default=40, help="traces per request (13 spans each)")
+    parser.add_argument("--traces", type=int, default=40, help="traces per request")
+    parser.add_argument(
+        "--mix", choices=sorted(MIXES), default="dialects", help="the traffic (see _processor_traffic.py)"
+    )
     parser.add_argument("--flood-seconds", type=float, default=20.0)
     parser.add_argument("--flood-max-spans", type=int, default=300_000)
     args = parser.parse_args()
 
-    template = Template(args.traces)
+    template = MIXES[args.mix](args.traces)
     print(
         f"{os.cpu_count()} CPUs; requests of {template.spans} spans ({len(template.raw):,} bytes), "
         f"{args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s per proxy"

@@ -399,10 +399,23 @@ class Detector:
                             self._release(trace, span_id, path)
                         continue
                     if watch:
-                        attributes = Attributes(span)
-                        call = call_by_attributes(span_name, scope, attributes)
+                        encoded = span.SerializeToString()
+                        call = call_by_attributes(span_name, scope, encoded)
                         if call is not None:
                             found_other_calls = True
+                            if call.conditional and parent_id:
+                                parent = paths.get(parent_id)
+                                if (
+                                    parent is not None
+                                    and len(parent) > _HEAD
+                                    and (
+                                        parent[1] & _KIND_BITS != _TOOL_BITS  # type: ignore[operator]
+                                    )
+                                ):
+                                    # A call only first below a tool, and the nearest call above
+                                    # is none: a link, settled as unnamed spans are below.
+                                    call = None
+                        if call is not None:
                             marker = (
                                 scope_bits
                                 | call.kind << _KIND_SHIFT
@@ -410,6 +423,7 @@ class Detector:
                                 | (_CONDITIONAL if call.conditional else 0)
                                 | sides.get(span.kind, 0)
                             )
+                            attributes = Attributes.of(encoded)
                             self._call(trace, span, marker, call.name, guarded, guard, now,
                                        undecided if guarded else undecided_others, attributes)  # fmt: skip
                             continue

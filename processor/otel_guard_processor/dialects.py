@@ -26,8 +26,9 @@ OpenLLMetry / Traceloop   ``traceloop.span.kind`` ``agent``,          AGENT  ``t
                           an agent called as a tool)
 ========================  ==========================================  =====  ===========================
 
-The GenAI rows come first: a span that carries GenAI attributes and another dialect's (pydantic-ai's
-spans with OpenInference's span processor, Traceloop's ``X.workflow``) is read as GenAI. A call
+A span named in the GenAI form is read by its name. Otherwise a dialect's own kind comes first: a
+span that carries it and GenAI attributes too (Traceloop's ``X.workflow``) is read by its dialect,
+and by ``gen_ai.operation.name`` when its dialect's kind says it is no call. A call
 whose name is missing or empty is an unnamed call: a link like any other span.
 
 LangChain's ``AGENT`` kind in OpenInference is a guess from the run's name (``"agent" in name``), and
@@ -49,7 +50,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv_ai import SpanAttributes as TraceloopAttributes
 from opentelemetry.semconv_ai import TraceloopSpanKindValues
 
-from otel_guard_processor.otlp import Attributes, attribute_key, encoded_attribute
+from otel_guard_processor.otlp import Attributes, attribute_key, string_at
 
 __all__ = [
     "AGENT",
@@ -100,43 +101,35 @@ CALL_PREFIXES: Final = tuple(prefix for prefix, _ in _NAME_FORMS)
 
 # --- attributes, bound once -----------------------------------------------------------------
 
-_OPERATION: Final = gen_ai.GEN_AI_OPERATION_NAME
-_GENAI_OPERATIONS: Final = {
-    encoded_attribute(_OPERATION, _INVOKE_AGENT): (AGENT, attribute_key(gen_ai.GEN_AI_AGENT_NAME)),
-    encoded_attribute(_OPERATION, _EXECUTE_TOOL): (TOOL, attribute_key(gen_ai.GEN_AI_TOOL_NAME)),
-    encoded_attribute(_OPERATION, _INVOKE_WORKFLOW): (AGENT, attribute_key(gen_ai.GEN_AI_WORKFLOW_NAME)),
-}
-
-# A span named by its operation alone ("invoke_agent"), or with an empty subject, is named by the
-# operation's name attribute.
+# Each dialect is one key to look up on a span, and a table of its values. OpenInference's and
+# Traceloop's keys end alike, so one search of the span's encoding finds either.
+_OPERATION: Final = attribute_key(gen_ai.GEN_AI_OPERATION_NAME)
 _NAME_KEYS: Final = {
     _INVOKE_AGENT: attribute_key(gen_ai.GEN_AI_AGENT_NAME),
     _EXECUTE_TOOL: attribute_key(gen_ai.GEN_AI_TOOL_NAME),
     _INVOKE_WORKFLOW: attribute_key(gen_ai.GEN_AI_WORKFLOW_NAME),
 }
-_BARE_NAMES: Final = {
-    _INVOKE_AGENT: AGENT,
-    _EXECUTE_TOOL: TOOL,
-    _INVOKE_WORKFLOW: AGENT,
-}
+_BARE_NAMES: Final = {_INVOKE_AGENT: AGENT, _EXECUTE_TOOL: TOOL, _INVOKE_WORKFLOW: AGENT}
 
-_OI_KIND: Final = SpanAttributes.OPENINFERENCE_SPAN_KIND
-_OI_AGENT: Final = encoded_attribute(_OI_KIND, OpenInferenceSpanKindValues.AGENT.value)
-_OI_TOOL: Final = encoded_attribute(_OI_KIND, OpenInferenceSpanKindValues.TOOL.value)
-_OI_CHAIN: Final = encoded_attribute(_OI_KIND, OpenInferenceSpanKindValues.CHAIN.value)
+_OI_KIND_NAME: Final = SpanAttributes.OPENINFERENCE_SPAN_KIND
+_OI_KIND: Final = attribute_key(_OI_KIND_NAME)
+_OI_AGENT: Final = OpenInferenceSpanKindValues.AGENT.value
+_OI_TOOL: Final = OpenInferenceSpanKindValues.TOOL.value
+_OI_CHAIN: Final = OpenInferenceSpanKindValues.CHAIN.value
 _OI_AGENT_NAME: Final = attribute_key(SpanAttributes.AGENT_NAME)
 _OI_GRAPH_NODE: Final = attribute_key(SpanAttributes.GRAPH_NODE_ID)
 _OI_TOOL_NAME: Final = attribute_key(SpanAttributes.TOOL_NAME)
 # OpenInference's LangChain instrumentation (the only scope whose CHAIN spans name agents).
 OPENINFERENCE_LANGCHAIN_SCOPE: Final = "openinference.instrumentation.langchain"
 
-_TL_KIND: Final = TraceloopAttributes.TRACELOOP_SPAN_KIND
+_TL_KIND_NAME: Final = TraceloopAttributes.TRACELOOP_SPAN_KIND
+_TL_KIND: Final = attribute_key(_TL_KIND_NAME)
 _TL_NAME: Final = attribute_key(TraceloopAttributes.TRACELOOP_ENTITY_NAME)
-_TL_FORMS: Final = {
-    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.AGENT.value): (AGENT, False),
-    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.WORKFLOW.value): (AGENT, False),
-    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.TOOL.value): (TOOL, False),
-    encoded_attribute(_TL_KIND, TraceloopSpanKindValues.TASK.value): (AGENT, True),
+_TL_FORMS: Final = {  # value -> (kind, conditional)
+    TraceloopSpanKindValues.AGENT.value: (AGENT, False),
+    TraceloopSpanKindValues.WORKFLOW.value: (AGENT, False),
+    TraceloopSpanKindValues.TOOL.value: (TOOL, False),
+    TraceloopSpanKindValues.TASK.value: (AGENT, True),
 }
 
 # A request that holds none of these bytes has no span that is a call by its attributes: the
@@ -144,36 +137,63 @@ _TL_FORMS: Final = {
 MARKERS: Final = (
     *(b"\n" + bytes([len(op)]) + op.encode() for op in _BARE_NAMES),
     *(b"*" + bytes([len(op)]) + op.encode() for op in _BARE_NAMES),
-    _OI_KIND.encode(),
-    _TL_KIND.encode(),
+    _OI_KIND_NAME.encode(),
+    _TL_KIND_NAME.encode(),
 )
 
 
 def name_of_named_call(span_name: str, attributes: Attributes) -> str | None:
     """The name of a call whose GenAI span name has no subject (``invoke_agent``), if it has one."""
-    operation = span_name.partition(" ")[0]
-    key = _NAME_KEYS.get(operation)
+    key = _NAME_KEYS.get(span_name.partition(" ")[0])
     return (attributes.string(key) or None) if key is not None else None
 
 
-def call_by_attributes(span_name: str, scope: str, attributes: Attributes) -> Call | None:
-    """The call a span records by its attributes, or None when it records none."""
+_KIND_ENDING: Final = b"span.kind\x12"
+_OI_KIND_START: Final = len(_OI_KIND) - len(_KIND_ENDING)
+_TL_KIND_START: Final = len(_TL_KIND) - len(_KIND_ENDING)
+assert _OI_KIND.endswith(_KIND_ENDING)
+assert _TL_KIND.endswith(_KIND_ENDING)
+
+
+def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | None:
+    """The call a span records by its attributes (``encoded``: the span's encoding), or None.
+
+    Runs for every span of the scopes that name calls otherwise, so it searches the encoding once
+    for either dialect's kind (their keys end alike) before anything else.
+    """
     bare = _BARE_NAMES.get(span_name)
     if bare is not None:
-        return Call(bare, name_of_named_call(span_name, attributes), FORM_NAME)
-    for encoded, (kind, name_key) in _GENAI_OPERATIONS.items():
-        if encoded in attributes:
-            return Call(kind, attributes.string(name_key) or None, FORM_GENAI)
-    if _OI_TOOL in attributes:
-        return Call(TOOL, attributes.string(_OI_TOOL_NAME) or span_name or None, FORM_OPENINFERENCE)
-    if scope == OPENINFERENCE_LANGCHAIN_SCOPE:
-        if _OI_CHAIN in attributes:
-            return Call(AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, conditional=True)
-    elif _OI_AGENT in attributes:
-        name = attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
-        return Call(AGENT, name or None, FORM_OPENINFERENCE)
-    for encoded, (kind, conditional) in _TL_FORMS.items():
-        if encoded in attributes:
-            form = FORM_TRACELOOP_TASK if conditional else FORM_TRACELOOP
-            return Call(kind, attributes.string(_TL_NAME) or None, form, conditional)
+        return Call(bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME)
+    at = encoded.find(_KIND_ENDING)
+    while at >= 0:
+        end = at + len(_KIND_ENDING)
+        if encoded.startswith(_OI_KIND, at - _OI_KIND_START):
+            kind = string_at(encoded, end)
+            if kind == _OI_TOOL:
+                tool = Attributes.of(encoded).string(_OI_TOOL_NAME) or span_name
+                return Call(TOOL, tool or None, FORM_OPENINFERENCE)
+            if scope == OPENINFERENCE_LANGCHAIN_SCOPE:
+                if kind == _OI_CHAIN:
+                    return Call(AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, conditional=True)
+            elif kind == _OI_AGENT:
+                attributes = Attributes.of(encoded)
+                agent = attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
+                return Call(AGENT, agent or None, FORM_OPENINFERENCE)
+            break
+        if encoded.startswith(_TL_KIND, at - _TL_KIND_START):
+            form = _TL_FORMS.get(string_at(encoded, end) or "")
+            if form is not None:
+                conditional = form[1]
+                entity = Attributes.of(encoded).string(_TL_NAME) or None
+                form_read = FORM_TRACELOOP_TASK if conditional else FORM_TRACELOOP
+                return Call(form[0], entity, form_read, conditional)
+            break
+        at = encoded.find(_KIND_ENDING, end)
+    at = encoded.find(_OPERATION)
+    if at >= 0:
+        operation = string_at(encoded, at + len(_OPERATION)) or ""
+        key = _NAME_KEYS.get(operation)
+        if key is not None:
+            named = Attributes.of(encoded).string(key) or None
+            return Call(_BARE_NAMES[operation], named, FORM_GENAI)
     return None

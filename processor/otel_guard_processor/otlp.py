@@ -40,6 +40,7 @@ __all__ = [
     "SpanView",
     "json_to_protobuf",
     "parse_request",
+    "string_at",
 ]
 
 TRACE_ID_BYTES = 16
@@ -188,28 +189,21 @@ class Attributes:
     def __init__(self, span: SpanView) -> None:
         self._blob = span.SerializeToString()
 
+    @classmethod
+    def of(cls, encoded: bytes) -> Attributes:
+        """The attributes of the span whose encoding (``SerializeToString()``) is ``encoded``."""
+        attributes = cls.__new__(cls)
+        attributes._blob = encoded
+        return attributes
+
     def __contains__(self, encoded: bytes) -> bool:
         """Whether the span holds this exact encoded KeyValue (see :func:`encoded_attribute`)."""
         return encoded in self._blob
 
     def string(self, key: bytes) -> str | None:
         """A string attribute's value; ``key`` is from :func:`attribute_key`."""
-        blob = self._blob
-        at = blob.find(key)
-        if at < 0:
-            return None
-        at += len(key)
-        try:
-            # The common encoding, read without a loop: short AnyValue, string tag, short string.
-            if blob[at] < 0x80 and blob[at + 1] == 0x0A and blob[at + 2] < 0x80:
-                return blob[at + 3 : at + 3 + blob[at + 2]].decode("utf-8")
-            value = self._value_at(at)
-            if value[:1] != b"\n":
-                return None
-            length, start = _varint(value, 1)
-            return value[start : start + length].decode("utf-8")
-        except (IndexError, UnicodeDecodeError):
-            return None
+        at = self._blob.find(key)
+        return None if at < 0 else string_at(self._blob, at + len(key))
 
     def integer(self, key: bytes) -> int | None:
         blob = self._blob
@@ -254,6 +248,23 @@ class Attributes:
         """The AnyValue encoding whose length prefix starts at ``at``."""
         length, start = _varint(self._blob, at)
         return self._blob[start : start + length]
+
+
+def string_at(encoded: bytes, at: int) -> str | None:
+    """The string in the AnyValue whose length prefix is at ``at`` of a span's encoding, else None
+    (another type, or bytes that do not decode)."""
+    try:
+        # The common encoding, read without a loop: short AnyValue, string tag, short string.
+        if encoded[at] < 0x80 and encoded[at + 1] == 0x0A and encoded[at + 2] < 0x80:
+            return encoded[at + 3 : at + 3 + encoded[at + 2]].decode("utf-8")
+        length, start = _varint(encoded, at)
+        value = encoded[start : start + length]
+        if value[:1] != b"\n":
+            return None
+        length, start = _varint(value, 1)
+        return value[start : start + length].decode("utf-8")
+    except (IndexError, UnicodeDecodeError):
+        return None
 
 
 def attribute_key(name: str) -> bytes:
