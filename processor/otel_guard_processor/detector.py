@@ -168,6 +168,7 @@ SCOPE_RECHECK_SECONDS: Final = 600.0
 SCOPE_LEARN_REQUESTS: Final = 16
 _MAX_SCOPES: Final = 1024
 _MAX_SCOPE_IDS: Final = _SCOPE_MASK
+_MAX_MARKERS: Final = 4096  # distinct marker values kept one object of (name depths are the senders')
 # Label values come from span names and attributes, which the senders choose: each metric keeps at
 # most MAX_SERIES label sets, and counts the rest under the label value OVERFLOW.
 MAX_SERIES: Final = 10_000
@@ -221,7 +222,7 @@ class _Trace:
         # for as long as the trace is, so its id stays its own)
         self.callees: dict[int, set[str]] | None = None
         # The tool calls whose edges wait to count (see Detector._park_tool_edges), as lists
-        # [callees, path, path, ...] (a tool's edge is its path's last two names): those settled
+        # [callees or None, path, path, ...] (a tool's edge is its path's last two names): those settled
         # in the request being read, and
         # those parked earlier (emptied once counted).
         self.tools: list[Any] | None = None
@@ -267,6 +268,9 @@ class Detector:
         # scope -> (names calls otherwise, since when, watched requests that showed nothing)
         self._scopes: dict[str, tuple[bool, float, int]] = {}
         self._scope_ids: dict[str, int] = {}  # scope -> its bits in markers
+        # One int object per marker value: a path holds its marker, and markers are past the
+        # small ints Python keeps one object of.
+        self._markers: dict[int, int] = {}
         # Tool calls whose edges wait to count: the traces with some settled in the request being
         # read, then per request (when, [their tool lists]), oldest first. The edges count after
         # ``tool_edge_wait`` (see ``expire``), or when their trace is evicted, unless an agent run
@@ -309,6 +313,7 @@ class Detector:
         full = False
         call_prefixes = CALL_PREFIXES  # locals: read once per span
         sides = _SIDES
+        markers = self._markers
         traces = self._traces
         # Call spans settled without reading their attributes (the guard's, and others): their
         # decisions are counted after.
@@ -379,7 +384,12 @@ class Detector:
                             and (tool or parent[1] & _KIND_BITS != _TOOL_BITS)  # type: ignore[operator]
                         ):
                             # _named's common case, inlined: a new name under a named ancestor.
-                            path = (parent[0], marker, *parent[_HEAD:], name)
+                            path = (
+                                parent[0],
+                                markers.get(marker) or self._marker(marker),
+                                *parent[_HEAD:],
+                                name,
+                            )
                             if tool:
                                 waiting_tools = trace.tools
                                 if waiting_tools is None:
@@ -700,6 +710,10 @@ class Detector:
         callees = trace.callees
         if callees is None:
             callees = trace.callees = {}
+            # The trace's tool calls waiting to count read it from there.
+            for tools in (trace.tools, *(trace.parked or ())):
+                if tools:
+                    tools[0] = callees
         ran = callees.setdefault(id(tool), set())
         if name not in ran:
             ran.add(name)
@@ -740,10 +754,7 @@ class Detector:
 
     def _tool_list(self, trace: _Trace) -> list[Any]:
         """The list of the tool calls ``trace`` settles in the request being read."""
-        callees = trace.callees
-        if callees is None:
-            callees = trace.callees = {}
-        tools = trace.tools = [callees]
+        tools = trace.tools = [trace.callees]  # None until an agent runs below a tool
         self._new_tool_edges.append(trace)
         return tools
 
@@ -788,9 +799,15 @@ class Detector:
                     delegations[edge] = count + 1
         tools.clear()
 
-    @staticmethod
-    def _extended(parent: Path, marker: int, name: str) -> Path:
+    def _marker(self, marker: int) -> int:
+        """The one int object of this marker value (any marker, past _MAX_MARKERS of them)."""
+        if len(self._markers) < _MAX_MARKERS:
+            return self._markers.setdefault(marker, marker)
+        return marker
+
+    def _extended(self, parent: Path, marker: int, name: str) -> Path:
         """``parent`` with one more name, keeping the last MAX_PATH_NAMES names."""
+        marker = self._markers.get(marker) or self._marker(marker)
         if len(parent) - _HEAD < MAX_PATH_NAMES:
             return (parent[0], marker, *parent[_HEAD:], name)
         return (max(0, int(parent[0]) - 1), marker, *parent[_HEAD + 1 :], name)

@@ -16,7 +16,9 @@ that scripts its tool calls). The spans are exported over OTLP/gRPC to ``OTEL_EX
 - SCENARIO: ``loop`` (planner -> budget -> planner -> ..., ended by the scripted models after
   ``LOOP_TOOL_CALLS`` tool calls) or ``control`` (planner asks budget once, budget answers);
 - ``--same-names``: the tools are named like the agents they run (``budget``, ``planner``) instead of
-  ``ask_budget`` / ``ask_planner``.
+  ``ask_budget`` / ``ask_planner``;
+- ``--guard``: otel-guard's instrumentor for the runtime as well, beside the third-party one, with
+  its settings from the environment (``OTEL_GUARD_*``).
 
 It prints one line ``RESULT {json}`` with how many tool calls the models made.
 """
@@ -89,6 +91,20 @@ def tracer_provider(jsonl: str | None) -> TracerProvider:
 def tool_names(same_names: bool) -> tuple[str, str]:
     """The planner's tool (which runs budget) and budget's tool (which runs planner)."""
     return ("budget", "planner") if same_names else ("ask_budget", "ask_planner")
+
+
+def guard(runtime: str) -> None:
+    """Instrument ``runtime`` with otel-guard too (its settings from the environment)."""
+    from otel_guard.instrumentation.langgraph import LangGraphInstrumentor
+    from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+    from otel_guard.instrumentation.pydantic_ai import PydanticAIInstrumentor
+
+    instrumentors = {
+        "pydantic_ai": PydanticAIInstrumentor,
+        "openai_agents": OpenAIAgentsInstrumentor,
+        "langgraph": LangGraphInstrumentor,
+    }
+    instrumentors[runtime]().instrument()
 
 
 def run_pydantic_ai(instrumentation: str, scenario: str, same_names: bool, provider: TracerProvider) -> int:
@@ -174,6 +190,8 @@ def main(argv: list[str]) -> None:
     if scenario not in ("loop", "control"):
         raise SystemExit(f"unknown scenario {scenario!r}")
     provider = tracer_provider(jsonl)
+    if "--guard" in argv:
+        guard(runtime)
     if runtime == "pydantic_ai":
         calls = run_pydantic_ai(instrumentation, scenario, same_names, provider)
     elif runtime == "openai_agents":
