@@ -685,8 +685,12 @@ class Detector:
                 if marker & _GUARDED and not marker >> _NAME_DEPTH_SHIFT and span is not None:
                     name_depth = Attributes(span).integer(_NAME_DEPTH) or 0
                     marker |= max(name_depth, 0) << _NAME_DEPTH_SHIFT
-                if _same_call(int(parent[1]), marker):
-                    return (parent[0], marker, *parent[_HEAD:])
+                repeats = parent[_HEAD:].count(name) if marker & _GUARDED else 1
+                if _same_call(int(parent[1]), marker, repeats):
+                    path = (parent[0], self._marker(marker), *parent[_HEAD:])
+                    if marker & _KIND_BITS == _TOOL_BITS and int(parent[1]) & _KIND_BITS == _TOOL_BITS:
+                        self._retarget_tool(trace, parent, path)
+                    return path
             self._cycle(trace, parent, index, name)
         path = self._extended(parent, marker, name)
         if last >= _HEAD:
@@ -751,6 +755,17 @@ class Detector:
             tools.append(path)  # its edge is (path[-2], path[-1])
         else:
             _count(self.delegations, edge, _OVERFLOW_EDGE)
+
+    @staticmethod
+    def _retarget_tool(trace: _Trace, tool: Path, again: Path) -> None:
+        """A second span of one tool call (another instrumentation's) takes over its waiting edge,
+        so that an agent run below either span takes the edge over."""
+        for tools in (trace.tools, *(trace.parked or ())):
+            if tools:
+                for at in range(1, len(tools)):
+                    if tools[at] is tool:
+                        tools[at] = again
+                        return
 
     def _tool_list(self, trace: _Trace) -> list[Any]:
         """The list of the tool calls ``trace`` settles in the request being read."""
@@ -927,11 +942,16 @@ def _crossed(path: Path) -> Path:
     return (len(path) - _HEAD, *path[1:])
 
 
-def _same_call(ancestor: int, marker: int) -> bool:
-    """Whether a named span directly under a span of the same name is that same call again."""
+def _same_call(ancestor: int, marker: int, repeats: int) -> bool:
+    """Whether a named span directly under a span of the same name is that same call again.
+
+    ``repeats``: how often the name stands on the path above it (read for the guard's spans).
+    """
     if marker & _GUARDED:
-        # The guard's span: a new hop when its chain already held the name.
-        return marker >> _NAME_DEPTH_SHIFT <= 1
+        # The guard's span: a new hop when its chain holds the name more often than the path
+        # above it (under the guard's own span of the call: once; under another instrumentation's
+        # span of the call the guard refused or allowed: as often as the chain).
+        return marker >> _NAME_DEPTH_SHIFT <= repeats
     if ancestor & _GUARDED:
         # Another instrumentation's span of the call the guard's span just recorded.
         return True
