@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from pathlib import Path
@@ -238,26 +237,18 @@ def guarded(traces: int) -> Template:
 
 
 # The recorded third-party traces of the processor's tests: healthy runs, as they were exported.
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "processor" / "dialects" / "corpus"
+DIALECTS_TESTS = Path(__file__).resolve().parent.parent / "tests" / "processor" / "dialects"
 DIALECT_TRACES = ("oai_oi", "oai_otelv2", "lg_oi", "lg_tl", "pai_oi_same")
 
 
 def _recorded(name: str) -> dict[str, list[Span]]:
     """The spans of one recorded healthy run, by instrumentation scope, children first."""
+    sys.path.insert(0, str(DIALECTS_TESTS))
+    from corpus_spans import CORPUS, read_spans, to_span
+
     scopes: dict[str, list[Span]] = {}
-    lines = (CORPUS / f"{name}.control.spans.jsonl").read_text(encoding="utf-8").splitlines()
-    for record in sorted((json.loads(line) for line in lines), key=lambda r: -r["start"]):
-        span = Span(
-            trace_id=bytes.fromhex(record["trace_id"]),
-            span_id=bytes.fromhex(record["span_id"]),
-            parent_span_id=bytes.fromhex(record["parent_id"]) if record["parent_id"] else b"",
-            name=record["name"],
-            kind=getattr(Span, f"SPAN_KIND_{record['kind']}"),
-            start_time_unix_nano=record["start"],
-            end_time_unix_nano=record["start"] + 50_000_000,
-        )
-        span.attributes.extend(_kv(key, value) for key, value in record["attributes"].items())
-        scopes.setdefault(record["scope"], []).append(span)
+    for record in sorted(read_spans(CORPUS / f"{name}.control.spans.jsonl"), key=lambda r: -r["start"]):
+        scopes.setdefault(record["scope"], []).append(to_span(record))
     return scopes
 
 

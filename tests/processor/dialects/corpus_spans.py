@@ -30,6 +30,22 @@ def read_spans(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def to_span(record: dict[str, Any]) -> Span:
+    """One recorded span as an OTLP span (it ended 50 ms after it started)."""
+    span = Span(
+        trace_id=bytes.fromhex(record["trace_id"]),
+        span_id=bytes.fromhex(record["span_id"]),
+        parent_span_id=bytes.fromhex(record["parent_id"]) if record["parent_id"] else b"",
+        name=record["name"],
+        kind=getattr(Span, f"SPAN_KIND_{record['kind']}"),
+        start_time_unix_nano=record["start"],
+        end_time_unix_nano=record["start"] + 50_000_000,
+    )
+    for key, value in record["attributes"].items():
+        span.attributes.append(KeyValue(key=key, value=_any_value(value)))
+    return span
+
+
 def to_request(records: Iterable[dict[str, Any]]) -> ExportTraceServiceRequest:
     """One request, a ScopeSpans per instrumentation scope, the spans in the order recorded."""
     request = ExportTraceServiceRequest()
@@ -41,15 +57,5 @@ def to_request(records: Iterable[dict[str, Any]]) -> ExportTraceServiceRequest:
             scope_spans = scopes[record["scope"]] = resource_spans.scope_spans.add()
             scope_spans.scope.name = record["scope"]
             scope_spans.scope.version = record.get("scope_version") or ""
-        span = scope_spans.spans.add(
-            trace_id=bytes.fromhex(record["trace_id"]),
-            span_id=bytes.fromhex(record["span_id"]),
-            parent_span_id=bytes.fromhex(record["parent_id"]) if record["parent_id"] else b"",
-            name=record["name"],
-            kind=getattr(Span, f"SPAN_KIND_{record['kind']}"),
-            start_time_unix_nano=record["start"],
-            end_time_unix_nano=record["start"] + 1,
-        )
-        for key, value in record["attributes"].items():
-            span.attributes.append(KeyValue(key=key, value=_any_value(value)))
+        scope_spans.spans.append(to_span(record))
     return request
