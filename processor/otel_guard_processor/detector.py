@@ -93,6 +93,7 @@ from typing import Any, Final
 from otel_guard_processor.dialects import (
     AGENT,
     CALL_PREFIXES,
+    CALLER_AGENT_NAME,
     FORM_NAME,
     MARKERS,
     TOOL,
@@ -130,7 +131,8 @@ ROOT_PATH: Final[Path] = (0, 0)
 # A marker packs what the same-call rule needs of a named span, in bits: which side of a remote
 # call it is (0-1), whether the inline guard made it (2), its call kind (3-4), the dialect form it
 # was read by (5-7), whether it is a call only below a tool (8), its instrumentation scope (9-24),
-# and its otel_guard.name_depth when that has been read (25-; 0 when not read or absent).
+# whether it is a caller named by its callee (25), and its otel_guard.name_depth when that has been
+# read (26-; 0 when not read or absent).
 _CLIENT: Final = 1
 _SERVER: Final = 2
 _GUARDED: Final = 4
@@ -139,7 +141,9 @@ _FORM_SHIFT: Final = 5
 _CONDITIONAL: Final = 1 << 8
 _SCOPE_SHIFT: Final = 9
 _SCOPE_MASK: Final = 0xFFFF
-_NAME_DEPTH_SHIFT: Final = 25
+# A path entry that only a span's gen_ai.caller.agent.name put there: never the same call.
+_CALLER_ENTRY: Final = 1 << 25
+_NAME_DEPTH_SHIFT: Final = 26
 _AGENT_BITS: Final = AGENT << _KIND_SHIFT
 _TOOL_BITS: Final = TOOL << _KIND_SHIFT
 _KIND_BITS: Final = 3 << _KIND_SHIFT
@@ -160,6 +164,7 @@ _DECISION_KEY: Final = attribute_key("otel_guard.decision")
 _ALLOW: Final = encoded_attribute("otel_guard.decision", "allow")
 _REASON: Final = attribute_key("otel_guard.reason")
 _AGENTS: Final = attribute_key("otel_guard.chain.agents")
+_CALLER: Final = CALLER_AGENT_NAME
 # The instrumentation scope of the inline guard's spans (otel_guard.telemetry.INSTRUMENTATION_NAME).
 GUARD_SCOPE: Final = "otel_guard"
 # How long a scope's habit of naming calls (by span name alone, or also otherwise) is trusted
@@ -590,7 +595,10 @@ class Detector:
             if parent is None:
                 return
         else:
-            parent = ROOT_PATH
+            # A trace root that names the agent that called it continues that caller's path, as
+            # a call from another trace.
+            caller = (attributes or Attributes(span)).string(_CALLER)
+            parent = (1, _CALLER_ENTRY, caller) if caller else ROOT_PATH
         # _settle, inlined: this runs for every call span.
         path = self._named(trace, name, marker, parent, span)
         if decision is not None:
@@ -947,6 +955,8 @@ def _same_call(ancestor: int, marker: int, repeats: int) -> bool:
 
     ``repeats``: how often the name stands on the path above it (read for the guard's spans).
     """
+    if ancestor & _CALLER_ENTRY:
+        return False  # the caller a remote agent named: another call by definition
     if marker & _GUARDED:
         # The guard's span: a new hop when its chain holds the name more often than the path
         # above it (under the guard's own span of the call: once; under another instrumentation's

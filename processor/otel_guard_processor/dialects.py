@@ -38,7 +38,8 @@ such a span as a call only where its nearest named ancestor is a tool call, or w
 
 Reading stays lazy, because this runs at line rate: a span named in the GenAI form is a call by its
 name alone (:data:`CALL_PREFIXES`); attributes are read (:func:`call_by_attributes`) only for spans of
-requests that hold one of :data:`MARKERS` at all.
+requests that hold one of :data:`MARKERS` at all. A call span that starts a trace and names its caller
+(``gen_ai.caller.agent.name``, set by agent-to-agent servers) continues that caller's path.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from otel_guard_processor.otlp import Attributes, attribute_key, string_at
 
 __all__ = [
     "AGENT",
+    "CALLER_AGENT_NAME",
     "CALL_PREFIXES",
     "MARKERS",
     "TOOL",
@@ -104,6 +106,10 @@ CALL_PREFIXES: Final = tuple(prefix for prefix, _ in _NAME_FORMS)
 # Each dialect is one key to look up on a span, and a table of its values. OpenInference's and
 # Traceloop's keys end alike, so one search of the span's encoding finds either.
 _OPERATION: Final = attribute_key(gen_ai.GEN_AI_OPERATION_NAME)
+# The agent that called this one, where a remote agent's server span names it (the GenAI caller
+# attributes of agent-to-agent calls, ``gen_ai.caller.agent.*``): a trace root that carries it
+# continues its caller's path.
+CALLER_AGENT_NAME: Final = attribute_key("gen_ai.caller.agent.name")
 _NAME_KEYS: Final = {
     _INVOKE_AGENT: attribute_key(gen_ai.GEN_AI_AGENT_NAME),
     _EXECUTE_TOOL: attribute_key(gen_ai.GEN_AI_TOOL_NAME),

@@ -226,3 +226,14 @@ def test_a_scope_that_names_calls_by_span_name_stops_being_read_by_attributes() 
         raw = encode(*trace.spans)
         detector.ingest(parse_request(raw), raw, 701.0)
     assert detector._watch_scope("tests", 701.0)
+
+
+def test_a_trace_root_that_names_its_caller_continues_the_callers_path() -> None:
+    # A remote agent's server span in a trace of its own (the caller's context was dropped) that
+    # says who called it: gen_ai.caller.agent.name.
+    planner_side, budget_side = Trace(), Trace()
+    budget_side.agent("budget", kind=SERVER, attributes={"gen_ai.caller.agent.name": "planner"})
+    planner_side.agent("planner", kind=SERVER, attributes={"gen_ai.caller.agent.name": "planner"})
+    detector = detect(budget_side.spans, planner_side.spans)
+    assert detector.delegations == {("planner", "budget"): 1, ("planner", "planner"): 1}
+    assert detector.cycles == {("cross_trace", "planner>planner"): 1}
