@@ -86,7 +86,7 @@ The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parse
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -212,7 +212,7 @@ class DetectorLimits:
 class _Trace:
     """Detection state of one trace: settled paths, spans waiting here, cycles seen."""
 
-    __slots__ = ("callees", "cycles", "held", "last_seen", "parked", "paths", "tools", "trace_id", "waiting")
+    __slots__ = ("callees", "cycles", "held", "last_seen", "paths", "tools", "trace_id", "waiting")
 
     def __init__(self, trace_id: bytes) -> None:
         self.trace_id = trace_id
@@ -226,12 +226,10 @@ class _Trace:
         # id of a tool call's path -> the agents that ran below it (the path is held in ``paths``
         # for as long as the trace is, so its id stays its own)
         self.callees: dict[int, set[str]] | None = None
-        # The tool calls whose edges wait to count (see Detector._park_tool_edges), as lists
-        # [callees or None, path, path, ...] (a tool's edge is its path's last two names): those settled
-        # in the request being read, and
-        # those parked earlier (emptied once counted).
+        # The tool calls whose edges wait to count (see Detector._count_tool_edges), as
+        # [path, when, path, when, ...] (a tool's edge is its path's last two names; ``when`` is
+        # the time of the request that settled it, one float object a request).
         self.tools: list[Any] | None = None
-        self.parked: list[list[Any]] | None = None
         self.last_seen = 0.0
 
 
@@ -276,13 +274,12 @@ class Detector:
         # One int object per marker value: a path holds its marker, and markers are past the
         # small ints Python keeps one object of.
         self._markers: dict[int, int] = {}
-        # Tool calls whose edges wait to count: the traces with some settled in the request being
-        # read, then per request (when, [their tool lists]), oldest first. The edges count after
-        # ``tool_edge_wait`` (see ``expire``), or when their trace is evicted, unless an agent run
-        # below took them over, which it marks in its trace's ``callees``. The tool's path is
-        # held, so its id stays its own; nothing parked holds the trace itself.
-        self._new_tool_edges: list[_Trace] = []
-        self._tool_edges: deque[tuple[float, list[list[Any]]]] = deque()
+        # The traces whose tool calls wait to count their edges (in ``_Trace.tools``), by the time
+        # their oldest waiting call was settled. The edges count after ``tool_edge_wait`` (see
+        # ``expire``), or when their trace is evicted, unless an agent run below took them over,
+        # which it marks in its trace's ``callees``.
+        self._tool_traces: OrderedDict[bytes, _Trace] = OrderedDict()
+        self._now = 0.0  # the time of the request being read, or of the sweep under way
         self._decided_here = 0  # decisions read span by span in the request being ingested
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
@@ -319,6 +316,8 @@ class Detector:
         call_prefixes = CALL_PREFIXES  # locals: read once per span
         sides = _SIDES
         markers = self._markers
+        tool_traces = self._tool_traces
+        self._now = now
         traces = self._traces
         # Call spans settled without reading their attributes (the guard's, and others): their
         # decisions are counted after.
@@ -398,8 +397,10 @@ class Detector:
                             if tool:
                                 waiting_tools = trace.tools
                                 if waiting_tools is None:
-                                    waiting_tools = self._tool_list(trace)
+                                    waiting_tools = trace.tools = []
+                                    tool_traces[trace_id] = trace
                                 waiting_tools.append(path)
+                                waiting_tools.append(now)
                             else:
                                 edge = (str(parent[last]), name)
                                 count = delegations.get(edge)
@@ -465,7 +466,6 @@ class Detector:
             self._count_decisions(undecided, undecided_others, raw)
         self._stored += received - skipped
         self._enforce_span_budget()
-        self._park_tool_edges(now)
         return received
 
     def _count_decisions(
@@ -722,10 +722,6 @@ class Detector:
         callees = trace.callees
         if callees is None:
             callees = trace.callees = {}
-            # The trace's tool calls waiting to count read it from there.
-            for tools in (trace.tools, *(trace.parked or ())):
-                if tools:
-                    tools[0] = callees
         ran = callees.setdefault(id(tool), set())
         if name not in ran:
             ran.add(name)
@@ -759,8 +755,9 @@ class Detector:
         if marker & _KIND_BITS == _TOOL_BITS:
             tools = trace.tools
             if tools is None:
-                tools = self._tool_list(trace)
-            tools.append(path)  # its edge is (path[-2], path[-1])
+                tools = trace.tools = []
+                self._tool_traces[trace.trace_id] = trace
+            tools += (path, self._now)  # its edge is (path[-2], path[-1])
         else:
             _count(self.delegations, edge, _OVERFLOW_EDGE)
 
@@ -768,59 +765,47 @@ class Detector:
     def _retarget_tool(trace: _Trace, tool: Path, again: Path) -> None:
         """A second span of one tool call (another instrumentation's) takes over its waiting edge,
         so that an agent run below either span takes the edge over."""
-        for tools in (trace.tools, *(trace.parked or ())):
-            if tools:
-                for at in range(1, len(tools)):
-                    if tools[at] is tool:
-                        tools[at] = again
-                        return
-
-    def _tool_list(self, trace: _Trace) -> list[Any]:
-        """The list of the tool calls ``trace`` settles in the request being read."""
-        tools = trace.tools = [trace.callees]  # None until an agent runs below a tool
-        self._new_tool_edges.append(trace)
-        return tools
-
-    def _park_tool_edges(self, now: float) -> None:
-        """Start the wait of the tool edges settled since the last call (a request, a sweep)."""
-        if self._new_tool_edges:
-            lists = []
-            for trace in self._new_tool_edges:
-                tools = trace.tools
-                if tools is None:
-                    continue  # evicted meanwhile: counted then
-                trace.tools = None  # the trace's next tool calls wait from their own time
-                lists.append(tools)
-                if trace.parked is None:
-                    trace.parked = [tools]
-                else:
-                    trace.parked.append(tools)
-            self._tool_edges.append((now, lists))
-            self._new_tool_edges = []
+        tools = trace.tools
+        if tools:
+            for at in range(0, len(tools), 2):
+                if tools[at] is tool:
+                    tools[at] = again
+                    return
 
     def _count_tool_edges(self, now: float) -> None:
         """Count the edges of the tool calls that no agent run took over within ``tool_edge_wait``."""
-        parked = self._tool_edges
+        waiting = self._tool_traces
         deadline = now - self.limits.tool_edge_wait
-        while parked and parked[0][0] <= deadline:
-            for tools in parked.popleft()[1]:
-                self._count_tools(tools)
+        while waiting:
+            trace_id = next(iter(waiting))
+            trace = waiting[trace_id]
+            if trace.tools and trace.tools[1] > deadline:
+                break
+            del waiting[trace_id]
+            young = self._count_tools(trace, deadline)
+            trace.tools = young or None
+            if young:  # settled later than the oldest: they wait on
+                waiting[trace_id] = trace
 
-    def _count_tools(self, tools: list[Any]) -> None:
-        """Count the edges in one tool list that no agent run took over, and empty it."""
-        if len(tools) < 2:
-            return  # counted already (its trace was evicted)
-        callees = tools[0]
+    def _count_tools(self, trace: _Trace, deadline: float | None = None) -> list[Any]:
+        """Count the waiting tool edges of ``trace`` settled by ``deadline`` (all when None) that
+        no agent run took over; return the others, still waiting."""
+        callees = trace.callees
         delegations = self.delegations
-        for path in tools[1:]:
-            if not callees or id(path) not in callees:
+        tools = trace.tools or []
+        young: list[Any] = []
+        for at in range(0, len(tools), 2):
+            path = tools[at]
+            if deadline is not None and tools[at + 1] > deadline:
+                young += (path, tools[at + 1])
+            elif not callees or id(path) not in callees:
                 edge = (str(path[-2]), str(path[-1]))
                 count = delegations.get(edge)
                 if count is None:
                     _count(delegations, edge, _OVERFLOW_EDGE)
                 else:
                     delegations[edge] = count + 1
-        tools.clear()
+        return young
 
     def _marker(self, marker: int) -> int:
         """The one int object of this marker value (any marker, past _MAX_MARKERS of them)."""
@@ -879,6 +864,7 @@ class Detector:
     def expire(self, now: float) -> int:
         """Evict every trace idle for longer than the TTL, and count the tool edges whose wait is
         over; return how many traces went."""
+        self._now = now
         deadline = now - self.limits.trace_ttl
         expired = 0
         traces = self._traces
@@ -888,7 +874,6 @@ class Detector:
                 break
             self._evict(trace_id, "ttl")
             expired += 1
-        self._park_tool_edges(now)
         self._count_tool_edges(now)
         return expired
 
@@ -903,9 +888,10 @@ class Detector:
         self._settle_orphans(trace)
         self._stored -= len(trace.paths)
         # No agent run can take over its tool calls now: their edges count.
-        for tools in (*(trace.parked or ()), trace.tools or ()):
-            self._count_tools(tools)
-        trace.tools = trace.parked = None
+        if trace.tools:
+            self._count_tools(trace)
+            trace.tools = None
+            self._tool_traces.pop(trace_id, None)
         self.evictions[reason] = self.evictions.get(reason, 0) + 1
 
     def _settle_orphans(self, trace: _Trace) -> None:
