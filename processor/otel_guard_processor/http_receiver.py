@@ -94,25 +94,50 @@ async def _read_body(request: Request, limit: int, *, gzip: bool) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _TooLarge
-    decompressor = zlib.decompressobj(wbits=31) if gzip else None
+    gunzip = _Gunzip() if gzip else None
     chunks: list[bytes] = []
     size = 0
     async for received in request.stream():
-        chunk = received
-        if decompressor is not None:
-            # Decompress with a bound, so a small bomb cannot inflate past the limit.
-            chunk = decompressor.decompress(received, limit + 1 - size)
-            if decompressor.unconsumed_tail:
-                raise _TooLarge
+        chunk = received if gunzip is None else gunzip.feed(received, limit + 1 - size)
         size += len(chunk)
         if size > limit:
             raise _TooLarge
         chunks.append(chunk)
-    if decompressor is not None:
-        if not decompressor.eof:
-            raise zlib.error("truncated gzip stream")
-        chunks.append(decompressor.flush())
+    if gunzip is not None:
+        gunzip.finish()
     return b"".join(chunks)
+
+
+class _Gunzip:
+    """Decompresses a gzip body of one member or more, as RFC 1952 allows (concatenating writers
+    and some proxies send several), and never more than the room it is given: a small bomb cannot
+    inflate past the request limit. A body that ends inside a member is an error, never a short read.
+    """
+
+    def __init__(self) -> None:
+        self._member = zlib.decompressobj(wbits=31)
+        self._inside = False  # the current member has begun and not ended
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        out: list[bytes] = []
+        while data:
+            self._inside = True
+            chunk = self._member.decompress(data, max(room, 0) + 1)
+            if self._member.unconsumed_tail:
+                raise _TooLarge
+            out.append(chunk)
+            room -= len(chunk)
+            if not self._member.eof:
+                break
+            # The member ended; what follows it is the next member.
+            data = self._member.unused_data
+            self._member = zlib.decompressobj(wbits=31)
+            self._inside = False
+        return b"".join(out)
+
+    def finish(self) -> None:
+        if self._inside:
+            raise zlib.error("truncated gzip stream")
 
 
 def _reply(answer: Answer, is_json: bool, status: int | None = None) -> Response:

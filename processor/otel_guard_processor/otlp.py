@@ -319,8 +319,8 @@ def json_to_protobuf(body: bytes) -> bytes:
     """
     try:
         document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedRequest(f"not JSON: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
+        raise MalformedRequest(f"not JSON this processor reads: {str(exc)[:200]}") from None
     except RecursionError:
         raise MalformedRequest("not JSON this processor reads: nested too deeply") from None
     if not isinstance(document, dict):

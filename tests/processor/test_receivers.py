@@ -111,6 +111,50 @@ async def test_http_gzip_body_is_accepted(start_processor: ProcessorFactory) -> 
     assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
 
 
+async def test_a_gzip_body_of_several_members_is_read_whole(start_processor: ProcessorFactory) -> None:
+    # RFC 1952 allows members one after another (concatenating writers, some proxies send them):
+    # every member's spans count, none is acknowledged short.
+    processor = await start_processor()
+    first, second = Trace(), Trace()
+    planner = first.agent("planner")
+    first.agent("planner", first.agent("budget", planner))
+    raw = encode(*first.spans, *second.spans) + encode(second.agent("solo"))
+    half = len(raw) // 2
+    body = gzip.compress(raw[:half]) + gzip.compress(raw[half:])
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            http_url(processor),
+            content=body,
+            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+        )
+    assert response.status_code == 200
+    assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
+    samples = await scrape(processor)
+    assert series(samples, SPANS)[("received",)] == 4
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        gzip.compress(b"x" * 100)[:-4],  # the last member cut short
+        gzip.compress(b"\n\x00") + gzip.compress(b"more")[:10],  # a second member cut short
+        gzip.compress(b"\n\x00") + b"trailing garbage",
+    ],
+)
+async def test_a_gzip_body_that_is_cut_short_or_trails_garbage_is_400(
+    start_processor: ProcessorFactory, body: bytes
+) -> None:
+    processor = await start_processor()
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            http_url(processor),
+            content=body,
+            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+        )
+    assert response.status_code == 400
+    assert processor.detector.active_traces == 0
+
+
 async def test_malformed_protobuf_is_invalid_argument_and_changes_nothing(
     start_processor: ProcessorFactory,
 ) -> None:
@@ -146,6 +190,9 @@ async def test_malformed_protobuf_is_invalid_argument_and_changes_nothing(
             "must be 16 bytes",
         ),
         (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5}]}]}]}', "ExportTraceServiceRequest"),
+        # An integer past Python's limit for converting digits (4300): a ValueError, not a 500.
+        (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"kind": ' + b"9" * 5000 + b"}]}]}]}", "not JSON"),
+        (b"\xff\xfe{}", "not JSON"),
     ],
 )
 async def test_malformed_json_is_400_with_a_reason(
