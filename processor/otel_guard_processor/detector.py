@@ -88,7 +88,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from otel_guard_processor.dialects import (
     AGENT,
@@ -112,9 +112,14 @@ from otel_guard_processor.otlp import (
     encoded_attribute,
 )
 
-__all__ = ["MAX_PATH_NAMES", "Detector", "DetectorLimits"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_NAME_CHARS", "MAX_PATH_NAMES", "Detector", "DetectorLimits"]
 
 MAX_PATH_NAMES: Final = 64
+# Names and label values come from what senders put in spans: a name is cut to MAX_NAME_CHARS and a
+# cycle label to MAX_LABEL_CHARS, the cut shown by a last character "…" (counted in ``truncated``).
+MAX_NAME_CHARS: Final = 256
+MAX_LABEL_CHARS: Final = 1024
+CUT: Final = "…"
 
 # A path is a tuple (boundary, last, name, name, ...), kept as a plain tuple of ints and strings
 # because one exists for every named span: such tuples allocate once and the garbage collector
@@ -264,6 +269,7 @@ class Detector:
         self.evictions: dict[str, int] = {"ttl": 0, "capacity": 0}
         self.dropped: dict[str, int] = {"trace_full": 0}
         self.duplicates = 0
+        self.truncated: dict[str, int] = {"name": 0, "label": 0}
         # Least recently active first. An OrderedDict, not a dict: taking the oldest entry off a
         # dict again and again leaves dead slots at its front that every next(iter()) rescans,
         # which made eviction cost grow with the number of traces held.
@@ -369,6 +375,8 @@ class Detector:
                     if span_name.startswith(call_prefixes):
                         parent = paths.get(parent_id) if parent_id else None
                         name = span_name[_WORKFLOW_PREFIX_LENGTH if span_name[7] == "w" else _PREFIX_LENGTH :]
+                        if len(name) > MAX_NAME_CHARS:
+                            name = self._cut(name)
                         tool = span_name[0] == "e"
                         marker = (tool_bits if tool else agent_bits) | sides.get(span.kind, 0)
                         if parent is None or not name:
@@ -484,7 +492,7 @@ class Detector:
                 _count(decisions, key, _OVERFLOW_DECISION, count)
             return
         for span, name in (*guards, *others):
-            decision = _decision(Attributes(span), name)
+            decision = self._decision(Attributes(span), name)
             if decision is not None:
                 _count(decisions, decision, _OVERFLOW_DECISION)
 
@@ -552,7 +560,7 @@ class Detector:
         """
         span_id = span.span_id
         parent_id = span.parent_span_id
-        name = name or None
+        name = self._cut(name) if name and len(name) > MAX_NAME_CHARS else name or None
         parent = trace.paths.get(parent_id) if parent_id else None
         decision = None
         chain: Path | None = None
@@ -563,7 +571,7 @@ class Detector:
                 attributes = Attributes(span)
             if name is None and marker & _FORM_BITS == _NAME_FORM_BITS:
                 # A GenAI span name with no subject ("invoke_agent "): the attributes may name it.
-                name = name_of_named_call(span.name, attributes)
+                name = self._cut(name_of_named_call(span.name, attributes))
             if name is None:
                 # A call with no name to go by is an unnamed link, like any other span.
                 self._unnamed_call(trace, span, span_id, parent_id, parent, now)
@@ -571,7 +579,7 @@ class Detector:
             if guard:
                 if parent_id and parent is None:
                     # It waits, and the span will be gone when it settles: keep what it says.
-                    decision = _decision(attributes, name)
+                    decision = self._decision(attributes, name)
                     if decision is not None:
                         self._decided_here += 1
                     marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
@@ -580,7 +588,8 @@ class Detector:
                 # A trace root continues its chain; a span that waits keeps it, in case its parent
                 # never comes (e.g. a tier that receives the guard's spans only).
                 if parent is None and (attributes.integer(_DEPTH) or 0) > 1:
-                    chain = _chain_path(attributes.strings(_AGENTS), name)
+                    agents = attributes.strings(_AGENTS)
+                    chain = _chain_path([self._cut(a) for a in agents] if agents else None, name)
         elif guard:
             undecided.append((span, name))
         waiter = (trace.trace_id, span_id, parent_id, name, marker, decision, chain)
@@ -597,7 +606,7 @@ class Detector:
         else:
             # A trace root that names the agent that called it continues that caller's path, as
             # a call from another trace.
-            caller = (attributes or Attributes(span)).string(_CALLER)
+            caller = self._cut((attributes or Attributes(span)).string(_CALLER))
             parent = (1, _CALLER_ENTRY, caller) if caller else ROOT_PATH
         # _settle, inlined: this runs for every call span.
         path = self._named(trace, name, marker, parent, span)
@@ -747,7 +756,11 @@ class Detector:
             seen = trace.cycles = set()
         if key not in seen:
             seen.add(key)
-            _count(self.cycles, (kind, ">".join([*loop, name])), (kind, OVERFLOW))
+            label = ">".join([*loop, name])
+            if len(label) > MAX_LABEL_CHARS:
+                label = label[: MAX_LABEL_CHARS - len(CUT)] + CUT
+                self.truncated["label"] += 1
+            _count(self.cycles, (kind, label), (kind, OVERFLOW))
 
     def _edge(self, trace: _Trace, path: Path, edge: tuple[str, str], marker: int) -> None:
         """Count a call's delegation edge (the last two names of ``path``); a tool's waits for an
@@ -806,6 +819,24 @@ class Detector:
                 else:
                     delegations[edge] = count + 1
         return young
+
+    @overload
+    def _cut(self, name: str) -> str: ...
+    @overload
+    def _cut(self, name: str | None) -> str | None: ...
+    def _cut(self, name: str | None) -> str | None:
+        """``name`` within MAX_NAME_CHARS (counted when cut); None stays None."""
+        if name is None or len(name) <= MAX_NAME_CHARS:
+            return name
+        self.truncated["name"] += 1
+        return name[: MAX_NAME_CHARS - len(CUT)] + CUT
+
+    def _decision(self, attributes: Attributes, name: str) -> tuple[str, str, str] | None:
+        verdict = self._cut(attributes.string(_DECISION_KEY))
+        if verdict is None:
+            return None
+        reason = self._cut(attributes.string(_REASON)) if verdict != "allow" else None
+        return (verdict, reason or "", name)
 
     def _marker(self, marker: int) -> int:
         """The one int object of this marker value (any marker, past _MAX_MARKERS of them)."""
@@ -910,14 +941,6 @@ class Detector:
                 owner = self._take(trace, waiter)
                 if owner is not None:
                     self._settle(owner, waiter, waiter[_CHAIN] or ROOT_PATH)
-
-
-def _decision(attributes: Attributes, name: str) -> tuple[str, str, str] | None:
-    verdict = attributes.string(_DECISION_KEY)
-    if verdict is None:
-        return None
-    reason = attributes.string(_REASON) if verdict != "allow" else None
-    return (verdict, reason or "", name)
 
 
 def _chain_path(agents: list[str] | None, name: str) -> Path | None:

@@ -154,6 +154,12 @@ class ProcessorCollector(Collector):
             [((reason,), count) for reason, count in detector.dropped.items()],
         )
         yield _counter(
+            "otel_guard_processor_truncated_values",
+            "Names (to 256 characters) and cycle labels (to 1024) cut to their bound, by what (name, label).",
+            ("what",),
+            [((what,), count) for what, count in detector.truncated.items()],
+        )
+        yield _counter(
             "otel_guard_processor_duplicate_spans",
             "Spans received again while their trace was held; not counted twice.",
             (),

@@ -237,3 +237,43 @@ def test_a_trace_root_that_names_its_caller_continues_the_callers_path() -> None
     detector = detect(budget_side.spans, planner_side.spans)
     assert detector.delegations == {("planner", "budget"): 1, ("planner", "planner"): 1}
     assert detector.cycles == {("cross_trace", "planner>planner"): 1}
+
+
+def test_names_and_labels_are_cut_to_their_bounds_and_counted() -> None:
+    from otel_guard_processor.detector import CUT, MAX_LABEL_CHARS, MAX_NAME_CHARS
+
+    huge = "p" * 100_000
+    trace = Trace()
+    agent = trace.agent(huge)
+    names = [f"{index:03d}" + "x" * 300 for index in range(5)]
+    parent = agent
+    for name in names:
+        parent = trace.agent(name, parent)
+    trace.agent(huge, parent)  # back to the first: a label of six long names
+    detector = detect(trace.spans)
+    ((kind, label),) = detector.cycles
+    assert kind == "cross_function"
+    assert len(label) == MAX_LABEL_CHARS
+    assert label.endswith(CUT)
+    assert label.startswith("p" * (MAX_NAME_CHARS - 1) + CUT + ">")
+    assert all(
+        len(caller) <= MAX_NAME_CHARS and len(callee) <= MAX_NAME_CHARS
+        for caller, callee in detector.delegations
+    )
+    assert detector.truncated == {"name": 7, "label": 1}
+
+
+def test_long_names_from_attributes_and_chains_are_cut_too() -> None:
+    from otel_guard_processor.detector import MAX_NAME_CHARS
+
+    long = "a" * 5000
+    trace = Trace()
+    run = trace.span(
+        "agent run", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": long}
+    )
+    trace.span(
+        "tool run", run, attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "b" * 3000}
+    )
+    detector = detect(trace.spans)
+    ((caller, callee),) = detector.delegations
+    assert len(caller) == len(callee) == MAX_NAME_CHARS
