@@ -926,21 +926,30 @@ class Detector:
         self.evictions[reason] = self.evictions.get(reason, 0) + 1
 
     def _settle_orphans(self, trace: _Trace) -> None:
+        """Settle what waited in an evicted trace in vain: linear in what waited.
+
+        First the groups whose parent is neither settled nor waiting (each settles with whatever
+        waited below it); what is left waits in loops of parent ids, broken anywhere.
+        """
         waiting = trace.waiting
+        if not waiting:
+            return
+        waiting_here = {
+            waiter[_SPAN_ID]
+            for group in waiting.values()
+            for waiter in group
+            if waiter[_TRACE_ID] == trace.trace_id
+        }
+        for parent_id in [p for p in waiting if p not in waiting_here]:
+            self._settle_group(trace, waiting.pop(parent_id, None))
         while waiting:
-            waiting_here = {
-                waiter[_SPAN_ID]
-                for group in waiting.values()
-                for waiter in group
-                if waiter[_TRACE_ID] == trace.trace_id
-            }
-            # Orphans wait for a span that is neither settled nor waiting itself; when every
-            # group waits for a waiting span, their parent ids form a loop: break it anywhere.
-            parent_id = next((p for p in waiting if p not in waiting_here), next(iter(waiting)))
-            for waiter in waiting.pop(parent_id):
-                owner = self._take(trace, waiter)
-                if owner is not None:
-                    self._settle(owner, waiter, waiter[_CHAIN] or ROOT_PATH)
+            self._settle_group(trace, waiting.popitem()[1])  # from the end: no rescan of the front
+
+    def _settle_group(self, trace: _Trace, group: list[Waiter] | None) -> None:
+        for waiter in group or ():
+            owner = self._take(trace, waiter)
+            if owner is not None:
+                self._settle(owner, waiter, waiter[_CHAIN] or ROOT_PATH)
 
 
 def _chain_path(agents: list[str] | None, name: str) -> Path | None:

@@ -562,3 +562,27 @@ def test_label_sets_past_the_limit_are_counted_as_overflow(monkeypatch: pytest.M
     assert detector.delegations[("_overflow", "_overflow")] == 12
     assert len(detector.cycles) == 4
     assert detector.cycles[("cross_function", "_overflow")] == 2
+
+
+def test_evicting_a_trace_of_many_orphans_is_linear_in_them() -> None:
+    """Spans waiting for distinct parents that never come, settled at eviction: 8 times the orphans
+    must cost about 8 times as long (it was quadratic: 16,000 took 24 s)."""
+    import time
+
+    def eviction_seconds(orphans: int) -> float:
+        detector = Detector(DetectorLimits(trace_ttl=1.0))
+        trace = Trace()
+        spans = [trace.agent(f"agent-{index}") for index in range(orphans)]
+        for index, span in enumerate(spans, start=1):
+            span.parent_span_id = index.to_bytes(8, "big")  # a parent that never arrives
+        feed(detector, spans)
+        assert detector.pending_spans == orphans
+        started = time.perf_counter()
+        detector.expire(10.0)
+        elapsed = time.perf_counter() - started
+        assert detector.pending_spans == 0
+        assert detector.evictions["ttl"] == 1
+        return elapsed
+
+    small, large = min(eviction_seconds(2_000) for _ in range(3)), eviction_seconds(16_000)
+    assert large / small < 30, (small, large)
