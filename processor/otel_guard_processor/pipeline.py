@@ -28,6 +28,7 @@ from otel_guard_processor.otlp import MalformedRequest, RequestView, parse_reque
 __all__ = ["Answer", "Pipeline", "http_status"]
 
 _log = logging.getLogger("otel_guard_processor")
+DOWNSTREAM_LOG_SECONDS = 60.0
 
 _HTTP_STATUS = {
     grpc.StatusCode.OK: 200,
@@ -75,6 +76,10 @@ class Pipeline:
         self._retry_after = retry_after
         self._clock = clock
         self._detection_failed_once = False
+        # Downstream failures are logged at most once per DOWNSTREAM_LOG_SECONDS per reason, with
+        # how many more there were meanwhile: an outage is one line a minute, not one a request.
+        self._downstream_logged: dict[str, float] = {}
+        self._downstream_unlogged: dict[str, int] = {}
 
     async def export(self, raw: bytes, protocol: str, started: float | None = None) -> Answer:
         """Handle one request's protobuf bytes; ``started`` is when it began to arrive."""
@@ -110,9 +115,8 @@ class Pipeline:
                     response = await pending
                 except DownstreamError as exc:
                     stats.spans["rejected"] += spans
-                    stats.downstream_errors[exc.reason] = stats.downstream_errors.get(exc.reason, 0) + 1
                     stats.request(protocol, "downstream_error", len(raw), time.perf_counter() - started)
-                    return self._answer_error(exc)
+                    return self._answer_error(exc, spans)
                 stats.spans["forwarded"] += spans
             stats.request(protocol, "ok", len(raw), time.perf_counter() - started)
             return Answer(grpc.StatusCode.OK, response=response)
@@ -137,13 +141,34 @@ class Pipeline:
         self, exc: DownstreamError, protocol: str, raw: bytes, request: RequestView, started: float
     ) -> Answer:
         stats = self.stats
-        stats.spans["received"] += _count_spans(request)
-        stats.spans["rejected"] += _count_spans(request)
-        stats.downstream_errors[exc.reason] = stats.downstream_errors.get(exc.reason, 0) + 1
+        spans = _count_spans(request)
+        stats.spans["received"] += spans
+        stats.spans["rejected"] += spans
         stats.request(protocol, "downstream_error", len(raw), time.perf_counter() - started)
-        return self._answer_error(exc)
+        return self._answer_error(exc, spans)
 
-    def _answer_error(self, exc: DownstreamError) -> Answer:
+    def _answer_error(self, exc: DownstreamError, spans: int) -> Answer:
+        """Count and log a downstream failure; the client's answer (retryable where it is)."""
+        reason = exc.reason
+        self.stats.downstream_errors[reason] = self.stats.downstream_errors.get(reason, 0) + 1
+        now = self._clock()
+        last = self._downstream_logged.get(reason)
+        if last is None or now - last >= DOWNSTREAM_LOG_SECONDS:
+            more = self._downstream_unlogged.pop(reason, 0)
+            self._downstream_logged[reason] = now
+            target = self.forwarder.target if self.forwarder is not None else "the downstream"
+            _log.warning(
+                "otel-guard processor: forwarding to %s failed (%s): %s; %d spans handed back to the "
+                "client%s%s",
+                target,
+                reason,
+                exc.details[:200],
+                spans,
+                " to retry" if exc.retryable else "",
+                f"; {more} more such failures since the last report" if more else "",
+            )
+        else:
+            self._downstream_unlogged[reason] = self._downstream_unlogged.get(reason, 0) + 1
         return Answer(exc.code, exc.details, retry_after=self._retry_after if exc.retryable else None)
 
 

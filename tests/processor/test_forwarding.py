@@ -215,3 +215,28 @@ async def test_without_forward_it_is_a_sink(start_processor: ProcessorFactory) -
     assert await export(processor, encode(*loop_trace().spans)) == b""
     samples = await scrape(processor)
     assert series(samples, SPANS) == {("received",): 5}
+
+
+async def test_downstream_failures_are_logged_once_a_minute_with_their_code(
+    start_processor: ProcessorFactory, sink: Sink, caplog: pytest.LogCaptureFixture
+) -> None:
+    processor = await start_processor(forward=sink.address)
+    sink.fail_with = grpc.StatusCode.UNAVAILABLE
+    caplog.set_level("WARNING", logger="otel_guard_processor")
+    for _ in range(5):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await export(processor, encode(*loop_trace().spans))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    lines = [r.getMessage() for r in caplog.records if "forwarding to" in r.getMessage()]
+    assert len(lines) == 1, lines  # an outage is one line a minute, not one a request
+    assert sink.address in lines[0]
+    assert "UNAVAILABLE" in lines[0]
+    assert "5 spans handed back to the client to retry" in lines[0]
+    assert series(await scrape(processor), ERRORS) == {("UNAVAILABLE",): 5}
+    # The next report, a minute on, says how many it left out.
+    processor.pipeline._downstream_logged["UNAVAILABLE"] -= 61
+    with pytest.raises(grpc.aio.AioRpcError):
+        await export(processor, encode(*loop_trace().spans))
+    lines = [r.getMessage() for r in caplog.records if "forwarding to" in r.getMessage()]
+    assert len(lines) == 2
+    assert "4 more such failures since the last report" in lines[1]
