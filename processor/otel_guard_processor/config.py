@@ -122,6 +122,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("retry_after", float, "retry delay suggested to clients that are told to retry", "SECONDS"),
     Option(
+        "read_timeout",
+        float,
+        "seconds an OTLP/HTTP request body may take to arrive; a slower one gets 408 and is closed",
+        "SECONDS",
+    ),
+    Option(
         "drain_timeout",
         float,
         "seconds that SIGTERM waits for in-flight requests before stopping",
@@ -147,6 +153,7 @@ class ProcessorConfig:
     forward_timeout: float = 10.0
     max_inflight: int = 256
     retry_after: float = 1.0
+    read_timeout: float = 30.0
     drain_timeout: float = 15.0
     log_level: str = "info"
 
@@ -162,7 +169,7 @@ class ProcessorConfig:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
         if self.max_traces < 2:
             raise ConfigError("max_traces", f"must be at least 2, got {self.max_traces}")
-        for name in ("trace_ttl", "forward_timeout", "retry_after", "drain_timeout"):
+        for name in ("trace_ttl", "forward_timeout", "retry_after", "read_timeout", "drain_timeout"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value}")

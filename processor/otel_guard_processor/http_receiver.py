@@ -49,8 +49,9 @@ class _TooLarge(Exception):
     pass
 
 
-def build_http_app(pipeline: Pipeline, max_request_bytes: int) -> Starlette:
-    """The Starlette app of the OTLP/HTTP receiver."""
+def build_http_app(pipeline: Pipeline, max_request_bytes: int, read_timeout: float = 30.0) -> Starlette:
+    """The Starlette app of the OTLP/HTTP receiver; a body that takes longer than ``read_timeout``
+    seconds to arrive is answered 408 and its connection closed."""
 
     async def traces(request: Request) -> Response:
         started = time.perf_counter()
@@ -68,7 +69,15 @@ def build_http_app(pipeline: Pipeline, max_request_bytes: int) -> Starlette:
                                      0, started)  # fmt: skip
             return _reply(answer, is_json, status=415)
         try:
-            body = await _read_body(request, max_request_bytes, gzip=encoding == "gzip")
+            async with asyncio.timeout(read_timeout):
+                body = await _read_body(request, max_request_bytes, gzip=encoding == "gzip")
+        except TimeoutError:
+            answer = pipeline.refuse("http", "timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
+                                     f"request body not received within read_timeout ({read_timeout:g} s)",
+                                     0, started)  # fmt: skip
+            response = _reply(answer, is_json, status=408)
+            response.headers["connection"] = "close"
+            return response
         except _TooLarge:
             answer = pipeline.refuse("http", "too_large", grpc.StatusCode.RESOURCE_EXHAUSTED,
                                      f"request body is larger than max_request_bytes ({max_request_bytes})",

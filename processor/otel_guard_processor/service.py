@@ -73,7 +73,7 @@ class Processor:
             self.grpc = GrpcReceiver(self.pipeline, config.listen, config.max_request_bytes)
             await self.grpc.start()
             if config.http_listen is not None:
-                app = build_http_app(self.pipeline, config.max_request_bytes)
+                app = build_http_app(self.pipeline, config.max_request_bytes, config.read_timeout)
                 self.http = AsgiServer(
                     app, config.http_listen, what="http_listen", graceful_timeout=config.drain_timeout
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 import gzip
 import json
@@ -274,3 +275,24 @@ async def test_bad_gzip_is_400(start_processor: ProcessorFactory) -> None:
         )
     assert response.status_code == 400
     assert processor.detector.active_traces == 0
+
+
+async def test_a_body_that_never_finishes_is_408_and_its_connection_closed(
+    start_processor: ProcessorFactory,
+) -> None:
+    processor = await start_processor(read_timeout=0.5)
+    assert processor.http is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", processor.http.port)
+    try:
+        writer.write(
+            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
+            b"Content-Length: 1000\r\n\r\n" + b"\n\x00" * 5
+        )
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=10)  # read() returns at EOF: closed
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    assert b"read_timeout" in answer
+    samples = await scrape(processor)
+    assert series(samples, REQUESTS) == {("timeout", "http"): 1}
