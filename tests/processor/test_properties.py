@@ -1,0 +1,201 @@
+"""Property tests of the OTLP readers and the detector: arbitrary bytes, arbitrary well-formed requests.
+
+Whatever a sender puts on the wire, reading it either fails with ``MalformedRequest`` (and changes
+nothing) or succeeds; detection never raises, never leaves a span unaccounted for, and keeps every
+name and label within its bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor.detector import MAX_LABEL_CHARS, MAX_NAME_CHARS, Detector, DetectorLimits
+from otel_guard_processor.dialects import call_by_attributes
+from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf, parse_request
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+KEYS = [
+    "gen_ai.operation.name",
+    "gen_ai.agent.name",
+    "gen_ai.tool.name",
+    "gen_ai.workflow.name",
+    "gen_ai.caller.agent.name",
+    "openinference.span.kind",
+    "agent.name",
+    "tool.name",
+    "graph.node.id",
+    "traceloop.span.kind",
+    "traceloop.entity.name",
+    "otel_guard.decision",
+    "otel_guard.reason",
+    "otel_guard.name_depth",
+    "otel_guard.chain.depth",
+    "otel_guard.chain.agents",
+    "x",
+]
+VALUES = [
+    "invoke_agent",
+    "execute_tool",
+    "invoke_workflow",
+    "AGENT",
+    "TOOL",
+    "CHAIN",
+    "agent",
+    "tool",
+    "task",
+    "workflow",
+    "allow",
+    "refuse",
+    "planner",
+    "budget",
+    "",
+]
+NAMES = st.one_of(
+    st.sampled_from(["invoke_agent planner", "invoke_agent budget", "execute_tool planner", "turn", ""]),
+    st.sampled_from(["invoke_agent ", "execute_tool ", "invoke_workflow ", "invoke_agent"]).map(
+        lambda prefix: prefix + "n" * 300
+    ),
+    st.text(max_size=40),
+)
+SCOPES = st.sampled_from(
+    [
+        "otel_guard",
+        "pydantic-ai",
+        "openinference.instrumentation.langchain",
+        "opentelemetry.instrumentation.langchain",
+    ]
+)
+
+
+def any_value(draw: st.DrawFn) -> AnyValue:
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
+        return AnyValue(string_value=draw(st.sampled_from(VALUES) | st.text(max_size=20)))
+    if kind == 1:
+        return AnyValue(int_value=draw(st.integers(-(2**63), 2**63 - 1)))
+    if kind == 2:
+        return AnyValue(bytes_value=draw(st.binary(max_size=8)))
+    if kind == 3:
+        value = AnyValue()
+        value.array_value.values.extend(
+            AnyValue(string_value=v) for v in draw(st.lists(st.sampled_from(VALUES), max_size=4))
+        )
+        return value
+    return AnyValue(bool_value=draw(st.booleans()))
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
+    """Well-formed requests of a few traces whose spans point at each other (or at nothing) freely."""
+    trace_ids = [bytes([i + 1]) * 16 for i in range(draw(st.integers(1, 3)))]
+    span_ids = [bytes([i + 1]) * 8 for i in range(draw(st.integers(1, 12)))]
+    message = ExportTraceServiceRequest()
+    resource = message.resource_spans.add()
+    for _ in range(draw(st.integers(1, 3))):
+        scope = resource.scope_spans.add()
+        scope.scope.name = draw(SCOPES)
+        for _ in range(draw(st.integers(0, 8))):
+            span = Span(
+                trace_id=draw(st.sampled_from(trace_ids)),
+                span_id=draw(st.sampled_from(span_ids)),
+                parent_span_id=draw(st.sampled_from([b"", *span_ids])),
+                name=draw(NAMES),
+                kind=draw(st.integers(0, 5)),
+                start_time_unix_nano=draw(st.integers(0, 10)),
+            )
+            for _ in range(draw(st.integers(0, 5))):
+                span.attributes.append(KeyValue(key=draw(st.sampled_from(KEYS)), value=any_value(draw)))
+            if draw(st.booleans()):
+                span.links.add(
+                    trace_id=draw(st.sampled_from(trace_ids)), span_id=draw(st.sampled_from(span_ids))
+                )
+            scope.spans.append(span)
+    return message
+
+
+@SETTINGS
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_parse_or_are_malformed(raw: bytes) -> None:
+    detector = Detector()
+    try:
+        request = parse_request(raw)
+    except MalformedRequest:
+        return
+    detector.ingest(request, raw, 0.0)
+    detector.expire(1_000.0)
+    assert detector.stored_spans == 0
+
+
+@SETTINGS
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_arbitrary_json_bodies_convert_or_are_malformed(body: bytes) -> None:
+    with contextlib.suppress(MalformedRequest):  # anything else raised fails the test
+        json_to_protobuf(body)
+
+
+@SETTINGS
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "resourceSpans",
+                        "scopeSpans",
+                        "spans",
+                        "traceId",
+                        "spanId",
+                        "links",
+                        "name",
+                        "kind",
+                        "attributes",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=20,
+    )
+)
+def test_arbitrary_json_shapes_convert_or_are_malformed(document: object) -> None:
+    with contextlib.suppress(MalformedRequest):  # anything else raised fails the test
+        json_to_protobuf(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [document]}]}]}).encode())
+
+
+@SETTINGS
+@given(st.lists(requests(), min_size=1, max_size=4), st.integers(2, 6))
+def test_detection_of_any_requests_accounts_for_every_span(
+    batches: list[ExportTraceServiceRequest], traces: int
+) -> None:
+    detector = Detector(DetectorLimits(max_traces=traces, max_spans=40, trace_ttl=5.0))
+    received = 0
+    for now, message in enumerate(batches):
+        raw = message.SerializeToString()
+        received += detector.ingest(parse_request(raw), raw, float(now))
+        assert detector.pending_spans <= detector.stored_spans
+    detector.expire(1_000.0)
+    assert detector.stored_spans == detector.pending_spans == 0
+    assert received == sum(len(s.spans) for m in batches for r in m.resource_spans for s in r.scope_spans)
+    for caller, callee in detector.delegations:
+        assert len(caller) <= MAX_NAME_CHARS
+        assert len(callee) <= MAX_NAME_CHARS
+    for _, label in detector.cycles:
+        assert len(label) <= MAX_LABEL_CHARS
+    for decision in detector.decisions:
+        assert all(len(part) <= MAX_NAME_CHARS for part in decision)
+
+
+@SETTINGS
+@given(st.binary(max_size=400), st.text(max_size=10), SCOPES)
+def test_dialect_reading_of_any_span_encoding_never_raises(encoded: bytes, name: str, scope: str) -> None:
+    call_by_attributes(name, scope, encoded)
