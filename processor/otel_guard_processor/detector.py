@@ -607,7 +607,7 @@ class Detector:
             # A trace root that names the agent that called it continues that caller's path, as
             # a call from another trace.
             caller = self._cut((attributes or Attributes(span)).string(_CALLER))
-            parent = (1, _CALLER_ENTRY, caller) if caller else ROOT_PATH
+            parent = (1, _CALLER_ENTRY | _AGENT_BITS, caller) if caller else ROOT_PATH
         # _settle, inlined: this runs for every call span.
         path = self._named(trace, name, marker, parent, span)
         if decision is not None:
@@ -960,7 +960,7 @@ def _chain_path(agents: list[str] | None, name: str) -> Path | None:
     if not prior:
         return None
     prior = prior[-MAX_PATH_NAMES:]
-    return (len(prior), _GUARDED, *prior)
+    return (len(prior), _GUARDED | _AGENT_BITS, *prior)  # the chain's last hop: an agent's call
 
 
 def _crossed(path: Path) -> Path:

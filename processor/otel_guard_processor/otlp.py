@@ -196,10 +196,6 @@ class Attributes:
         attributes._blob = encoded
         return attributes
 
-    def __contains__(self, encoded: bytes) -> bool:
-        """Whether the span holds this exact encoded KeyValue (see :func:`encoded_attribute`)."""
-        return encoded in self._blob
-
     def string(self, key: bytes) -> str | None:
         """A string attribute's value; ``key`` is from :func:`attribute_key`."""
         at = self._blob.find(key)

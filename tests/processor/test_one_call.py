@@ -277,3 +277,17 @@ def test_long_names_from_attributes_and_chains_are_cut_too() -> None:
     detector = detect(trace.spans)
     ((caller, callee),) = detector.delegations
     assert len(caller) == len(callee) == MAX_NAME_CHARS
+
+
+def test_a_conditional_call_below_a_guard_chain_is_a_link() -> None:
+    # A trace that continues a guard chain (its root carries planner -> budget): LangGraph's graph
+    # nodes below budget's run are no calls.
+    from processor_spans import guard_attributes
+
+    trace = Trace()
+    budget = trace.agent("budget", attributes=guard_attributes(["planner", "budget"]))
+    node = oi(trace, "model", "CHAIN", budget)
+    oi(trace, "call_model", "CHAIN", node)
+    detector = detect(trace.spans)
+    assert detector.delegations == {("planner", "budget"): 1}
+    assert detector.cycles == {}
