@@ -243,7 +243,7 @@ DIALECT_TRACES = ("oai_oi", "oai_otelv2", "lg_oi", "lg_tl", "pai_oi_same")
 
 def _recorded(name: str) -> dict[str, list[Span]]:
     """The spans of one recorded healthy run, by instrumentation scope, children first."""
-    sys.path.insert(0, str(DIALECTS_TESTS))
+    sys.path[:0] = [str(DIALECTS_TESTS), str(DIALECTS_TESTS.parent)]  # corpus_spans, processor_spans
     from corpus_spans import CORPUS, read_spans, to_span
 
     scopes: dict[str, list[Span]] = {}

@@ -15,7 +15,7 @@ CLIENT = Span.SPAN_KIND_CLIENT
 PRODUCER = Span.SPAN_KIND_PRODUCER
 CONSUMER = Span.SPAN_KIND_CONSUMER
 
-AttributeValue = str | int | bool | Sequence[str]
+AttributeValue = str | int | float | bool | Sequence["AttributeValue"]
 
 
 def any_value(value: AttributeValue) -> AnyValue:
@@ -23,9 +23,11 @@ def any_value(value: AttributeValue) -> AnyValue:
         return AnyValue(bool_value=value)
     if isinstance(value, int):
         return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
     if isinstance(value, str):
         return AnyValue(string_value=value)
-    return AnyValue(array_value=ArrayValue(values=[AnyValue(string_value=v) for v in value]))
+    return AnyValue(array_value=ArrayValue(values=[any_value(item) for item in value]))
 
 
 class Trace:

@@ -8,22 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from processor_spans import any_value
 
 CORPUS = Path(__file__).parent / "corpus"
-
-
-def _any_value(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, list):
-        return AnyValue(array_value=ArrayValue(values=[_any_value(item) for item in value]))
-    return AnyValue(string_value=str(value))
 
 
 def read_spans(path: Path) -> list[dict[str, Any]]:
@@ -42,7 +31,7 @@ def to_span(record: dict[str, Any]) -> Span:
         end_time_unix_nano=record["start"] + 50_000_000,
     )
     for key, value in record["attributes"].items():
-        span.attributes.append(KeyValue(key=key, value=_any_value(value)))
+        span.attributes.append(KeyValue(key=key, value=any_value(value)))
     return span
 
 
