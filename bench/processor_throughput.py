@@ -179,6 +179,8 @@ def main() -> int:
     args = parser.parse_args()
 
     template = MIXES[args.mix](args.traces)
+    about = " ".join((MIXES[args.mix].__doc__ or "").split())
+    print(f"traffic --mix {args.mix}: {about}")
     print(
         f"{os.cpu_count()} CPUs; requests of {template.spans} spans ({len(template.raw):,} bytes), "
         f"{args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s per proxy"
