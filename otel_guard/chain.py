@@ -501,10 +501,23 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
         agent, skill = item
         if type(agent) is not str or not agent or not (skill is None or type(skill) is str):
             raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
+        if not (_encodable(agent) and (skill is None or _encodable(skill))):
+            # JSON escapes can spell a lone surrogate, which no carrier, span or log can encode.
+            raise InvalidToken("token hop names must be text UTF-8 can encode (a lone surrogate is not)")
         hops.append(_new_hop(Hop, item))
     return Chain(
         tuple(hops), root, workspace, _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
     )
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode(token: object, keyring: Keyring | None) -> Chain:

@@ -567,3 +567,21 @@ def test_a_correctly_signed_token_is_a_chain_or_invalid(claims: Any) -> None:
     except InvalidToken:
         return
     _assert_well_formed(chain)
+
+
+@pytest.mark.parametrize("keyring", [KEYRING, None], ids=["signed", "unsigned"])
+@pytest.mark.parametrize("hop", [["\ud800", None], ["planner", "pl\udfffan"], ["pl\ud83dner", "plan"]])
+def test_a_chain_with_a_lone_surrogate_in_a_name_is_refused(keyring: Keyring | None, hop: list[Any]) -> None:
+    # JSON's \\ud800 escapes decode to a str no carrier, span exporter or log can encode: the token is
+    # refused where it arrives, never accepted to fail at the next inject.
+    claims = good_claims(hops=[["planner", "plan"], hop])
+    token = jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "k1"})
+    with pytest.raises(InvalidToken, match="lone surrogate"):
+        decode(token, keyring)
+    # Text outside ASCII that UTF-8 encodes is fine.
+    decode(
+        jwt.encode(
+            good_claims(hops=[["plánner", "précis"]]), SECRET, algorithm="HS256", headers={"kid": "k1"}
+        ),
+        keyring,
+    )

@@ -730,3 +730,28 @@ def test_a_repeated_hop_gets_a_span_of_its_own_each_time(spans: Any) -> None:
     assert len(searches) == 3
     assert len({s.context.span_id for s in searches}) == 3
     assert all(attr(s, "otel_guard.chain.agents") == ("planner", "search") for s in searches)
+
+
+@pytest.mark.parametrize("keys", [{"k1": b"s" * 32}, None], ids=["signed", "without keys"])
+def test_a_chain_naming_a_lone_surrogate_is_refused_at_the_hop_not_at_the_next_inject(
+    chain_in_baggage: InBaggage, keys: dict[str, bytes] | None
+) -> None:
+    import jwt
+
+    if keys:
+        otel_guard.configure(keys=keys)
+    claims = {
+        "v": 1,
+        "root": "ab" * 16,
+        "ws": "default",
+        "iat": time.time(),
+        "exp": time.time() + 60,
+        "hops": [["\ud800", None]],
+    }
+    token = jwt.encode(claims, b"s" * 32, algorithm="HS256", headers={"kid": "k1"})
+    with chain_in_baggage(token):
+        with pytest.raises(DelegationRefused) as refused, delegate("budget"):
+            propagate.inject({})  # never reached: the hop is refused on entry
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)  # and the context around it still injects
+    assert refused.value.reason == "bad_signature"
