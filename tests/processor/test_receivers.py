@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from otel_guard_processor.service import Processor
 from processor_helpers import ProcessorFactory, export, grpc_address, http_url, scrape, series
 from processor_spans import Trace, encode, request
 
@@ -100,14 +101,19 @@ async def test_http_json_ids_are_read_as_hex(start_processor: ProcessorFactory) 
     assert processor.detector.cycles == {("direct", "planner>planner"): 1}
 
 
-async def test_http_gzip_body_is_accepted(start_processor: ProcessorFactory) -> None:
-    processor = await start_processor()
+async def post_gzip(processor: Processor, body: bytes) -> httpx.Response:
+    """POST a gzip-encoded protobuf body to the processor's OTLP/HTTP receiver."""
     async with httpx.AsyncClient() as client:
-        response = await client.post(
+        return await client.post(
             http_url(processor),
-            content=gzip.compress(encode(*cycle_trace().spans)),
+            content=body,
             headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
         )
+
+
+async def test_http_gzip_body_is_accepted(start_processor: ProcessorFactory) -> None:
+    processor = await start_processor()
+    response = await post_gzip(processor, gzip.compress(encode(*cycle_trace().spans)))
     assert response.status_code == 200
     assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
 
@@ -122,12 +128,7 @@ async def test_a_gzip_body_of_several_members_is_read_whole(start_processor: Pro
     raw = encode(*first.spans, *second.spans) + encode(second.agent("solo"))
     half = len(raw) // 2
     body = gzip.compress(raw[:half]) + gzip.compress(raw[half:])
-    async with httpx.AsyncClient() as client:
-        response = await client.post(
-            http_url(processor),
-            content=body,
-            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
-        )
+    response = await post_gzip(processor, body)
     assert response.status_code == 200
     assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
     samples = await scrape(processor)
@@ -146,12 +147,7 @@ async def test_a_gzip_body_that_is_cut_short_or_trails_garbage_is_400(
     start_processor: ProcessorFactory, body: bytes
 ) -> None:
     processor = await start_processor()
-    async with httpx.AsyncClient() as client:
-        response = await client.post(
-            http_url(processor),
-            content=body,
-            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
-        )
+    response = await post_gzip(processor, body)
     assert response.status_code == 400
     assert processor.detector.active_traces == 0
 
