@@ -13,8 +13,13 @@ time, each request ``--traces`` traces of agent-like spans with new trace ids
 medians, because this machine is shared and noisy. Beside spans/s it reports each proxy's own CPU
 time per span, which the load elsewhere on the machine disturbs less.
 
-Last, a flood: a processor with ``--max-spans`` set low is sent new traces for ``--flood-seconds``;
-its resident memory is sampled every half second and its evictions read from ``/metrics``.
+Then fairness: for ``--fairness-seconds`` per proxy, one client sends one-trace requests one after
+another, alone and then while another sends large requests (1,500 traces, ~6 MB) back to back; the
+small requests' latency percentiles say how long one large request stalls the others.
+
+Then a flood: a processor with ``--max-spans`` set low is sent new traces for ``--flood-seconds``;
+its resident memory is sampled every half second and its evictions read from ``/metrics``. Last, in
+process, the time to evict one trace whose spans all wait for parents that never come.
 
 Usage: python bench/processor_throughput.py [--seconds 4] [--rounds 3] [--concurrency 8]
 """
@@ -37,7 +42,7 @@ import grpc
 import grpc.aio
 import httpx
 import psutil
-from _processor_traffic import EXPORT, MIXES, Template
+from _processor_traffic import EXPORT, MIXES, Template, guarded
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
@@ -123,6 +128,70 @@ def measure(
     return rate, per_span
 
 
+async def small_latencies(target: str, seconds: float, large: Template | None) -> list[float]:
+    """Latencies of one-trace requests sent one after another for ``seconds``, while (with
+    ``large``) another client sends large requests back to back."""
+    small = guarded(1)
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+    options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+
+        async def big() -> None:
+            assert large is not None
+            while time.monotonic() < deadline:
+                await call(large.next()[0], timeout=60)
+
+        flow = asyncio.ensure_future(big()) if large is not None else None
+        await asyncio.sleep(0.2 if large is not None else 0)  # the first large request is in
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            await call(small.next()[0], timeout=60)
+            latencies.append(time.perf_counter() - started)
+        if flow is not None:
+            await flow
+    return latencies
+
+
+def fairness(name: str, target: str, seconds: float) -> None:
+    """How long a small request waits while large ones flow (each large: 1,500 traces, ~6 MB)."""
+    large = guarded(1500)
+    alone = asyncio.run(small_latencies(target, seconds, None))
+    beside = asyncio.run(small_latencies(target, seconds, large))
+
+    def p(values: list[float], q: float) -> float:
+        return sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000
+
+    print(
+        f"  {name:12s} small request alone p50 {p(alone, 0.5):6.1f} ms p99 {p(alone, 0.99):6.1f} ms; "
+        f"beside {large.spans:,}-span requests p50 {p(beside, 0.5):6.1f} ms p99 {p(beside, 0.99):6.1f} ms "
+        f"max {max(beside) * 1000:6.0f} ms",
+        flush=True,
+    )
+
+
+def orphan_stall() -> None:
+    """In process: the eviction of one trace whose spans wait for distinct parents that never come."""
+    sys.path.insert(0, str(HERE.parent / "tests" / "processor"))
+    from otel_guard_processor.detector import Detector, DetectorLimits
+    from otel_guard_processor.otlp import parse_request
+    from processor_spans import Trace, encode
+
+    for orphans in (1_000, 16_000):
+        detector = Detector(DetectorLimits(trace_ttl=1.0))
+        trace = Trace()
+        spans = [trace.agent(f"agent-{index}") for index in range(orphans)]
+        for index, span in enumerate(spans, start=1):
+            span.parent_span_id = index.to_bytes(8, "big")
+        raw = encode(*spans)
+        detector.ingest(parse_request(raw), raw, 0.0)
+        started = time.perf_counter()
+        detector.expire(10.0)
+        print(f"orphan eviction: {orphans:,} spans waiting for missing parents settled in "
+              f"{(time.perf_counter() - started) * 1000:.0f} ms")  # fmt: skip
+
+
 def flood(sink_port: int, template: Template, seconds: float, concurrency: int, max_spans: int) -> None:
     grpc_port, metrics_port = free_port(), free_port()
     args = [
@@ -175,6 +244,9 @@ def main() -> int:
         "--mix", choices=sorted(MIXES), default="dialects", help="the traffic (see _processor_traffic.py)"
     )
     parser.add_argument("--flood-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--fairness-seconds", type=float, default=5.0, help="per proxy: small requests beside large ones"
+    )
     parser.add_argument("--flood-max-spans", type=int, default=300_000)
     args = parser.parse_args()
 
@@ -231,7 +303,11 @@ def main() -> int:
             f"CPU a span: passthrough {base_cpu:.2f} µs, processor {our_cpu:.2f} µs, "
             f"ratio {base_cpu / our_cpu:.2f}"
         )
+        if args.fairness_seconds > 0:
+            for name, (target, _) in arms.items():
+                fairness(name, target, args.fairness_seconds)
         flood(sink_port, template, args.flood_seconds, args.concurrency, args.flood_max_spans)
+    orphan_stall()
     return 0
 
 
