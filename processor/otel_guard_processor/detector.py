@@ -692,7 +692,7 @@ class Detector:
         if last >= _HEAD and name not in parent:
             # The common case first: a name not yet on the path, under a named ancestor.
             path = self._extended(parent, marker, name)
-            self._edge(trace, path, (str(parent[last]), name), marker)
+            self._edge(trace, path, marker)
             return path
         if name in parent:
             index = last
@@ -711,7 +711,7 @@ class Detector:
             self._cycle(trace, parent, index, name)
         path = self._extended(parent, marker, name)
         if last >= _HEAD:
-            self._edge(trace, path, (str(parent[last]), name), marker)
+            self._edge(trace, path, marker)
         return path
 
     def _agent_of_tool(self, trace: _Trace, name: str, marker: int, tool: Path) -> Path:
@@ -762,17 +762,17 @@ class Detector:
                 self.truncated["label"] += 1
             _count(self.cycles, (kind, label), (kind, OVERFLOW))
 
-    def _edge(self, trace: _Trace, path: Path, edge: tuple[str, str], marker: int) -> None:
-        """Count a call's delegation edge (the last two names of ``path``); a tool's waits for an
-        agent run below it (``expire``)."""
+    def _edge(self, trace: _Trace, path: Path, marker: int) -> None:
+        """Count a call's delegation edge (:func:`_edge_of` its path); a tool's waits for an agent
+        run below it (``expire``)."""
         if marker & _KIND_BITS == _TOOL_BITS:
             tools = trace.tools
             if tools is None:
                 tools = trace.tools = []
                 self._tool_traces[trace.trace_id] = trace
-            tools += (path, self._now)  # its edge is (path[-2], path[-1])
+            tools += (path, self._now)
         else:
-            _count(self.delegations, edge, _OVERFLOW_EDGE)
+            _count(self.delegations, _edge_of(path), _OVERFLOW_EDGE)
 
     @staticmethod
     def _retarget_tool(trace: _Trace, tool: Path, again: Path) -> None:
@@ -812,7 +812,7 @@ class Detector:
             if deadline is not None and tools[at + 1] > deadline:
                 young += (path, tools[at + 1])
             elif not callees or id(path) not in callees:
-                edge = (str(path[-2]), str(path[-1]))
+                edge = _edge_of(path)
                 count = delegations.get(edge)
                 if count is None:
                     _count(delegations, edge, _OVERFLOW_EDGE)
@@ -961,6 +961,11 @@ def _chain_path(agents: list[str] | None, name: str) -> Path | None:
         return None
     prior = prior[-MAX_PATH_NAMES:]
     return (len(prior), _GUARDED | _AGENT_BITS, *prior)  # the chain's last hop: an agent's call
+
+
+def _edge_of(path: Path) -> tuple[str, str]:
+    """The delegation edge of a named span: its path's last two names (caller, callee)."""
+    return (str(path[-2]), str(path[-1]))
 
 
 def _crossed(path: Path) -> Path:

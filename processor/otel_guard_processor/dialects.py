@@ -131,11 +131,11 @@ OPENINFERENCE_LANGCHAIN_SCOPE: Final = "openinference.instrumentation.langchain"
 _TL_KIND_NAME: Final = TraceloopAttributes.TRACELOOP_SPAN_KIND
 _TL_KIND: Final = attribute_key(_TL_KIND_NAME)
 _TL_NAME: Final = attribute_key(TraceloopAttributes.TRACELOOP_ENTITY_NAME)
-_TL_FORMS: Final = {  # value -> (kind, conditional)
-    TraceloopSpanKindValues.AGENT.value: (AGENT, False),
-    TraceloopSpanKindValues.WORKFLOW.value: (AGENT, False),
-    TraceloopSpanKindValues.TOOL.value: (TOOL, False),
-    TraceloopSpanKindValues.TASK.value: (AGENT, True),
+_TL_FORMS: Final = {  # value -> (kind, form, conditional)
+    TraceloopSpanKindValues.AGENT.value: (AGENT, FORM_TRACELOOP, False),
+    TraceloopSpanKindValues.WORKFLOW.value: (AGENT, FORM_TRACELOOP, False),
+    TraceloopSpanKindValues.TOOL.value: (TOOL, FORM_TRACELOOP, False),
+    TraceloopSpanKindValues.TASK.value: (AGENT, FORM_TRACELOOP_TASK, True),
 }
 
 # A request that holds none of these bytes has no span that is a call by its attributes: the
@@ -187,12 +187,10 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
                 return Call(AGENT, agent or None, FORM_OPENINFERENCE)
             break
         if encoded.startswith(_TL_KIND, at - _TL_KIND_START):
-            form = _TL_FORMS.get(string_at(encoded, end) or "")
-            if form is not None:
-                conditional = form[1]
-                entity = Attributes.of(encoded).string(_TL_NAME) or None
-                form_read = FORM_TRACELOOP_TASK if conditional else FORM_TRACELOOP
-                return Call(form[0], entity, form_read, conditional)
+            row = _TL_FORMS.get(string_at(encoded, end) or "")
+            if row is not None:
+                kind_of, form, conditional = row
+                return Call(kind_of, _name(encoded, _TL_NAME), form, conditional)
             break
         at = encoded.find(_KIND_ENDING, end)
     at = encoded.find(_OPERATION)
@@ -200,6 +198,10 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
         operation = string_at(encoded, at + len(_OPERATION)) or ""
         key = _NAME_KEYS.get(operation)
         if key is not None:
-            named = Attributes.of(encoded).string(key) or None
-            return Call(_BARE_NAMES[operation], named, FORM_GENAI)
+            return Call(_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI)
     return None
+
+
+def _name(encoded: bytes, key: bytes) -> str | None:
+    """A call's name from one attribute of the span's encoding; empty or absent is no name."""
+    return Attributes.of(encoded).string(key) or None
