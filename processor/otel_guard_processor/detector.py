@@ -41,10 +41,13 @@ after itself, and when the inline guard's span says its chain already held the n
 (``otel_guard.name_depth`` of 2 or more).
 
 ``delegations`` counts one per call, on the edge from its nearest named ancestor; a call with no
-named ancestor starts a path and has no edge. A tool's edge waits ``tool_edge_wait`` seconds
-(counted by :meth:`Detector.expire`, which the service calls every second) so that an agent run
-below it can take its place: such a run usually comes first (spans are exported as they end), but
-from another process it may come after.
+named ancestor starts a path and has no edge. Beside the inline guard, another instrumentation may
+record the same calls in spans that stand beside the guard's rather than above or below them (it
+parents by its runtime's own run tree): per path of names in a trace, the edge counts the larger of
+the calls the guard's spans recorded there and the calls the other spans did. A tool's edge waits
+``tool_edge_wait`` seconds (counted by :meth:`Detector.expire`, which the service calls every
+second) so that an agent run below it can take its place: such a run usually comes first (spans are
+exported as they end), but from another process it may come after.
 
 Across traces
 -------------
@@ -185,6 +188,9 @@ MAX_SERIES: Final = 10_000
 OVERFLOW: Final = "_overflow"
 _OVERFLOW_EDGE: Final = (OVERFLOW, OVERFLOW)
 _OVERFLOW_DECISION: Final = (OVERFLOW, OVERFLOW, OVERFLOW)
+# _Trace.calls packs two counts in one int: the guard's spans' calls below _OTHERS, the others' above.
+_OTHERS: Final = 32
+_GUARDS: Final = (1 << _OTHERS) - 1
 
 # A span that waits for its parent (or, for a trace root, for the span it links to). A plain tuple
 # because spans wait often -- a batch usually holds children before their parents -- and fields by
@@ -217,7 +223,7 @@ class DetectorLimits:
 class _Trace:
     """Detection state of one trace: settled paths, spans waiting here, cycles seen."""
 
-    __slots__ = ("callees", "cycles", "held", "last_seen", "paths", "tools", "trace_id", "waiting")
+    __slots__ = ("callees", "calls", "cycles", "held", "last_seen", "paths", "tools", "trace_id", "waiting")
 
     def __init__(self, trace_id: bytes) -> None:
         self.trace_id = trace_id
@@ -235,6 +241,10 @@ class _Trace:
         # [path, when, path, when, ...] (a tool's edge is its path's last two names; ``when`` is
         # the time of the request that settled it, one float object a request).
         self.tools: list[Any] | None = None
+        # The calls counted in this trace (see Detector._count_call): their paths while they are
+        # of one source, then names of a path -> the calls there, the guard's spans' in the low
+        # bits and the other spans' above _OTHERS.
+        self.calls: list[Path] | dict[Path, int] | None = None
         self.last_seen = 0.0
 
 
@@ -410,12 +420,24 @@ class Detector:
                                 waiting_tools.append(path)
                                 waiting_tools.append(now)
                             else:
-                                edge = (str(parent[last]), name)
-                                count = delegations.get(edge)
-                                if count is None:
-                                    _count(delegations, edge, _OVERFLOW_EDGE)
+                                # _count_call's common case, inlined: every call of the trace so
+                                # far is of this span's source.
+                                calls = trace.calls
+                                if calls is None or (
+                                    type(calls) is list and not (int(calls[0][1]) ^ marker) & _GUARDED
+                                ):
+                                    if calls is None:
+                                        trace.calls = [path]
+                                    else:
+                                        calls.append(path)
+                                    edge = (str(parent[last]), name)
+                                    count = delegations.get(edge)
+                                    if count is None:
+                                        _count(delegations, edge, _OVERFLOW_EDGE)
+                                    else:
+                                        delegations[edge] = count + 1
                                 else:
-                                    delegations[edge] = count + 1
+                                    self._count_call(trace, path, marker)
                         else:
                             path = self._named(trace, name, marker, parent, span)
                         paths[span_id] = path
@@ -732,11 +754,16 @@ class Detector:
         if callees is None:
             callees = trace.callees = {}
         ran = callees.setdefault(id(tool), set())
+        path = self._extended(base, marker, name)
         if name not in ran:
+            if not ran:
+                # The tool call stands recorded at its own path as well, counting no edge: the
+                # other instrumentation's span of it, with no agent run below, must not add one.
+                self._count_call(trace, tool, int(tool[1]), edge=False)
             ran.add(name)
             if names:
-                _count(self.delegations, (str(names[-1]), name), _OVERFLOW_EDGE)
-        return self._extended(base, marker, name)
+                self._count_call(trace, path, marker)
+        return path
 
     def _cycle(self, trace: _Trace, parent: Path, index: int, name: str) -> None:
         """Count the cycle of ``name`` returning to ``parent[index]``, once per loop and trace."""
@@ -772,7 +799,59 @@ class Detector:
                 self._tool_traces[trace.trace_id] = trace
             tools += (path, self._now)
         else:
-            _count(self.delegations, _edge_of(path), _OVERFLOW_EDGE)
+            self._count_call(trace, path, marker)
+
+    def _count_call(self, trace: _Trace, path: Path, marker: int, edge: bool = True) -> None:
+        """Count a call's delegation edge, once however many instrumentations recorded the call.
+
+        Beside the inline guard another instrumentation records the same calls, and where it
+        parents its spans by its runtime's own run tree, its spans of a call stand beside the
+        guard's rather than above or below them. So the calls at one path (its names) are
+        counted per source, the guard's spans and the others, and the trace counts the larger
+        of the two: the guard's chain is the ground truth for its hops, and a call that only
+        the other instrumentation saw still counts. ``edge`` False records a call that counts
+        no edge of its own (a tool call whose agent run counted it).
+
+        While a trace has calls of one source only (nearly always), they are kept as a list of
+        their paths; the counts per path are made from it when the other source shows up.
+        """
+        calls = trace.calls
+        if calls is None:
+            trace.calls = [path]
+        elif type(calls) is list:
+            if (int(calls[0][1]) ^ marker) & _GUARDED:
+                calls = trace.calls = _calls_by_path(calls)
+                self._count_mixed(calls, path, marker, edge)
+                return
+            calls.append(path)
+        else:
+            self._count_mixed(calls, path, marker, edge)  # type: ignore[arg-type]
+            return
+        if edge:
+            self._count_edge(path)
+
+    def _count_mixed(self, calls: dict[Path, int], path: Path, marker: int, edge: bool) -> None:
+        key = path[_HEAD:]
+        counted = calls.get(key, 0)
+        guards, others = counted & _GUARDS, counted >> _OTHERS
+        if marker & _GUARDED:
+            guards += 1
+            new = guards > others
+        else:
+            others += 1
+            new = others > guards
+        calls[key] = guards | others << _OTHERS
+        if new and edge:
+            self._count_edge(path)
+
+    def _count_edge(self, path: Path) -> None:
+        delegations = self.delegations
+        pair = _edge_of(path)
+        count = delegations.get(pair)
+        if count is None:
+            _count(delegations, pair, _OVERFLOW_EDGE)
+        else:
+            delegations[pair] = count + 1
 
     @staticmethod
     def _retarget_tool(trace: _Trace, tool: Path, again: Path) -> None:
@@ -804,7 +883,6 @@ class Detector:
         """Count the waiting tool edges of ``trace`` settled by ``deadline`` (all when None) that
         no agent run took over; return the others, still waiting."""
         callees = trace.callees
-        delegations = self.delegations
         tools = trace.tools or []
         young: list[Any] = []
         for at in range(0, len(tools), 2):
@@ -812,12 +890,7 @@ class Detector:
             if deadline is not None and tools[at + 1] > deadline:
                 young += (path, tools[at + 1])
             elif not callees or id(path) not in callees:
-                edge = _edge_of(path)
-                count = delegations.get(edge)
-                if count is None:
-                    _count(delegations, edge, _OVERFLOW_EDGE)
-                else:
-                    delegations[edge] = count + 1
+                self._count_call(trace, path, int(path[1]))
         return young
 
     @overload
@@ -961,6 +1034,15 @@ def _chain_path(agents: list[str] | None, name: str) -> Path | None:
         return None
     prior = prior[-MAX_PATH_NAMES:]
     return (len(prior), _GUARDED | _AGENT_BITS, *prior)  # the chain's last hop: an agent's call
+
+
+def _calls_by_path(paths: list[Path]) -> dict[Path, int]:
+    """The calls of a trace's one source so far, counted per path (see Detector._count_call)."""
+    calls: dict[Path, int] = {}
+    for path in paths:
+        key = path[_HEAD:]
+        calls[key] = calls.get(key, 0) + (1 if int(path[1]) & _GUARDED else 1 << _OTHERS)
+    return calls
 
 
 def _edge_of(path: Path) -> tuple[str, str]:
