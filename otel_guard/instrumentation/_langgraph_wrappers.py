@@ -25,6 +25,7 @@ A refused tool call, or a refusal raised anywhere inside a tool, becomes what th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote
@@ -52,6 +53,9 @@ DEFAULT_GRAPH_NAME: Final = "LangGraph"
 
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+
+_OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
+"""OpenInference's LangChain instrumentation, whose spans the hops' spans are put under."""
 
 _OPEN_HOP: Final = context.create_key("otel_guard.langgraph.open_hop")
 """Context key of the innermost hop this instrumentation opened (an :class:`_OpenHop`)."""
@@ -83,6 +87,42 @@ def _hop_span_is_current(name: str) -> bool:
     )
 
 
+def _in_langchain_run(ctx: context.Context) -> context.Context:
+    """``ctx`` with OpenInference's span of the LangChain run the call is made in as its span.
+
+    OpenInference's LangChain instrumentation parents its spans by LangChain's run tree and never
+    makes them current, so a hop's span would start under the last span that is current (the
+    graph's hop) and the guard's spans would make a subtree of their own beside OpenInference's. Its
+    ``get_current_span()`` names the span of the current run: the hop's span goes under it, in the
+    trace where OpenInference shows the call. Instrumentations that make their spans current
+    (Traceloop's) need nothing. Baggage, and with it the chain, stay those of ``ctx``.
+    """
+    module = sys.modules.get(_OPENINFERENCE_LANGCHAIN)
+    if module is None:
+        return ctx
+    try:
+        if not module.LangChainInstrumentor().is_instrumented_by_opentelemetry:
+            return ctx
+        span = module.get_current_span()
+    except Exception:  # another package's API: it never costs a hop
+        return ctx
+    if not isinstance(span, trace.Span) or not span.is_recording():
+        return ctx
+    current = trace.get_current_span(ctx).get_span_context()
+    if current.is_valid and current.trace_id != span.get_span_context().trace_id:
+        return ctx  # the current span is of another trace: the run's span is not an ancestor
+    return trace.set_span_in_context(span, ctx)
+
+
+def _start_in_run(hop: Delegation) -> context.Context:
+    """``hop.start()`` under the span of the LangChain run the call is made in (see above)."""
+    token = context.attach(_in_langchain_run(context.get_current()))
+    try:
+        return hop.start()
+    finally:
+        context.detach(token)
+
+
 def _graph_step_context(
     name: str, attributes: Mapping[str, AttributeValue], span_kind: SpanKind, remote: bool
 ) -> StepContext:
@@ -103,7 +143,7 @@ def _graph_step_context(
         # By the caller's process, which sent the chain: check the hop again, do not add it twice.
         receiving = not remote
     hop = delegate(name, kind="agent", span_kind=span_kind, receiving=receiving, attributes=attributes)
-    ctx = hop.start()
+    ctx = _start_in_run(hop)
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -243,7 +283,7 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
     try:
-        ctx = hop.start()
+        ctx = _start_in_run(hop)
         token = context.attach(_with_open_hop(ctx, "tool", instance.name, hop.chain))
         try:
             result = wrapped(*args, **kwargs)
@@ -266,7 +306,7 @@ def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwarg
     async def run() -> Any:
         hop, tool_call_id = _tool_hop(instance, kwargs)
         try:
-            ctx = hop.start()
+            ctx = _start_in_run(hop)
             token = context.attach(_with_open_hop(ctx, "tool", instance.name, hop.chain))
             try:
                 result = await wrapped(*args, **kwargs)

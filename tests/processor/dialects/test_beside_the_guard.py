@@ -10,7 +10,10 @@ third party parents its spans by its runtime's run tree, so that they stand besi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from corpus_spans import read_spans
 from dialect_runs import record
 from processor_helpers import ProcessorFactory, grpc_address, scrape, series
 from test_third_party_traces import INSTRUMENTED_RUNTIMES
@@ -18,6 +21,8 @@ from test_third_party_traces import INSTRUMENTED_RUNTIMES
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GUARD = {"OTEL_GUARD_CYCLE_RULE": "agent"}
+GUARD_SCOPE = "otel_guard"
+UNUSED_ENDPOINT = "127.0.0.1:9"  # the recorder writes JSON lines (--jsonl) and exports nothing
 LOOP = {("planner>budget>planner", "cross_function"): 1}
 # (callee, caller): the refused second planner hop is an attempt the processor counts.
 ENFORCE_EDGES = {("budget", "planner"): 1, ("planner", "budget"): 1}
@@ -68,3 +73,29 @@ async def test_a_healthy_run_counts_no_cycle_beside_the_guard(
     assert series(samples, "otel_guard_cycles_total") == {}
     assert ("planner", "refuse", "cycle") not in series(samples, "otel_guard_span_decisions_total")
     assert series(samples, "otel_guard_delegations_total") == {("budget", "planner"): 1}
+
+
+@pytest.mark.parametrize(("runtime", "instrumentation"), INSTRUMENTED_RUNTIMES)
+async def test_the_guards_spans_stand_in_the_third_partys_tree(
+    tmp_path: Path, runtime: str, instrumentation: str
+) -> None:
+    """One trace, and each guard span next to the third party's spans of the call: its parent or
+    a child is one of theirs (never a subtree of the guard's own beside theirs)."""
+    spans_file = tmp_path / "spans.jsonl"
+    env = {**GUARD, "OTEL_GUARD_MODE": "enforce"}
+    await record(
+        UNUSED_ENDPOINT, runtime, instrumentation, "loop", "--guard", "--jsonl", str(spans_file), env=env
+    )
+    spans = read_spans(spans_file)
+    assert len({span["trace_id"] for span in spans}) == 1
+    by_id = {span["span_id"]: span for span in spans}
+    children: dict[str | None, list[dict]] = {}
+    for span in spans:
+        children.setdefault(span["parent_id"], []).append(span)
+    guards = [span for span in spans if span["scope"] == GUARD_SCOPE]
+    assert [span["name"] for span in guards if span["attributes"]["otel_guard.decision"] == "refuse"] == [
+        "invoke_agent planner"
+    ]
+    for span in guards:
+        neighbours = [by_id.get(span["parent_id"]), *children.get(span["span_id"], [])]
+        assert any(n is not None and n["scope"] != GUARD_SCOPE for n in neighbours), span["name"]
