@@ -46,6 +46,7 @@ from _processor_traffic import EXPORT, MIXES, Template, guarded
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
+RETRY_AFTER = 0.05  # the processor's --retry-after here, and how long a refused sender waits
 
 
 def free_port() -> int:
@@ -100,11 +101,31 @@ async def load(target: str, template: Template, seconds: float, concurrency: int
             nonlocal acknowledged
             while time.monotonic() < deadline:
                 raw, spans = template.next()
-                await call(raw, timeout=30)
+                await send(call, raw)
                 acknowledged += spans
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return acknowledged
+
+
+async def send(call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes], raw: bytes) -> None:
+    """Send until acknowledged, waiting RETRY_AFTER after each RESOURCE_EXHAUSTED, as exporters do
+    (the processor refuses while its detection queue is full)."""
+    while True:
+        try:
+            await call(raw, timeout=30)
+            return
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            await asyncio.sleep(RETRY_AFTER)
+
+
+def caught_up(metrics_url: str | None) -> None:
+    """Return once the processor has detected every request it acknowledged: a scrape waits for
+    that (it runs after them on the detection thread)."""
+    if metrics_url is not None:
+        httpx.get(metrics_url, timeout=120).raise_for_status()
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -113,13 +134,21 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 
 def measure(
-    name: str, target: str, pid: int, template: Template, seconds: float, concurrency: int
+    name: str,
+    target: str,
+    pid: int,
+    template: Template,
+    seconds: float,
+    concurrency: int,
+    metrics_url: str | None,
 ) -> tuple[float, float]:
-    """One round against one proxy: (spans per second, proxy CPU µs per span)."""
+    """One round against one proxy: (spans per second, proxy CPU µs per span), up to the moment
+    the processor has also detected every span it acknowledged."""
     process = psutil.Process(pid)
     cpu_before = cpu_seconds(process)
     started = time.perf_counter()
     spans = asyncio.run(load(target, template, seconds, concurrency))
+    caught_up(metrics_url)
     elapsed = time.perf_counter() - started
     cpu = cpu_seconds(process) - cpu_before
     rate = spans / elapsed
@@ -141,13 +170,13 @@ async def small_latencies(target: str, seconds: float, large: Template | None) -
         async def big() -> None:
             assert large is not None
             while time.monotonic() < deadline:
-                await call(large.next()[0], timeout=60)
+                await send(call, large.next()[0])
 
         flow = asyncio.ensure_future(big()) if large is not None else None
         await asyncio.sleep(0.2 if large is not None else 0)  # the first large request is in
         while time.monotonic() < deadline:
             started = time.perf_counter()
-            await call(small.next()[0], timeout=60)
+            await send(call, small.next()[0])
             latencies.append(time.perf_counter() - started)
         if flow is not None:
             await flow
@@ -257,7 +286,7 @@ def main() -> int:
         f"{os.cpu_count()} CPUs; requests of {template.spans} spans ({len(template.raw):,} bytes), "
         f"{args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s per proxy"
     )
-    sink_port, pass_port, proc_port = free_port(), free_port(), free_port()
+    sink_port, pass_port, proc_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     traffic = str(HERE / "_processor_traffic.py")
     with (
         server([traffic, "sink", "--port", str(sink_port)], "ready", "stdout"),
@@ -275,24 +304,30 @@ def main() -> int:
                 "--forward",
                 f"127.0.0.1:{sink_port}",
                 "--prometheus",
-                f"127.0.0.1:{free_port()}",
+                f"127.0.0.1:{metrics_port}",
+                "--retry-after",
+                str(RETRY_AFTER),
             ],
             "ready:",
             "stderr",
         ) as processor,
     ):
         arms = {
-            "passthrough": (f"127.0.0.1:{pass_port}", passthrough.pid),
-            "processor": (f"127.0.0.1:{proc_port}", processor.pid),
+            "passthrough": (f"127.0.0.1:{pass_port}", passthrough.pid, None),
+            "processor": (
+                f"127.0.0.1:{proc_port}",
+                processor.pid,
+                f"http://127.0.0.1:{metrics_port}/metrics",
+            ),
         }
-        for target, _ in arms.values():  # warm up: connections, caches, allocator
+        for target, _, _ in arms.values():  # warm up: connections, caches, allocator
             asyncio.run(load(target, template, 1.0, args.concurrency))
         rates: dict[str, list[float]] = {name: [] for name in arms}
         cpus: dict[str, list[float]] = {name: [] for name in arms}
         for round_number in range(1, args.rounds + 1):
             print(f"round {round_number}")
-            for name, (target, pid) in arms.items():
-                rate, cpu = measure(name, target, pid, template, args.seconds, args.concurrency)
+            for name, (target, pid, metrics_url) in arms.items():
+                rate, cpu = measure(name, target, pid, template, args.seconds, args.concurrency, metrics_url)
                 rates[name].append(rate)
                 cpus[name].append(cpu)
         base, ours = statistics.median(rates["passthrough"]), statistics.median(rates["processor"])
@@ -304,7 +339,7 @@ def main() -> int:
             f"ratio {base_cpu / our_cpu:.2f}"
         )
         if args.fairness_seconds > 0:
-            for name, (target, _) in arms.items():
+            for name, (target, _, _) in arms.items():
                 fairness(name, target, args.fairness_seconds)
         flood(sink_port, template, args.flood_seconds, args.concurrency, args.flood_max_spans)
     orphan_stall()

@@ -16,6 +16,9 @@ Run it::
   ``execute_tool X``) whose name is already on its own path of named ancestors is a cycle:
   ``direct`` (A -> A), ``cross_function`` (A -> B -> A) or ``cross_trace`` (through a span link or
   an ``otel_guard.chain.root`` shared across traces). Incremental, in any arrival order, bounded.
+  It runs behind the answers, in slices (:mod:`otel_guard_processor.detection`): no client waits
+  for another's detection; past ``--max-pending-bytes`` waiting, a request gets a retryable
+  RESOURCE_EXHAUSTED (HTTP 429).
 - Forwarding (``--forward``): each request goes downstream byte for byte and is acknowledged only
   after the downstream did; a downstream that is down or slow gets the client a retryable
   UNAVAILABLE / RESOURCE_EXHAUSTED (HTTP 503 / 429). Without it the processor is a sink for a

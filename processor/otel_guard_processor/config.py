@@ -120,6 +120,13 @@ OPTIONS: tuple[Option, ...] = (
         "most requests forwarded at once; more get RESOURCE_EXHAUSTED / 429 with a retry delay",
         "N",
     ),
+    Option(
+        "max_pending_bytes",
+        int,
+        "most bytes of requests held (waiting for the downstream's answer or for detection); past it "
+        "a request gets RESOURCE_EXHAUSTED / 429 with a retry delay and is not forwarded",
+        "BYTES",
+    ),
     Option("retry_after", float, "retry delay suggested to clients that are told to retry", "SECONDS"),
     Option(
         "read_timeout",
@@ -152,6 +159,7 @@ class ProcessorConfig:
     max_request_bytes: int = 8 * 1024 * 1024
     forward_timeout: float = 10.0
     max_inflight: int = 256
+    max_pending_bytes: int = 32 * 1024 * 1024
     retry_after: float = 1.0
     read_timeout: float = 30.0
     drain_timeout: float = 15.0
@@ -164,7 +172,13 @@ class ProcessorConfig:
             value = getattr(self, name)
             if value is not None:
                 parse_address(value, option=name)
-        for name in ("max_spans", "max_spans_per_trace", "max_request_bytes", "max_inflight"):
+        for name in (
+            "max_spans",
+            "max_spans_per_trace",
+            "max_request_bytes",
+            "max_inflight",
+            "max_pending_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
         if self.max_traces < 2:

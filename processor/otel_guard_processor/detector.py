@@ -90,6 +90,7 @@ The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parse
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Final, overload
 
@@ -319,6 +320,24 @@ class Detector:
 
         Every span whose ancestry is complete is settled now, with every span that waited for it.
         """
+        steps = self.ingest_steps(request, raw, now)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            received: int = done.value
+            return received
+
+    def ingest_steps(
+        self, request: RequestView, raw: bytes, now: float, step: int = 0
+    ) -> Generator[None, None, int]:
+        """:meth:`ingest` in steps: a generator that pauses after every ``step`` spans (never when
+        ``step`` is 0) and returns the number of spans.
+
+        Between two steps the caller may do other work, but nothing else with this detector: one
+        request is ingested at a time, to its end.
+        """
+        countdown = step
         guard = _GUARD_BYTES in raw
         dialect_markers = any(marker in raw for marker in MARKERS)
         per_trace = self.limits.max_spans_per_trace
@@ -357,139 +376,162 @@ class Detector:
                 tool_bits = scope_bits | _NAME_FORM_BITS | _TOOL_BITS  # GenAI form, but its side
                 watch = dialect_markers and self._watch_scope(scope, now)
                 found_other_calls = False
-                for span in spans:
-                    trace_id = span.trace_id
-                    if trace_id != last_trace_id:
-                        found = traces.get(trace_id)
-                        if found is None:
-                            trace = self._touch(trace_id, now)
-                        else:
-                            trace = found
-                            traces.move_to_end(trace_id)
-                            trace.last_seen = now
-                        paths = trace.paths
-                        waiting = trace.waiting
-                        last_trace_id = trace_id
-                        full = len(paths) + trace.held >= per_trace
-                    span_id = span.span_id
-                    if span_id in paths:
-                        self.duplicates += 1
-                        skipped += 1
-                        continue
-                    if full:
-                        self.dropped["trace_full"] += 1
-                        skipped += 1
-                        continue
-                    parent_id = span.parent_span_id
-                    span_name = span.name
-                    if span_name.startswith(call_prefixes):
-                        parent = paths.get(parent_id) if parent_id else None
-                        name = span_name[_WORKFLOW_PREFIX_LENGTH if span_name[7] == "w" else _PREFIX_LENGTH :]
-                        if len(name) > MAX_NAME_CHARS:
-                            name = self._cut(name)
-                        tool = span_name[0] == "e"
-                        marker = (tool_bits if tool else agent_bits) | sides.get(span.kind, 0)
-                        if parent is None or not name:
-                            self._call(trace, span, marker, name, guarded, guard, now,
-                                       undecided if guarded else undecided_others)  # fmt: skip
-                            continue
-                        # _call's common case, inlined: a named call under a settled parent.
-                        if guarded:
-                            undecided.append((span, name))
-                        elif guard:
-                            undecided_others.append((span, name))
-                        last = len(parent) - 1
-                        if (
-                            _HEAD <= last < MAX_PATH_NAMES
-                            and name not in parent
-                            # (an agent below a tool is the tool's run: _named handles it)
-                            and (tool or parent[1] & _KIND_BITS != _TOOL_BITS)  # type: ignore[operator]
-                        ):
-                            # _named's common case, inlined: a new name under a named ancestor.
-                            path = (
-                                parent[0],
-                                markers.get(marker) or self._marker(marker),
-                                *parent[_HEAD:],
-                                name,
-                            )
-                            if tool:
-                                waiting_tools = trace.tools
-                                if waiting_tools is None:
-                                    waiting_tools = trace.tools = []
-                                    tool_traces[trace_id] = trace
-                                waiting_tools.append(path)
-                                waiting_tools.append(now)
+                if step:
+                    # Pause between chunks of ``step`` spans (and after a run of small scopes that
+                    # adds up to as many), checked per chunk: nothing is added to the span loop.
+                    countdown -= len(spans)
+                    if countdown <= 0:
+                        countdown = step
+                        yield
+                    chunks: list[list[SpanView]] | tuple[list[SpanView]] = (
+                        [spans[at : at + step] for at in range(0, len(spans), step)]
+                        if len(spans) > step
+                        else (spans,)
+                    )
+                else:
+                    chunks = (spans,)
+                for number, chunk in enumerate(chunks):
+                    if number:
+                        yield
+                    for span in chunk:
+                        trace_id = span.trace_id
+                        if trace_id != last_trace_id:
+                            found = traces.get(trace_id)
+                            if found is None:
+                                trace = self._touch(trace_id, now)
                             else:
-                                # _count_call's common case, inlined: every call of the trace so
-                                # far is of this span's source.
-                                calls = trace.calls
-                                if calls is None or (
-                                    type(calls) is list and not (int(calls[0][1]) ^ marker) & _GUARDED
-                                ):
-                                    if calls is None:
-                                        trace.calls = [path]
-                                    else:
-                                        calls.append(path)
-                                    edge = (str(parent[last]), name)
-                                    count = delegations.get(edge)
-                                    if count is None:
-                                        _count(delegations, edge, _OVERFLOW_EDGE)
-                                    else:
-                                        delegations[edge] = count + 1
+                                trace = found
+                                traces.move_to_end(trace_id)
+                                trace.last_seen = now
+                            paths = trace.paths
+                            waiting = trace.waiting
+                            last_trace_id = trace_id
+                            full = len(paths) + trace.held >= per_trace
+                        span_id = span.span_id
+                        if span_id in paths:
+                            self.duplicates += 1
+                            skipped += 1
+                            continue
+                        if full:
+                            self.dropped["trace_full"] += 1
+                            skipped += 1
+                            continue
+                        parent_id = span.parent_span_id
+                        span_name = span.name
+                        if span_name.startswith(call_prefixes):
+                            parent = paths.get(parent_id) if parent_id else None
+                            name = span_name[
+                                _WORKFLOW_PREFIX_LENGTH if span_name[7] == "w" else _PREFIX_LENGTH :
+                            ]
+                            if len(name) > MAX_NAME_CHARS:
+                                name = self._cut(name)
+                            tool = span_name[0] == "e"
+                            marker = (tool_bits if tool else agent_bits) | sides.get(span.kind, 0)
+                            if parent is None or not name:
+                                self._call(trace, span, marker, name, guarded, guard, now,
+                                           undecided if guarded else undecided_others)  # fmt: skip
+                                continue
+                            # _call's common case, inlined: a named call under a settled parent.
+                            if guarded:
+                                undecided.append((span, name))
+                            elif guard:
+                                undecided_others.append((span, name))
+                            last = len(parent) - 1
+                            if (
+                                _HEAD <= last < MAX_PATH_NAMES
+                                and name not in parent
+                                # (an agent below a tool is the tool's run: _named handles it)
+                                and (tool or parent[1] & _KIND_BITS != _TOOL_BITS)  # type: ignore[operator]
+                            ):
+                                # _named's common case, inlined: a new name under a named ancestor.
+                                path = (
+                                    parent[0],
+                                    markers.get(marker) or self._marker(marker),
+                                    *parent[_HEAD:],
+                                    name,
+                                )
+                                if tool:
+                                    waiting_tools = trace.tools
+                                    if waiting_tools is None:
+                                        waiting_tools = trace.tools = []
+                                        tool_traces[trace_id] = trace
+                                    waiting_tools.append(path)
+                                    waiting_tools.append(now)
                                 else:
-                                    self._count_call(trace, path, marker)
+                                    # _count_call's common case, inlined: every call of the trace so
+                                    # far is of this span's source.
+                                    calls = trace.calls
+                                    if calls is None or (
+                                        type(calls) is list and not (int(calls[0][1]) ^ marker) & _GUARDED
+                                    ):
+                                        if calls is None:
+                                            trace.calls = [path]
+                                        else:
+                                            calls.append(path)
+                                        edge = (str(parent[last]), name)
+                                        count = delegations.get(edge)
+                                        if count is None:
+                                            _count(delegations, edge, _OVERFLOW_EDGE)
+                                        else:
+                                            delegations[edge] = count + 1
+                                    else:
+                                        self._count_call(trace, path, marker)
+                            else:
+                                path = self._named(trace, name, marker, parent, span)
+                            paths[span_id] = path
+                            if waiting and span_id in waiting:
+                                self._release(trace, span_id, path)
+                            continue
+                        if watch:
+                            encoded = span.SerializeToString()
+                            call = call_by_attributes(span_name, scope, encoded)
+                            if call is not None:
+                                found_other_calls = True
+                                if call.conditional and parent_id:
+                                    parent = paths.get(parent_id)
+                                    if (
+                                        parent is not None
+                                        and len(parent) > _HEAD
+                                        and (
+                                            parent[1] & _KIND_BITS != _TOOL_BITS  # type: ignore[operator]
+                                        )
+                                    ):
+                                        # A call only first below a tool, and the nearest call above
+                                        # is none: a link, settled as unnamed spans are below.
+                                        call = None
+                            if call is not None:
+                                marker = (
+                                    scope_bits
+                                    | call.kind << _KIND_SHIFT
+                                    | call.form << _FORM_SHIFT
+                                    | (_CONDITIONAL if call.conditional else 0)
+                                    | sides.get(span.kind, 0)
+                                )
+                                attributes = Attributes.of(encoded)
+                                into = undecided if guarded else undecided_others
+                                self._call(
+                                    trace, span, marker, call.name, guarded, guard, now, into, attributes
+                                )
+                                continue
+                        if parent_id:
+                            parent = paths.get(parent_id)
+                            if parent is None:
+                                self._wait(
+                                    trace, parent_id, (trace_id, span_id, parent_id, None, 0, None, None)
+                                )
+                                continue
+                        elif span.links:
+                            waiter = (trace_id, span_id, parent_id, None, 0, None, None)
+                            linked = self._linked_path(span, waiter, now)
+                            if linked is None:
+                                continue
+                            parent = linked
                         else:
-                            path = self._named(trace, name, marker, parent, span)
-                        paths[span_id] = path
+                            parent = ROOT_PATH
+                        # The common case, kept inline: an unnamed span shares its parent's path.
+                        paths[span_id] = parent
                         if waiting and span_id in waiting:
-                            self._release(trace, span_id, path)
-                        continue
-                    if watch:
-                        encoded = span.SerializeToString()
-                        call = call_by_attributes(span_name, scope, encoded)
-                        if call is not None:
-                            found_other_calls = True
-                            if call.conditional and parent_id:
-                                parent = paths.get(parent_id)
-                                if (
-                                    parent is not None
-                                    and len(parent) > _HEAD
-                                    and (
-                                        parent[1] & _KIND_BITS != _TOOL_BITS  # type: ignore[operator]
-                                    )
-                                ):
-                                    # A call only first below a tool, and the nearest call above
-                                    # is none: a link, settled as unnamed spans are below.
-                                    call = None
-                        if call is not None:
-                            marker = (
-                                scope_bits
-                                | call.kind << _KIND_SHIFT
-                                | call.form << _FORM_SHIFT
-                                | (_CONDITIONAL if call.conditional else 0)
-                                | sides.get(span.kind, 0)
-                            )
-                            attributes = Attributes.of(encoded)
-                            self._call(trace, span, marker, call.name, guarded, guard, now,
-                                       undecided if guarded else undecided_others, attributes)  # fmt: skip
-                            continue
-                    if parent_id:
-                        parent = paths.get(parent_id)
-                        if parent is None:
-                            self._wait(trace, parent_id, (trace_id, span_id, parent_id, None, 0, None, None))
-                            continue
-                    elif span.links:
-                        waiter = (trace_id, span_id, parent_id, None, 0, None, None)
-                        linked = self._linked_path(span, waiter, now)
-                        if linked is None:
-                            continue
-                        parent = linked
-                    else:
-                        parent = ROOT_PATH
-                    # The common case, kept inline: an unnamed span shares its parent's path.
-                    paths[span_id] = parent
-                    if waiting and span_id in waiting:
-                        self._release(trace, span_id, parent)
+                            self._release(trace, span_id, parent)
                 if watch:
                     self._learn_scope(scope, found_other_calls, now)
         if undecided or undecided_others:

@@ -3,7 +3,9 @@
 Counting happens on the hot path, once or more per span, so it is a dict increment: no
 ``prometheus_client`` metric object is touched per span. :class:`ProcessorCollector` reads the
 tallies of the detector and of :class:`RequestStats` when Prometheus scrapes ``/metrics``.
-Everything runs on one event loop, so a scrape sees a consistent snapshot.
+Everything runs on one event loop, and a scrape is taken in the detection queue
+(:mod:`otel_guard_processor.detection`), never in the middle of a request's detection: it sees a
+consistent snapshot that counts every request acknowledged before it.
 
 Metric names are listed in the README's processor section; a test checks that list against ``/metrics``.
 """
@@ -61,6 +63,7 @@ class RequestStats:
         self.downstream_errors: dict[str, int] = {}  # gRPC status name -> errors
         self.detection_errors = 0
         self.inflight = 0
+        self.pending_bytes = 0  # of requests held: not yet both answered and detected
         self._latency: dict[str, _Histogram] = {}
 
     def request(self, protocol: str, outcome: str, size: int, seconds: float) -> None:
@@ -176,6 +179,11 @@ class ProcessorCollector(Collector):
             "otel_guard_processor_inflight_requests",
             "Export requests being handled now.",
             stats.inflight,
+        )
+        yield _gauge(
+            "otel_guard_processor_pending_bytes",
+            "Bytes of export requests held: waiting for the downstream's answer or for detection.",
+            stats.pending_bytes,
         )
 
 

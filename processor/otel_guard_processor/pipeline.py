@@ -1,18 +1,22 @@
 """One export request, from bytes in to the answer out: parse, forward, detect, acknowledge.
 
 Both receivers hand the pipeline the protobuf bytes of an ExportTraceServiceRequest. The order of
-work is what keeps spans safe and the downstream busy:
+work is what keeps spans safe and the clients apart:
 
-1. parse (a request that does not parse is answered INVALID_ARGUMENT and changes nothing),
-2. start forwarding the very same bytes, so the downstream works while this process detects,
-3. detect (an unexpected failure here is logged and counted; it never costs the client its spans),
+1. take it, or refuse it with RESOURCE_EXHAUSTED and a retry delay when the requests held already
+   fill ``max_pending_bytes`` (a request is held, in bytes, from here until it is both answered and
+   detected; one request is always taken when none is held); the client keeps the spans and sends
+   them again;
+2. parse (a request that does not parse is answered INVALID_ARGUMENT and changes nothing);
+3. forward the very same bytes, and queue the parsed request for detection
+   (:mod:`otel_guard_processor.detection`);
 4. wait for the downstream's acknowledgement and answer the client with it -- or with a retryable
-   error, so the client keeps the spans and sends them again.
+   error, so the client keeps the spans and sends them again. The answer does not wait for
+   detection: one client's large request never holds up another's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from otel_guard_processor.detector import Detector
+from otel_guard_processor.detection import Detection
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest, RequestView, parse_request
@@ -63,19 +67,20 @@ class Pipeline:
 
     def __init__(
         self,
-        detector: Detector,
+        detection: Detection,
         stats: RequestStats,
         forwarder: Forwarder | None,
         *,
         retry_after: float,
+        max_pending_bytes: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.detector = detector
+        self.detection = detection
         self.stats = stats
         self.forwarder = forwarder
         self._retry_after = retry_after
+        self.max_pending_bytes = max_pending_bytes
         self._clock = clock
-        self._detection_failed_once = False
         # Downstream failures are logged at most once per DOWNSTREAM_LOG_SECONDS per reason, with
         # how many more there were meanwhile: an outage is one line a minute, not one a request.
         self._downstream_logged: dict[str, float] = {}
@@ -87,38 +92,48 @@ class Pipeline:
         stats = self.stats
         stats.inflight += 1
         try:
+            size = len(raw)
+            pending = stats.pending_bytes
+            if pending and pending + size > self.max_pending_bytes:
+                # Before parsing: a refusal under load costs next to nothing.
+                return self.refuse(
+                    protocol,
+                    "busy",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{pending} bytes of requests are waiting for the downstream or for detection "
+                    f"(max_pending_bytes {self.max_pending_bytes}); retry later",
+                    size,
+                    started,
+                    retryable=True,
+                )
+            held = _Held(stats, size)
             try:
                 request = parse_request(raw)
             except MalformedRequest as exc:
+                held.drop()
                 return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
-                                   len(raw), started)  # fmt: skip
-            pending = None
+                                   size, started)  # fmt: skip
+            answering = None
             if self.forwarder is not None:
                 try:
-                    pending = self.forwarder.start(raw)
+                    answering = self.forwarder.start(raw)
                 except DownstreamError as exc:
+                    held.drop()
                     return self._downstream_failed(exc, protocol, raw, request, started)
-                # Let the call go out before detection keeps this loop busy.
-                await asyncio.sleep(0)
-            try:
-                spans = self.detector.ingest(request, raw, self._clock())
-            except Exception:
-                spans = _count_spans(request)
-                stats.detection_errors += 1
-                if not self._detection_failed_once:
-                    self._detection_failed_once = True
-                    _log.exception("otel-guard processor: detection failed; spans still forwarded")
+            self.detection.submit(request, raw, self._clock(), held.release)
+            spans = _count_spans(request)
             stats.spans["received"] += spans
-            response = b""
-            if pending is not None:
-                try:
-                    response = await pending
-                except DownstreamError as exc:
-                    stats.spans["rejected"] += spans
-                    stats.request(protocol, "downstream_error", len(raw), time.perf_counter() - started)
-                    return self._answer_error(exc, spans)
+            try:
+                response = b"" if answering is None else await answering
+            except DownstreamError as exc:
+                stats.spans["rejected"] += spans
+                stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
+                return self._answer_error(exc, spans)
+            finally:
+                held.release()
+            if answering is not None:
                 stats.spans["forwarded"] += spans
-            stats.request(protocol, "ok", len(raw), time.perf_counter() - started)
+            stats.request(protocol, "ok", size, time.perf_counter() - started)
             return Answer(grpc.StatusCode.OK, response=response)
         finally:
             stats.inflight -= 1
@@ -170,6 +185,29 @@ class Pipeline:
         else:
             self._downstream_unlogged[reason] = self._downstream_unlogged.get(reason, 0) + 1
         return Answer(exc.code, exc.details, retry_after=self._retry_after if exc.retryable else None)
+
+
+class _Held:
+    """A request's bytes, counted in ``stats.pending_bytes`` until it is both answered and detected."""
+
+    __slots__ = ("_holders", "_size", "_stats")
+
+    def __init__(self, stats: RequestStats, size: int) -> None:
+        self._stats = stats
+        self._size = size
+        self._holders = 2  # the answer and the detection
+        stats.pending_bytes += size
+
+    def release(self) -> None:
+        """One of the two is done with it."""
+        self._holders -= 1
+        if self._holders == 0:
+            self._stats.pending_bytes -= self._size
+
+    def drop(self) -> None:
+        """The request goes no further: neither is."""
+        self._holders = 1
+        self.release()
 
 
 def _count_spans(request: RequestView) -> int:

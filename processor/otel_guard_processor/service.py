@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from functools import partial
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from otel_guard_processor.config import ProcessorConfig
+from otel_guard_processor.detection import Detection
 from otel_guard_processor.detector import Detector, DetectorLimits
 from otel_guard_processor.forwarder import Forwarder
 from otel_guard_processor.grpc_receiver import GrpcReceiver
@@ -49,6 +51,7 @@ class Processor:
             )
         )
         self.stats = RequestStats()
+        self.detection = Detection(self.detector, self.stats)
         self.registry = new_registry(self.detector, self.stats)
         self.forwarder: Forwarder | None = None
         self.grpc: GrpcReceiver | None = None
@@ -68,7 +71,13 @@ class Processor:
                 max_inflight=config.max_inflight,
                 max_message_bytes=config.max_request_bytes,
             )
-        self.pipeline = Pipeline(self.detector, self.stats, self.forwarder, retry_after=config.retry_after)
+        self.pipeline = Pipeline(
+            self.detection,
+            self.stats,
+            self.forwarder,
+            retry_after=config.retry_after,
+            max_pending_bytes=config.max_pending_bytes,
+        )
         try:
             self.grpc = GrpcReceiver(self.pipeline, config.listen, config.max_request_bytes)
             await self.grpc.start()
@@ -108,14 +117,16 @@ class Processor:
         from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
         async def metrics(_: Request) -> Response:
-            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+            # In the detection queue: after every request acknowledged so far (detection.py).
+            body = await self.detection.run(partial(generate_latest, self.registry))
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
 
         return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
-            self.detector.expire(time.monotonic())
+            self.detection.expire(time.monotonic())
 
     async def stop(self) -> None:
         """Drain and stop; safe to call more than once."""
@@ -138,6 +149,7 @@ class Processor:
         if self.forwarder is not None:
             await self.forwarder.close()
             self.forwarder = None
+        await self.detection.stop(drain)
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

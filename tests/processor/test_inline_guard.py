@@ -39,6 +39,7 @@ async def test_processor_finds_the_loops_the_guard_refused(start_processor: Proc
         if processor.detector.cycles and processor.stats.inflight == 0:
             break
         await asyncio.sleep(0.1)
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.cycles == {
         ("cross_function", "planner>budget>planner"): 1,
         ("direct", "summarize>summarize"): 1,

@@ -98,6 +98,7 @@ async def test_http_json_ids_are_read_as_hex(start_processor: ProcessorFactory) 
         )
     assert response.status_code == 200
     # The parent link only holds if the hex ids were decoded to the same bytes.
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.cycles == {("direct", "planner>planner"): 1}
 
 
@@ -115,6 +116,7 @@ async def test_http_gzip_body_is_accepted(start_processor: ProcessorFactory) -> 
     processor = await start_processor()
     response = await post_gzip(processor, gzip.compress(encode(*cycle_trace().spans)))
     assert response.status_code == 200
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
 
 
@@ -130,6 +132,7 @@ async def test_a_gzip_body_of_several_members_is_read_whole(start_processor: Pro
     body = gzip.compress(raw[:half]) + gzip.compress(raw[half:])
     response = await post_gzip(processor, body)
     assert response.status_code == 200
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
     samples = await scrape(processor)
     assert series(samples, SPANS)[("received",)] == 4
@@ -149,6 +152,7 @@ async def test_a_gzip_body_that_is_cut_short_or_trails_garbage_is_400(
     processor = await start_processor()
     response = await post_gzip(processor, body)
     assert response.status_code == 400
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.active_traces == 0
 
 
@@ -203,6 +207,7 @@ async def test_malformed_json_is_400_with_a_reason(
     assert response.status_code == 400
     status = json.loads(response.content)
     assert message in status["message"]
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.active_traces == 0
 
 
@@ -240,6 +245,7 @@ async def test_oversized_requests_are_refused(start_processor: ProcessorFactory)
             headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
         )
     assert (declared.status_code, streamed.status_code, bomb.status_code) == (413, 413, 413)
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.active_traces == 0
     samples = await scrape(processor)
     assert series(samples, REQUESTS) == {("too_large", "grpc"): 1, ("too_large", "http"): 3}
@@ -270,6 +276,7 @@ async def test_bad_gzip_is_400(start_processor: ProcessorFactory) -> None:
             headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
         )
     assert response.status_code == 400
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.active_traces == 0
 
 

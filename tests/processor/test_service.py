@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 from otel_guard_processor.detector import Detector
@@ -19,11 +20,13 @@ async def test_spans_whose_parent_never_comes_are_settled_by_the_ttl_sweep(
     budget = trace.agent("budget", never_sent)
     trace.agent("budget", budget)
     await export(processor, encode(*trace.spans[1:]))
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.pending_spans == 2
     for _ in range(50):  # the sweep runs every second; bounded wait
         if processor.detector.active_traces == 0:
             break
         await asyncio.sleep(0.1)
+    await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.cycles == {("direct", "budget>budget"): 1}
     samples = await scrape(processor)
     assert series(samples, "otel_guard_processor_trace_evictions_total") == {("ttl",): 1}
@@ -35,10 +38,11 @@ async def test_a_failure_in_detection_still_forwards_and_is_counted(
 ) -> None:
     processor = await start_processor(forward=sink.address)
 
-    def broken(self: Detector, *args: object) -> int:
+    def broken(self: Detector, *args: object) -> Iterator[None]:
+        yield  # one slice went well, then
         raise RuntimeError("a bug in detection")
 
-    monkeypatch.setattr(Detector, "ingest", broken)
+    monkeypatch.setattr(Detector, "ingest_steps", broken)
     trace = Trace()
     trace.agent("planner")
     raw = encode(*trace.spans)
