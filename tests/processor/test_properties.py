@@ -2,22 +2,31 @@
 
 Whatever a sender puts on the wire, reading it either fails with ``MalformedRequest`` (and changes
 nothing) or succeeds; detection never raises, never leaves a span unaccounted for, and keeps every
-name and label within its bound.
+name and label within its bound; and through a running processor, every request it acknowledged
+reached the downstream byte for byte, while every other one was refused in a way that says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+from collections import Counter
+from dataclasses import replace
 
+import grpc
+import grpc.aio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.detector import MAX_LABEL_CHARS, MAX_NAME_CHARS, Detector, DetectorLimits
 from otel_guard_processor.dialects import call_by_attributes
 from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf, parse_request
+from otel_guard_processor.service import Processor
+from processor_helpers import Sink, export
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -199,3 +208,49 @@ def test_detection_of_any_requests_accounts_for_every_span(
 @given(st.binary(max_size=400), st.text(max_size=10), SCOPES)
 def test_dialect_reading_of_any_span_encoding_never_raises(encoded: bytes, name: str, scope: str) -> None:
     call_by_attributes(name, scope, encoded)
+
+
+# What a client may be told instead of OK: the request is malformed, or the processor is full.
+REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+async def through_a_processor(bodies: list[bytes]) -> None:
+    sink = Sink()
+    await sink.start()
+    config = replace(
+        ProcessorConfig(),
+        listen="127.0.0.1:0",
+        prometheus=None,
+        forward=sink.address,
+        max_pending_bytes=600,  # small: some requests sent together are refused as busy
+        drain_timeout=5.0,
+    )
+    processor = Processor(config)
+    await processor.start()
+    try:
+        answers = await asyncio.gather(*(export(processor, body) for body in bodies), return_exceptions=True)
+        acknowledged = []
+        for body, answer in zip(bodies, answers, strict=True):
+            if isinstance(answer, grpc.aio.AioRpcError):
+                assert answer.code() in REFUSALS, answer
+            else:
+                assert answer == b"", answer
+                acknowledged.append(body)
+        assert Counter(sink.received) == Counter(acknowledged)
+        await processor.detection.settled()
+        assert processor.stats.detection_errors == 0
+    finally:
+        await processor.stop()
+        await sink.stop()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(requests().map(lambda message: message.SerializeToString()), st.binary(max_size=120)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_every_acknowledged_request_reaches_the_downstream_unchanged(bodies: list[bytes]) -> None:
+    asyncio.run(through_a_processor(bodies))
