@@ -1,4 +1,4 @@
-"""The user guide (the README's processor section) says what the processor really does."""
+"""The processor's reference page (docs/processor.md) says what the processor really does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from otel_guard_processor.config import OPTIONS
 from processor_helpers import ProcessorFactory, export
 from processor_spans import Trace, encode, guard_attributes
 
-GUIDE = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "processor.md"
 
 
 def documented_metrics(text: str) -> set[str]:
