@@ -60,6 +60,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.stack:
+        from otel_guard._demo_stack import run_stack_demo
+
+        return run_stack_demo()
     from otel_guard.demo import run_demo
 
     run_demo()
@@ -93,7 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
         "observe mode, then an A -> A runaway stopped by the name-depth backstop. No servers, "
         "no keys needed.",
     )
-    demo.set_defaults(run=_demo)
+    demo.add_argument(
+        "--stack",
+        action="store_true",
+        help="the same loop across two agent processes over HTTP, with signed chains, exported to a "
+        "processor this starts; prints its metrics and the trace (needs the processor extra)",
+    )
+    demo.set_defaults(run=_demo, parser=demo)
 
     keygen = commands.add_parser(
         "keygen",
@@ -102,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "To rotate, list the new key first and keep the old one after it until every process has it.",
     )
     keygen.add_argument("--kid", help="the key id (default: a random one)")
-    keygen.set_defaults(run=_keygen)
+    keygen.set_defaults(run=_keygen, parser=keygen)
 
     inspect = commands.add_parser(
         "inspect",
@@ -112,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or has expired.",
     )
     inspect.add_argument("token", metavar="TOKEN", help="the value of the otel_guard.chain baggage member")
-    inspect.set_defaults(run=_inspect)
+    inspect.set_defaults(run=_inspect, parser=inspect)
 
     commands.add_parser(
         "processor",
@@ -126,7 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["processor"]:
         return _processor(arguments[1:])
-    args = build_parser().parse_args(arguments)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:
+        # The command's own usage, not the top level's: `otel-guard demo --bogus` shows demo's.
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     result: int = args.run(args)
     return result
 

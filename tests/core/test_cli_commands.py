@@ -157,6 +157,18 @@ def test_bad_usage_exits_2_with_usage_on_stderr(run_command: Run, argv: list[str
     assert completed.stdout == ""
 
 
+@pytest.mark.parametrize("command", ["demo", "keygen", "inspect"])
+def test_an_unknown_option_shows_the_commands_own_usage(run_command: Run, command: str) -> None:
+    argv = [OTEL_GUARD, command, "--bogus", *(["TOKEN"] if command == "inspect" else [])]
+    completed = run_command(argv)
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines() == [
+        completed.stderr.splitlines()[0],
+        f"otel-guard {command}: error: unrecognized arguments: --bogus",
+    ]
+    assert completed.stderr.startswith(f"usage: otel-guard {command} ")
+
+
 @pytest.mark.parametrize(
     "command", [[], ["demo"], ["keygen"], ["inspect"]], ids=lambda c: " ".join(c) or "top"
 )
@@ -247,3 +259,44 @@ def test_demo_runs_with_keys_in_the_environment(run_command: Run, make_key: Call
     completed = run_command([OTEL_GUARD, "demo"], timeout=60, OTEL_GUARD_KEYS=make_key("k1").env)
     assert completed.returncode == 0, completed.stderr
     assert "refused (cycle)" in completed.stdout
+
+
+# -- demo --stack ----------------------------------------------------------------------------------
+
+
+def test_demo_stack_shows_the_loop_across_processes_counted_by_the_processor(run_command: Run) -> None:
+    import psutil
+
+    completed = run_command([OTEL_GUARD, "demo", "--stack"], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    # The agents said it: the chain arrived signed and verified, the bounce was refused at the door.
+    assert "[budget] budget: a signed chain arrived and verified: planner → budget" in out
+    assert "[budget] budget: planner refused (409): Delegation cycle: agent planner" in out
+    assert "planner's answer: planner's answer, from budget's: budget answers with what it has" in out
+    # The processor counted the loop once, from spans of two processes.
+    assert 'otel_guard_cycles_total{cycle="planner>budget>planner",kind="cross_function"} 1.0' in out
+    assert 'otel_guard_span_decisions_total{agent="planner",decision="refuse",reason="cycle"} 1.0' in out
+    # The trace store got one trace across both services.
+    tree = out.split("the trace, as the trace store received it:\n", 1)[1].split("\n\n", 1)[0]
+    assert tree.splitlines() == [
+        "  invoke_agent planner  [planner]  allow",
+        "    invoke_agent budget  [budget]  allow",
+        "      invoke_agent planner  [planner]  refuse (cycle)",
+    ]
+    assert out.rstrip().splitlines()[-2].startswith("next: README.md")
+    # Every process it started is gone.
+    pids = [int(pid) for pid in re.findall(r", pid (\d+)", out)]
+    assert len(pids) == 2
+    assert not [pid for pid in pids if psutil.pid_exists(pid)]
+
+
+def test_demo_stack_without_the_processor_says_what_to_install(run_command: Run) -> None:
+    program = (
+        "import sys; sys.modules['otel_guard_processor'] = None\n"
+        "from otel_guard.cli import main; sys.exit(main(['demo', '--stack']))"
+    )
+    completed = run_command([sys.executable, "-c", program])
+    assert completed.returncode == 1
+    assert completed.stderr.count("\n") == 1
+    assert "pip install '.[processor]'" in completed.stderr
