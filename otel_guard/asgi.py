@@ -51,6 +51,7 @@ from opentelemetry.trace import SpanKind
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
+from otel_guard.policy import settings_at_start
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 Scope = MutableMapping[str, Any]
@@ -115,6 +116,7 @@ class GuardMiddleware:
             raise ValueError(
                 f"GuardMiddleware: skill must be a string, None or a callable(scope), not {skill!r}"
             )
+        settings_at_start()  # a bad OTEL_GUARD_* value stops the server before it serves anything
         self.app = app
         self.agent = agent
         self.skill = skill

@@ -232,8 +232,16 @@ class Keyring:
 
 
 def generate_key(kid: str | None = None) -> tuple[str, str]:
-    """A fresh (key id, base64url secret of 32 random bytes) pair for ``OTEL_GUARD_KEYS``."""
-    return kid or f"k{secrets.token_hex(4)}", _b64encode(secrets.token_bytes(MIN_SECRET_BYTES))
+    """A fresh (key id, base64url secret of 32 random bytes) pair for ``OTEL_GUARD_KEYS``.
+
+    Raises ``ValueError`` for a key id that ``OTEL_GUARD_KEYS`` would not accept (an empty one
+    included: no silent random id in its place).
+    """
+    if kid is None:
+        kid = f"k{secrets.token_hex(4)}"
+    elif _KID.fullmatch(kid) is None:
+        raise ValueError(f"key id {kid!r} must be 1-64 characters of A-Z a-z 0-9 . _ ~ -")
+    return kid, _b64encode(secrets.token_bytes(MIN_SECRET_BYTES))
 
 
 # -- encoding -----------------------------------------------------------------------------------

@@ -16,7 +16,10 @@ from otel_guard.policy import ENV, current_settings
 
 
 def _keygen(args: argparse.Namespace) -> int:
-    kid, secret = generate_key(args.kid)
+    try:
+        kid, secret = generate_key(args.kid)
+    except ValueError as exc:
+        args.parser.error(f"--kid: {exc}")
     print(f"{ENV['keys']}={kid}:{secret}")
     return 0
 

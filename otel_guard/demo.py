@@ -6,6 +6,7 @@ from the spans the guard wrote, so what you see is what your tracing backend wou
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -174,4 +175,7 @@ def run_demo() -> None:
         )
         _runaway()
     finally:
-        reset_settings()
+        # Back to the environment's settings; the demo never used them, and a bad value there is
+        # for the guard's start-up to report, not the demo's.
+        with contextlib.suppress(ValueError):
+            reset_settings()

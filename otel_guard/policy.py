@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -234,6 +235,30 @@ def current_settings() -> Settings:
     return settings if settings is not None else reset_settings()
 
 
+def settings_at_start() -> Settings:
+    """The settings in force, checked where the guard starts (an instrumentor, the ASGI middleware,
+    the CLI): a bad ``OTEL_GUARD_*`` value ends the program there, with one line on stderr naming the
+    variable and what it accepts and exit status 2 -- never a traceback, and never a server that
+    starts and then refuses every request.
+    """
+    try:
+        return current_settings()
+    except ValueError as exc:
+        sys.stderr.write(f"otel-guard: {exc}\n")
+        sys.stderr.flush()
+        if _in_sitecustomize():
+            # opentelemetry-instrument loads instrumentors from sitecustomize, where SystemExit is a
+            # fatal error with a traceback: end the process as SystemExit would have.
+            os._exit(2)
+        raise SystemExit(2) from None
+
+
+def _in_sitecustomize() -> bool:
+    """Whether ``sitecustomize`` is being imported now (Python's start-up is still under way)."""
+    module = sys.modules.get("sitecustomize")
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
 def reset_settings() -> Settings:
     """Forget every :func:`configure` and read the environment again."""
     global _current
@@ -254,7 +279,13 @@ def configure(**settings: Any) -> Settings:
         raise ValueError(f"unknown setting {', '.join(sorted(unknown))}; settings are {', '.join(ENV)}")
     validated = {name: _VALIDATORS[name](value) for name, value in settings.items()}
     with _lock:
-        _current = replace(_current if _current is not None else settings_from_env(), **validated)
+        if _current is not None:
+            base = _current
+        elif len(validated) == len(_VALIDATORS):
+            base = Settings()  # every setting given: the environment has nothing left to say
+        else:
+            base = settings_from_env()
+        _current = replace(base, **validated)
         return _current
 
 

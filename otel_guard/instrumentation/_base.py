@@ -23,6 +23,7 @@ from opentelemetry.instrumentation.utils import unwrap
 
 from otel_guard import telemetry
 from otel_guard.errors import DelegationRefused
+from otel_guard.policy import settings_at_start
 
 _log = logging.getLogger("otel_guard.instrumentation")
 
@@ -76,6 +77,7 @@ class GuardInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if conflict:
             _log.debug("otel-guard: %s skipped: %s", type(self).__name__, conflict)
             return None
+        settings_at_start()  # a bad OTEL_GUARD_* value ends the program now, in one line
         tracer_provider = kwargs.get("tracer_provider")
         meter_provider = kwargs.get("meter_provider")
         if tracer_provider is not None or meter_provider is not None:

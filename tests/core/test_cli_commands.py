@@ -145,6 +145,8 @@ def test_inspect_with_bad_keys_in_the_environment_fails_naming_the_variable(run_
         ["inspect"],
         ["inspect", "a", "b"],
         ["keygen", "--colour"],
+        ["keygen", "--kid", "a:b"],  # a key id OTEL_GUARD_KEYS would not accept
+        ["keygen", "--kid", ""],  # not a random one in its place
         ["demo", "extra"],
         ["--nope"],
     ],
