@@ -21,7 +21,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import math
 import random
 import re
 import secrets
@@ -34,6 +33,11 @@ TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
 """The longest token the W3C baggage propagator carries (it drops members of 4096 bytes or more)."""
 MIN_SECRET_BYTES: Final = 32
+# A chain's times (iat, exp) are seconds since 1970 before this bound (2242): anything else is not a
+# time any guard wrote, and would overflow the clocks that read it.
+MAX_TIME: Final = 2.0**33
+# Text a token's sender chose (a key id, an algorithm, a claim) is quoted in refusals cut to this.
+MAX_QUOTED: Final = 64
 
 _KID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
 _ROOT = re.compile(r"[0-9a-f]{32}")
@@ -208,15 +212,16 @@ class Keyring:
             return known
         # A header another library wrote (other key order, spacing): read it properly.
         fields = _json_object(_b64decode(header), "header")
+        _check_header(fields)
         alg = fields.get("alg")
         if alg != "HS256":
-            raise InvalidToken(f"token algorithm {alg!r} is not HS256")
+            raise InvalidToken(f"token algorithm {quoted(alg)} is not HS256")
         kid = fields.get("kid")
         if not isinstance(kid, str):
             raise InvalidToken("token header has no key id (kid)")
         key = self._by_kid.get(kid)
         if key is None:
-            raise InvalidToken(f"token is signed with unknown key id {kid!r}")
+            raise InvalidToken(f"token is signed with unknown key id {quoted(kid)}")
         return key
 
     def __repr__(self) -> str:  # never shows a secret
@@ -475,15 +480,28 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
 
 
 def _number(value: object, name: str) -> float:
+    number = None
     if type(value) is float:
-        if math.isfinite(value):
-            return value
-    elif type(value) is int:
-        try:
-            return float(value)
-        except OverflowError:
-            pass
-    raise InvalidToken(f"token claim {name!r} must be a number")
+        number = value
+    elif type(value) is int and -MAX_TIME <= value <= MAX_TIME:
+        number = float(value)
+    if number is None or not 0 <= number <= MAX_TIME:  # NaN fails this too
+        raise InvalidToken(f"token claim {name!r} must be a time in seconds from 1970 to 2242")
+    return number
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` cut to MAX_QUOTED characters: how a refusal repeats what a sender chose."""
+    text = repr(value)
+    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 1] + "…"
+
+
+def _check_header(fields: Mapping[str, Any]) -> None:
+    """RFC 7515 4.1.11: a verifier must refuse a token whose ``crit`` names what it does not know."""
+    if "crit" in fields:
+        raise InvalidToken(
+            f"token header lists critical extensions {quoted(fields['crit'])} this guard does not know"
+        )
 
 
 _new_hop = tuple.__new__  # builds a Hop straight from a checked [agent, skill] pair
@@ -492,7 +510,7 @@ _new_hop = tuple.__new__  # builds a Hop straight from a checked [agent, skill] 
 def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
     version = claims.get("v")
     if version != TOKEN_VERSION or type(version) is bool:
-        raise InvalidToken(f"token format version {version!r} is not {TOKEN_VERSION}")
+        raise InvalidToken(f"token format version {quoted(version)} is not {TOKEN_VERSION}")
     root = claims.get("root")
     if type(root) is not str or _ROOT.fullmatch(root) is None:
         raise InvalidToken("token claim 'root' must be 32 lowercase hex characters")
@@ -513,9 +531,10 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
             # JSON escapes can spell a lone surrogate, which no carrier, span or log can encode.
             raise InvalidToken("token hop names must be text UTF-8 can encode (a lone surrogate is not)")
         hops.append(_new_hop(Hop, item))
-    return Chain(
-        tuple(hops), root, workspace, _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
-    )
+    issued_at, expires_at = _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
+    if expires_at < issued_at:
+        raise InvalidToken("token claim 'exp' is before its 'iat'")
+    return Chain(tuple(hops), root, workspace, issued_at, expires_at)
 
 
 def _encodable(text: str) -> bool:
@@ -556,7 +575,7 @@ def _decode(token: object, keyring: Keyring | None) -> Chain:
     header, payload, signature = parts
     if keyring is None:
         if header != _UNSIGNED_HEADER:
-            _json_object(_b64decode(header), "header")
+            _check_header(_json_object(_b64decode(header), "header"))
     else:
         if header == _UNSIGNED_HEADER or not signature:
             raise InvalidToken("token is unsigned but keys are configured")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 from otel_guard.chain import InvalidToken, decode, generate_key
-from otel_guard.policy import ENV, current_settings
+from otel_guard.policy import ENV, current_settings, integrity
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -29,14 +29,14 @@ def _when(seconds: float) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    """The token as the guard reads it: the same verification, workspace and lifetime included."""
     try:
         settings = current_settings()
     except ValueError as exc:
         print(f"otel-guard inspect: {exc}", file=sys.stderr)
         return 1
-    token = args.token.strip()
     try:
-        chain = decode(token, settings.keys)
+        chain = decode(args.token, settings.keys)  # as it arrives: the guard strips nothing either
     except InvalidToken as exc:
         print(f"otel-guard inspect: bad_signature: {exc}", file=sys.stderr)
         return 1
@@ -52,12 +52,10 @@ def _inspect(args: argparse.Namespace) -> int:
     for number, hop in enumerate(chain.hops, start=1):
         skill = f"  (skill {hop.skill})" if hop.skill is not None else ""
         print(f"  {number}. {hop.agent}{skill}")
-    now = time.time()
-    if now >= chain.expires_at:
-        print(
-            f"otel-guard inspect: expired: the chain expired {now - chain.expires_at:.0f} s ago",
-            file=sys.stderr,
-        )
+    problem = integrity(chain, settings, time.time())
+    if problem is not None:
+        reason, message = problem
+        print(f"otel-guard inspect: {reason}: {message}; the guard refuses it", file=sys.stderr)
         return 1
     return 0
 

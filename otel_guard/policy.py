@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, cast
 
-from otel_guard.chain import Chain, Hop, Keyring
+from otel_guard.chain import Chain, Hop, Keyring, quoted
 
 Mode = Literal["enforce", "observe", "off"]
 CycleRule = Literal["agent_skill", "agent", "none"]
@@ -47,6 +47,8 @@ ENV: Final[dict[str, str]] = {
 """Setting name -> environment variable."""
 
 INTEGRITY_REASONS: Final = frozenset({"bad_signature", "expired", "foreign_workspace"})
+# Seconds of clock difference between hosts a chain's times may show (see integrity()).
+CLOCK_SKEW: Final = 30.0
 """Reasons that mean the chain itself cannot be trusted: refused in observe mode too (fail closed)."""
 
 
@@ -310,22 +312,51 @@ def decide(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> V
     return Verdict("refuse", reason, message)
 
 
+def integrity(
+    chain: Chain, settings: Settings, now: float, agent: str | None = None
+) -> tuple[str, str] | None:
+    """Why an arriving chain cannot be trusted here, as (reason, message), or None.
+
+    Its workspace must be this one; it must not have expired, nor claim a lifetime longer than this
+    guard's ``ttl``, nor have been issued in the future, each beyond ``CLOCK_SKEW`` seconds of clock
+    difference between hosts (every process of a workspace needs the same ``ttl``, as it needs the
+    same keys). The guard refuses such a chain in every mode; ``otel-guard inspect`` reports it.
+    """
+    where = f"; agent {agent} refused in chain {chain.path() or '(empty)'}" if agent is not None else ""
+    if chain.workspace != settings.workspace:
+        return (
+            "foreign_workspace",
+            f"Delegation chain belongs to workspace {quoted(chain.workspace)}, "
+            f"not {settings.workspace!r}{where}",
+        )
+    lifetime = chain.expires_at - chain.issued_at
+    if now >= chain.expires_at:
+        return (
+            "expired",
+            f"Delegation chain expired {now - chain.expires_at:.0f} s ago "
+            f"(lifetime {lifetime:.0f} s from its first hop){where}",
+        )
+    if lifetime > settings.ttl + CLOCK_SKEW:
+        return (
+            "expired",
+            f"Delegation chain claims a lifetime of {lifetime:.0f} s, longer than the ttl here "
+            f"({settings.ttl:.0f} s){where}",
+        )
+    if chain.issued_at > now + CLOCK_SKEW:
+        return (
+            "expired",
+            f"Delegation chain was issued {chain.issued_at - now:.0f} s in the future "
+            f"(more than the {CLOCK_SKEW:.0f} s of clock skew allowed){where}",
+        )
+    return None
+
+
 def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> tuple[str, str] | None:
     if arrival is None:
         return None  # a first hop: nothing to repeat, depth 1
-    if arrival.workspace != settings.workspace:
-        return (
-            "foreign_workspace",
-            f"Delegation chain belongs to workspace {arrival.workspace!r}, not {settings.workspace!r}; "
-            f"agent {hop.agent} refused in chain {arrival.path() or '(empty)'}",
-        )
-    if now >= arrival.expires_at:
-        return (
-            "expired",
-            f"Delegation chain expired {now - arrival.expires_at:.0f} s ago "
-            f"(lifetime {arrival.expires_at - arrival.issued_at:.0f} s from its first hop); "
-            f"agent {hop.agent} refused in chain {arrival.path() or '(empty)'}",
-        )
+    problem = integrity(arrival, settings, now, hop.agent)
+    if problem is not None:
+        return problem
     hops = arrival.hops
     standing = [h[0] for h in hops].count(hop.agent)
     if settings.cycle_rule == "agent" and standing:

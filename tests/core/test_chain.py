@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from otel_guard import chain as chain_module
 from otel_guard.chain import (
+    MAX_QUOTED,
     MAX_TOKEN_LENGTH,
     Chain,
     ChainToken,
@@ -585,3 +586,43 @@ def test_a_chain_with_a_lone_surrogate_in_a_name_is_refused(keyring: Keyring | N
         ),
         keyring,
     )
+
+
+# -- headers and echoes (RFC 7515, CONTRACT §3) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("keyring", [KEYRING, None], ids=["with keys", "without keys"])
+def test_a_critical_header_extension_is_refused(keyring: Keyring | None) -> None:
+    header = {"alg": "HS256", "kid": "k1", "typ": "JWT", "crit": ["exp"], "exp": 1}
+    with pytest.raises(InvalidToken, match="critical extensions"):
+        decode(signed(good_claims(), header=header), keyring)
+
+
+@pytest.mark.parametrize(
+    ("header", "claims"),
+    [
+        ({"alg": "HS256", "kid": "x" * 1000, "typ": "JWT"}, good_claims()),
+        ({"alg": "HS256" + "y" * 1000, "kid": "k1"}, good_claims()),
+        (None, good_claims(v="z" * 1000)),
+    ],
+    ids=["kid", "alg", "version"],
+)
+def test_text_the_sender_chose_is_quoted_cut_to_64_characters(
+    header: dict[str, Any] | None, claims: Any
+) -> None:
+    with pytest.raises(InvalidToken) as refused:
+        decode(signed(claims, header=header), KEYRING)
+    message = str(refused.value)
+    quoted = message[message.index("'") : message.rindex("…") + 1]
+    assert len(quoted) == MAX_QUOTED
+    assert len(message) < 200
+
+
+@pytest.mark.parametrize(
+    "times",
+    [{"exp": 1e308}, {"iat": -1e300}, {"iat": 10.0, "exp": 5.0}, {"exp": 2.0**40}, {"iat": True}],
+    ids=["exp 1e308", "iat -1e300", "exp before iat", "exp past 2242", "iat a bool"],
+)
+def test_impossible_times_are_invalid(times: dict[str, Any]) -> None:
+    with pytest.raises(InvalidToken):
+        decode(signed(good_claims(**times)), KEYRING)

@@ -6,6 +6,7 @@ Each test runs the installed console script in a fresh process with a clean envi
 from __future__ import annotations
 
 import base64
+import json
 import re
 import sys
 import time
@@ -25,7 +26,7 @@ KEYGEN_LINE = re.compile(r"OTEL_GUARD_KEYS=([A-Za-z0-9._~-]{1,64}):([A-Za-z0-9_-
 Run = Callable[..., Any]
 
 
-def token(keyring: Keyring | None, *hops: Hop, workspace: str = "travel") -> tuple[str, Chain]:
+def token(keyring: Keyring | None, *hops: Hop, workspace: str = "default") -> tuple[str, Chain]:
     now = time.time()
     chain = Chain(hops or (Hop("planner", "plan"), Hop("budget")), new_root(), workspace, now, now + 300)
     return encode(chain, keyring), chain
@@ -73,7 +74,7 @@ def test_inspect_prints_the_verified_chain(run_command: Run, make_key: Callable[
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
     assert re.search(rf"^root:\s+{chain.root}$", out, re.MULTILINE)
-    assert re.search(r"^workspace:\s+travel$", out, re.MULTILINE)
+    assert re.search(r"^workspace:\s+default$", out, re.MULTILINE)
     assert re.search(r"^issued at:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", out, re.MULTILINE)
     assert re.search(r"^expires at:\s+\d{4}-", out, re.MULTILINE)
     assert re.search(r"^status:\s+signature verified$", out, re.MULTILINE)
@@ -84,11 +85,62 @@ def test_inspect_prints_the_verified_chain(run_command: Run, make_key: Callable[
 
 def test_inspect_shows_an_expired_chain_and_fails(run_command: Run) -> None:
     now = time.time()
-    chain = Chain((Hop("planner", "plan"),), new_root(), "travel", now - 900, now - 600)
+    chain = Chain((Hop("planner", "plan"),), new_root(), "default", now - 900, now - 600)
     completed = run_command([OTEL_GUARD, "inspect", encode(chain, None)])
     assert completed.returncode == 1
     assert re.search(r"^hops:\s+1$", completed.stdout, re.MULTILINE)
-    assert re.fullmatch(r"otel-guard inspect: expired: the chain expired \d+ s ago\n", completed.stderr)
+    assert re.fullmatch(
+        r"otel-guard inspect: expired: Delegation chain expired \d+ s ago \(lifetime 300 s from its "
+        r"first hop\); the guard refuses it\n",
+        completed.stderr,
+    )
+
+
+def test_inspect_refuses_what_the_guard_refuses_a_chain_of_another_workspace(
+    run_command: Run, make_key: Callable[[str], Any]
+) -> None:
+    key = make_key("k1")
+    signed, _ = token(key.keyring(), workspace="finance")
+    refused = run_command([OTEL_GUARD, "inspect", signed], OTEL_GUARD_KEYS=key.env)
+    assert refused.returncode == 1
+    assert (
+        "foreign_workspace: Delegation chain belongs to workspace 'finance', not 'default'" in refused.stderr
+    )
+    accepted = run_command(
+        [OTEL_GUARD, "inspect", signed], OTEL_GUARD_KEYS=key.env, OTEL_GUARD_WORKSPACE="finance"
+    )
+    assert accepted.returncode == 0, accepted.stderr
+
+
+@pytest.mark.parametrize(
+    ("issued", "expires"),
+    [(0, 1e308), (-1e300, 10), (float("nan"), 10), (10, 5), (0, 2**40)],
+    ids=["exp 1e308", "iat -1e300", "iat NaN", "exp before iat", "exp past 2242"],
+)
+def test_inspect_of_impossible_times_is_bad_signature_never_a_traceback(
+    run_command: Run, issued: float, expires: float
+) -> None:
+    claims = {
+        "v": 1,
+        "root": new_root(),
+        "ws": "default",
+        "hops": [["planner", None]],
+        "iat": issued,
+        "exp": expires,
+    }
+    header = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=").decode()
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    completed = run_command([OTEL_GUARD, "inspect", f"{header}.{payload}."])
+    assert completed.returncode == 1
+    assert completed.stderr.startswith("otel-guard inspect: bad_signature: ")
+    assert "Traceback" not in completed.stderr
+
+
+def test_inspect_reads_the_token_as_the_guard_does_spaces_included(run_command: Run) -> None:
+    unsigned, _ = token(None)
+    completed = run_command([OTEL_GUARD, "inspect", f" {unsigned} "])
+    assert completed.returncode == 1
+    assert "bad_signature" in completed.stderr
 
 
 def test_inspect_without_keys_says_the_signature_was_not_checked(run_command: Run) -> None:

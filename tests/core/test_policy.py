@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import otel_guard
 from otel_guard.chain import Chain, Hop, Keyring
 from otel_guard.policy import (
+    CLOCK_SKEW,
     CYCLE_RULES,
     ENV,
     AgentOverride,
@@ -121,8 +122,21 @@ def test_ttl_counts_from_the_first_hop() -> None:
     refused = decide(stale, Hop("b"), Settings(), NOW)
     assert (refused.outcome, refused.reason) == ("refuse", "expired")
     assert "b" in refused.message
-    # The chain's own lifetime counts, not the ttl setting of the process deciding.
-    assert verdict(fresh, Hop("b"), ttl=1) == ("allow", None)
+    # A chain may not claim a longer lifetime than the ttl of the process deciding, beyond the
+    # clock skew allowed (every process of a workspace has the same ttl).
+    assert verdict(fresh, Hop("b"), ttl=300 - CLOCK_SKEW) == ("allow", None)
+    refused = decide(fresh, Hop("b"), Settings(ttl=300 - CLOCK_SKEW - 1), NOW)
+    assert (refused.outcome, refused.reason) == ("refuse", "expired")
+    assert "lifetime of 300 s, longer than the ttl here (269 s)" in refused.message
+
+
+def test_a_chain_issued_in_the_future_beyond_the_skew_is_refused_in_every_mode() -> None:
+    assert verdict(chain("a", issued=NOW + CLOCK_SKEW), Hop("b")) == ("allow", None)
+    ahead = chain("a", issued=NOW + CLOCK_SKEW + 5)
+    for mode in ("enforce", "observe"):
+        refused = decide(ahead, Hop("b"), Settings(mode=mode), NOW)
+        assert (refused.outcome, refused.reason) == ("refuse", "expired")
+        assert "35 s in the future" in refused.message
 
 
 def test_foreign_workspace_is_refused() -> None:
