@@ -118,11 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect",
         help="verify a chain token with the configured keys and print it",
-        description="Verify TOKEN with the keys in OTEL_GUARD_KEYS and print its root, workspace, "
-        "times and hops. Exit status 1 and the reason on stderr for a token that fails verification "
-        "or has expired.",
+        description="Verify TOKEN as the guard does, with the settings in the environment "
+        "(OTEL_GUARD_KEYS, OTEL_GUARD_WORKSPACE, OTEL_GUARD_TTL), and print its root, workspace, "
+        "times and hops. Exit status 1 and the reason on stderr for a token the guard would refuse.",
     )
-    inspect.add_argument("token", metavar="TOKEN", help="the value of the otel_guard.chain baggage member")
+    inspect.add_argument(
+        "token",
+        metavar="TOKEN",
+        help="the value of the otel_guard.chain member of a request's W3C baggage header "
+        "(baggage: otel_guard.chain=eyJ...), URL-decoded",
+    )
     inspect.set_defaults(run=_inspect, parser=inspect)
 
     commands.add_parser(
