@@ -141,7 +141,7 @@ class GuardMiddleware:
                 return
             hop_token = otel_context.attach(hop_context)
             try:
-                await self.app(scope, receive, send)
+                await self.app(scope, receive, _reply_without_chain(send))
             except BaseException as exc:
                 otel_context.detach(hop_token)
                 hop.finish(exc)
@@ -151,6 +151,38 @@ class GuardMiddleware:
         finally:
             if token is not None:
                 otel_context.detach(token)
+
+
+def baggage_without_chain(value: str) -> str:
+    """A W3C ``baggage`` header value without its ``otel_guard.chain`` member (the others kept)."""
+    members = [member for member in value.split(",") if member.split("=", 1)[0].strip() != CHAIN_BAGGAGE_KEY]
+    return ",".join(members).strip()
+
+
+def headers_without_chain(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """ASGI headers with the chain taken out of every ``baggage`` header (dropped if nothing is left).
+
+    A reply never carries the chain: an app that injects its context into its response headers
+    would otherwise hand the client a freshly signed token one hop longer than the one it sent.
+    """
+    kept = []
+    for name, value in headers:
+        if name.lower() != b"baggage":
+            kept.append((name, value))
+        elif rest := baggage_without_chain(value.decode("latin-1")):
+            kept.append((name, rest.encode("latin-1")))
+    return kept
+
+
+def _reply_without_chain(send: Send) -> Send:
+    async def send_without_chain(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers")
+            if headers and any(name.lower() == b"baggage" for name, _ in headers):
+                message = {**message, "headers": headers_without_chain(headers)}
+        await send(message)
+
+    return send_without_chain
 
 
 async def _send_refusal(send: Send, err: DelegationRefused) -> None:

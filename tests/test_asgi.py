@@ -384,3 +384,30 @@ def test_bad_options_are_refused_with_a_clear_error(options: dict[str, Any], mes
 
     with pytest.raises(ValueError, match=message):
         GuardMiddleware(app, **options)
+
+
+async def test_a_reply_never_carries_the_chain(spans: Any, serve_asgi: Callable[[Any], str]) -> None:
+    """An app that injects its context into its response headers (some frameworks do, to let the
+    client join the trace) would hand the client a freshly signed token one hop longer: the
+    middleware takes the chain out of the reply's baggage, and keeps the rest."""
+
+    async def echo_context(request: Request) -> JSONResponse:
+        headers: dict[str, str] = {}
+        propagate.inject(headers)
+        headers["baggage"] = f"{headers['baggage']},tenant=acme"
+        return JSONResponse({"ok": True}, headers=headers)
+
+    async def only_the_chain(request: Request) -> JSONResponse:
+        headers: dict[str, str] = {}
+        propagate.inject(headers)
+        return JSONResponse({"ok": True}, headers=headers)
+
+    app = Starlette(routes=[Route("/echo", echo_context), Route("/only", only_the_chain)])
+    url = serve_asgi(GuardMiddleware(app, agent="budget"))
+    async with httpx.AsyncClient() as client:
+        echoed = await client.get(f"{url}/echo", headers=chain_headers("planner"))
+        alone = await client.get(f"{url}/only", headers=chain_headers("planner"))
+    assert echoed.status_code == alone.status_code == 200
+    assert "traceparent" in echoed.headers  # the app's own propagation is left alone ...
+    assert echoed.headers["baggage"] == "tenant=acme"  # ... but for the chain
+    assert "baggage" not in alone.headers

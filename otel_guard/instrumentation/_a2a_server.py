@@ -5,7 +5,8 @@ Two layers, because the SDK has two:
 - The HTTP dispatchers (``JsonRpcDispatcher.handle_requests``, ``RestDispatcher.on_message_send`` and
   ``on_message_send_stream``) continue the caller's context from the request headers before the SDK
   opens its own server span, so that span and ours join the caller's trace. An OpenTelemetry ASGI
-  middleware that already did this is left alone.
+  middleware that already did this is left alone. The response they return never carries the chain
+  in its ``baggage`` header.
 - The request handlers' ``on_message_send`` and ``on_message_send_stream`` (``DefaultRequestHandler``,
   which is ``DefaultRequestHandlerV2``, and ``LegacyRequestHandler``) run the hop
   ``delegate(card name, skill, receiving=True, span_kind=SERVER)`` around the call. The executor's
@@ -27,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
-from otel_guard.asgi import attach_caller_context, carrier_from_headers
+from otel_guard.asgi import attach_caller_context, baggage_without_chain, carrier_from_headers
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._a2a_errors import (
     ServerRefusal,
@@ -51,10 +52,25 @@ async def continue_caller(wrapped: Any, instance: Any, args: tuple[Any, ...], kw
     request = args[0] if args else kwargs["request"]
     token = attach_caller_context(carrier_from_headers(request.scope.get("headers") or ()))
     try:
-        return await wrapped(*args, **kwargs)
+        response = await wrapped(*args, **kwargs)
     finally:
         if token is not None:
             otel_context.detach(token)
+    return _without_chain(response)
+
+
+def _without_chain(response: Any) -> Any:
+    """The dispatcher's Starlette response with the chain out of its ``baggage`` header, if any:
+    a reply never carries the chain (see :func:`otel_guard.asgi.headers_without_chain`)."""
+    headers: Any = getattr(response, "headers", None)
+    value = headers.get("baggage") if headers is not None and hasattr(headers, "get") else None
+    if value:
+        kept = baggage_without_chain(value)
+        if kept:
+            headers["baggage"] = kept
+        else:
+            del headers["baggage"]
+    return response
 
 
 # -- the request handlers: the hop ---------------------------------------------------------------

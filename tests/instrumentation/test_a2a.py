@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -569,3 +569,25 @@ async def test_an_app_built_while_instrumented_is_unguarded_after_uninstrument(
 def test_every_patch_target_exists_in_the_installed_sdk() -> None:
     for target in PATCH_TARGETS:
         assert callable(resolve(target))  # resolve raises LookupError naming a missing target
+
+
+async def test_a_dispatchers_reply_never_carries_the_chain(instrumented: Any) -> None:
+    """Whatever put the caller's context into the response headers, the A2A dispatcher's reply
+    leaves without the chain; other baggage members stay."""
+    from starlette.responses import JSONResponse
+
+    from otel_guard.instrumentation._a2a_server import continue_caller
+
+    class Request:
+        scope: ClassVar[dict[str, object]] = {"headers": []}
+
+    async def dispatch(request: object) -> JSONResponse:
+        return JSONResponse({}, headers={"baggage": "otel_guard.chain=eyJhbGciOiJub25lIn0.e30.,tenant=acme"})
+
+    async def chain_only(request: object) -> JSONResponse:
+        return JSONResponse({}, headers={"baggage": "otel_guard.chain=eyJhbGciOiJub25lIn0.e30."})
+
+    mixed = await continue_caller(dispatch, None, (Request(),), {})
+    alone = await continue_caller(chain_only, None, (Request(),), {})
+    assert mixed.headers["baggage"] == "tenant=acme"
+    assert "baggage" not in alone.headers
