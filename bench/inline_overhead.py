@@ -71,7 +71,7 @@ def pyjwt_tokens(count: int) -> list[str]:
                 "root": new_root(),
                 "ws": "default",
                 "iat": now,
-                "exp": now + 3600,
+                "exp": now + 300,  # the lifetime every guard of the workspace gives a chain (its ttl)
                 "hops": [["planner", "plan"], ["budget", "price"]],
             },
             SECRET,

@@ -24,6 +24,7 @@ import json
 import random
 import re
 import secrets
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,6 +37,8 @@ MIN_SECRET_BYTES: Final = 32
 # A chain's times (iat, exp) are seconds since 1970 before this bound (2242): anything else is not a
 # time any guard wrote, and would overflow the clocks that read it.
 MAX_TIME: Final = 2.0**33
+# The scripts whose letters look alike: a name may not mix them (see name_problem()).
+_LOOK_ALIKE_SCRIPTS: Final = frozenset({"LATIN", "CYRILLIC", "GREEK"})
 # Text a token's sender chose (a key id, an algorithm, a claim) is quoted in refusals cut to this.
 MAX_QUOTED: Final = 64
 
@@ -274,20 +277,14 @@ def _claims_prefix(chain: Chain) -> tuple[str, int]:
 
 
 def check_hop(hop: Hop) -> None:
-    """Raise ``ValueError`` for a hop whose names cannot travel in a token.
-
-    The names must be text that UTF-8 can encode (no lone surrogates); a skill is text or ``None``.
-    Cheap after the first time (the hop's JSON is cached).
-    """
+    """Raise ``ValueError`` for a hop whose names cannot travel in a token (:func:`name_problem`);
+    a skill is text or ``None``. Called once per planned hop, not per call."""
     if hop.skill is not None and not isinstance(hop.skill, str):
         raise ValueError(f"delegate: skill must be a string or None, not {hop.skill!r}")
-    try:
-        _hop_json(hop)
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"delegate: agent {hop.agent!r} / skill {hop.skill!r} is not valid Unicode text "
-            "(a lone surrogate cannot be encoded)"
-        ) from None
+    for what, name in (("agent", hop.agent), ("skill", hop.skill)):
+        problem = name_problem(name) if name is not None else None
+        if problem is not None:
+            raise ValueError(f"delegate: {what} name {quoted(name)} {problem}")
 
 
 # Upper bounds on the claims' size in bytes, cheap enough for every hop: in the JSON this module
@@ -527,9 +524,10 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
         agent, skill = item
         if type(agent) is not str or not agent or not (skill is None or type(skill) is str):
             raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
-        if not (_encodable(agent) and (skill is None or _encodable(skill))):
-            # JSON escapes can spell a lone surrogate, which no carrier, span or log can encode.
-            raise InvalidToken("token hop names must be text UTF-8 can encode (a lone surrogate is not)")
+        problem = name_problem(agent) or (name_problem(skill) if skill is not None else None)
+        if problem is not None:
+            # JSON escapes can spell anything, a lone surrogate included.
+            raise InvalidToken(f"token hop name {quoted(agent if name_problem(agent) else skill)} {problem}")
         hops.append(_new_hop(Hop, item))
     issued_at, expires_at = _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
     if expires_at < issued_at:
@@ -537,14 +535,40 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
     return Chain(tuple(hops), root, workspace, issued_at, expires_at)
 
 
-def _encodable(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def name_problem(name: str) -> str | None:
+    """What is wrong with an agent or skill name, or None.
+
+    A name is printable text (no control characters, no invisible format characters such as a
+    zero-width joiner, no lone surrogate, which no carrier, span or log can encode), in NFKC form
+    (fullwidth and other compatibility forms are the same name as their plain one:
+    :func:`normal_name`), and its letters are not of more than one of the Latin, Cyrillic and Greek
+    scripts (``plаnner`` with a Cyrillic ``а`` is refused, not taken for another agent than
+    ``planner``: UTS #39's mixed-script rule, for the scripts whose letters look alike). Its length
+    is bounded by the baggage member the chain travels in: a hop whose chain would not fit is
+    refused with reason ``chain_size``.
+    """
+    if not name.isprintable():
+        return "is not printable text (control, format or unpaired surrogate characters)"
+    if name.isascii():
+        return None
+    if not unicodedata.is_normalized("NFKC", name):
+        return "is not in Unicode NFKC form"
+    scripts = {_script(character) for character in name if character.isalpha()} & _LOOK_ALIKE_SCRIPTS
+    if len(scripts) > 1:
+        mixed = " and ".join(sorted(script.title() for script in scripts))
+        return f"mixes the letters of {mixed}, which look alike"
+    return None
+
+
+def normal_name(name: str) -> str:
+    """``name`` in NFKC form: how the guard takes a name it is given (``delegate``, the runtimes)."""
+    return name if name.isascii() else unicodedata.normalize("NFKC", name)
+
+
+def _script(character: str) -> str:
+    # The first word of a letter's Unicode name is its script for these three (LATIN SMALL LETTER
+    # E WITH ACUTE, CYRILLIC SMALL LETTER A, GREEK SMALL LETTER ALPHA).
+    return "LATIN" if character.isascii() else unicodedata.name(character, "").partition(" ")[0]
 
 
 def decode(token: object, keyring: Keyring | None) -> Chain:

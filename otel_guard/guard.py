@@ -34,6 +34,7 @@ from otel_guard.chain import (
     Keyring,
     check_hop,
     decode,
+    normal_name,
     start_chain,
 )
 from otel_guard.errors import DelegationRefused
@@ -227,6 +228,12 @@ class Delegation:
     ) -> None:
         if not isinstance(agent, str) or not agent:
             raise ValueError(f"delegate: agent must be a non-empty string, not {agent!r}")
+        # Names are taken in NFKC form (chain.name_problem says why); check_hop checks them. The
+        # ASCII test inline: this runs on every call.
+        if not agent.isascii():
+            agent = normal_name(agent)
+        if isinstance(skill, str) and not skill.isascii():
+            skill = normal_name(skill)
         if kind not in ("agent", "tool"):
             raise ValueError(f"delegate: kind must be 'agent' or 'tool', not {kind!r}")
         self._agent = agent

@@ -322,33 +322,35 @@ def integrity(
     difference between hosts (every process of a workspace needs the same ``ttl``, as it needs the
     same keys). The guard refuses such a chain in every mode; ``otel-guard inspect`` reports it.
     """
-    where = f"; agent {agent} refused in chain {chain.path() or '(empty)'}" if agent is not None else ""
-    if chain.workspace != settings.workspace:
-        return (
-            "foreign_workspace",
-            f"Delegation chain belongs to workspace {quoted(chain.workspace)}, "
-            f"not {settings.workspace!r}{where}",
-        )
     lifetime = chain.expires_at - chain.issued_at
-    if now >= chain.expires_at:
-        return (
-            "expired",
+    if chain.workspace != settings.workspace:
+        reason = "foreign_workspace"
+        message = (
+            f"Delegation chain belongs to workspace {quoted(chain.workspace)}, not {settings.workspace!r}"
+        )
+    elif now >= chain.expires_at:
+        reason = "expired"
+        message = (
             f"Delegation chain expired {now - chain.expires_at:.0f} s ago "
-            f"(lifetime {lifetime:.0f} s from its first hop){where}",
+            f"(lifetime {lifetime:.0f} s from its first hop)"
         )
-    if lifetime > settings.ttl + CLOCK_SKEW:
-        return (
-            "expired",
+    elif lifetime > settings.ttl + CLOCK_SKEW:
+        reason = "expired"
+        message = (
             f"Delegation chain claims a lifetime of {lifetime:.0f} s, longer than the ttl here "
-            f"({settings.ttl:.0f} s){where}",
+            f"({settings.ttl:.0f} s)"
         )
-    if chain.issued_at > now + CLOCK_SKEW:
-        return (
-            "expired",
+    elif chain.issued_at > now + CLOCK_SKEW:
+        reason = "expired"
+        message = (
             f"Delegation chain was issued {chain.issued_at - now:.0f} s in the future "
-            f"(more than the {CLOCK_SKEW:.0f} s of clock skew allowed){where}",
+            f"(more than the {CLOCK_SKEW:.0f} s of clock skew allowed)"
         )
-    return None
+    else:
+        return None  # the common case: no message is built
+    if agent is not None:
+        message += f"; agent {agent} refused in chain {chain.path() or '(empty)'}"
+    return reason, message
 
 
 def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> tuple[str, str] | None:

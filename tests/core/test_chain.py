@@ -29,11 +29,15 @@ from otel_guard.chain import (
     decode,
     encode,
     generate_key,
+    name_problem,
     new_root,
     start_chain,
 )
 
 SECRET = b"s" * 32
+NAME = st.text(min_size=1, max_size=30).filter(
+    lambda name: name_problem(name) is None
+)  # a name the guard takes
 OTHER_SECRET = b"o" * 32
 KEYRING = Keyring({"k1": SECRET})
 ROOT = "0123456789abcdef0123456789abcdef"
@@ -173,9 +177,7 @@ def test_token_signs_lazily_once_and_keeps_the_text(monkeypatch: pytest.MonkeyPa
 
 @FUZZ
 @given(
-    hops=st.lists(
-        st.tuples(st.text(min_size=1, max_size=30), st.none() | st.text(max_size=30)), min_size=1, max_size=8
-    ),
+    hops=st.lists(st.tuples(NAME, st.none() | NAME), min_size=1, max_size=8),
     workspace=st.text(min_size=1, max_size=20),
     issued=st.floats(min_value=0, max_value=4e9, allow_nan=False),
     ttl=st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
@@ -577,7 +579,7 @@ def test_a_chain_with_a_lone_surrogate_in_a_name_is_refused(keyring: Keyring | N
     # refused where it arrives, never accepted to fail at the next inject.
     claims = good_claims(hops=[["planner", "plan"], hop])
     token = jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "k1"})
-    with pytest.raises(InvalidToken, match="lone surrogate"):
+    with pytest.raises(InvalidToken, match="unpaired surrogate"):
         decode(token, keyring)
     # Text outside ASCII that UTF-8 encodes is fine.
     decode(
@@ -626,3 +628,42 @@ def test_text_the_sender_chose_is_quoted_cut_to_64_characters(
 def test_impossible_times_are_invalid(times: dict[str, Any]) -> None:
     with pytest.raises(InvalidToken):
         decode(signed(good_claims(**times)), KEYRING)
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+LOOK_ALIKES = {
+    "plаnner": "mixes the letters of Cyrillic and Latin",  # a Cyrillic а
+    "Ρlanner": "mixes the letters of Greek and Latin",  # a Greek capital rho
+    "plan\u200dner": "is not printable",  # a zero-width joiner: invisible
+    "plan\nner": "is not printable",
+    "ｐｌａｎｎｅｒ": "is not in Unicode NFKC form",  # fullwidth: NFKC makes it "planner"
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOK_ALIKES))
+def test_a_look_alike_or_invisible_name_in_a_chain_is_refused(name: str) -> None:
+    claims = good_claims(hops=[["planner", "plan"], [name, None]])
+    with pytest.raises(InvalidToken, match=LOOK_ALIKES[name]):
+        decode(signed(claims), KEYRING)
+
+
+@pytest.mark.parametrize("name", ["бюджет", "予算", "bücher", "Ελένη", "price list", "ask_budget-2"])
+def test_names_of_one_script_and_any_printable_ascii_are_names(name: str) -> None:
+    assert name_problem(name) is None
+    chain = decode(signed(good_claims(hops=[[name, None]])), KEYRING)
+    assert chain.hops == (Hop(name),)
+
+
+@FUZZ
+@given(st.text(min_size=1, max_size=20), st.none() | st.text(max_size=20))
+def test_the_decoder_only_lets_through_names_the_guard_takes(agent: str, skill: str | None) -> None:
+    token = signed(good_claims(hops=[[agent, skill]]))
+    try:
+        chain = decode(token, KEYRING)
+    except InvalidToken:
+        assert name_problem(agent) is not None or (skill is not None and name_problem(skill) is not None)
+        return
+    for hop in chain.hops:
+        assert name_problem(hop.agent) is None
+        assert hop.skill is None or name_problem(hop.skill) is None

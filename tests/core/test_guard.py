@@ -755,3 +755,27 @@ def test_a_chain_naming_a_lone_surrogate_is_refused_at_the_hop_not_at_the_next_i
         carrier: dict[str, str] = {}
         propagate.inject(carrier)  # and the context around it still injects
     assert refused.value.reason == "bad_signature"
+
+
+def test_a_name_given_in_a_compatibility_form_is_the_same_agent() -> None:
+    """Fullwidth ``ｐｌａｎｎｅｒ`` is ``planner`` (NFKC): it cannot slip past the cycle rule."""
+    with (
+        pytest.raises(DelegationRefused) as refused,
+        delegate("planner"),
+        delegate("budget"),
+        delegate("ｐｌａｎｎｅｒ"),
+    ):
+        pass
+    assert refused.value.reason == "cycle"
+    assert refused.value.hop.agent == "planner"
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("plаnner", "mixes the letters of Cyrillic and Latin"), ("plan\u200bner", "is not printable")],
+)
+def test_a_look_alike_name_is_a_clear_error_before_the_body(name: str, problem: str) -> None:
+    ran = []
+    with pytest.raises(ValueError, match=problem), delegate(name):
+        ran.append(name)
+    assert ran == []

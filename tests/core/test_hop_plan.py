@@ -256,8 +256,8 @@ def test_a_would_refuse_delegation_has_its_chain() -> None:
 @pytest.mark.parametrize(
     ("agent", "skill", "fragment"),
     [
-        ("bad\ud800", None, "not valid Unicode"),
-        ("planner", "bad\udfff", "not valid Unicode"),
+        ("bad\ud800", None, "is not printable text"),
+        ("planner", "bad\udfff", "is not printable text"),
         ("planner", 5, "skill"),
     ],
 )
