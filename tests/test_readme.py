@@ -73,9 +73,18 @@ def python_blocks(texts: list[str] = GUIDE) -> list[str]:
 
 
 def is_complete(block: str) -> bool:
-    """A block that starts with its imports and elides nothing (``...``) is a program to run as is;
-    the others are fragments of one (a line to add to an app, a call to make)."""
+    """A block that starts with its imports and elides nothing (``...``) is a program to run as is."""
     return block.lstrip().startswith(("import ", "from ")) and "..." not in block
+
+
+def is_marked_fragment(block: str) -> bool:
+    """A fragment of a program (a line to add to an app, a call to make) says so on its first line."""
+    return block.lstrip().startswith("# fragment:")
+
+
+def test_every_python_block_is_a_program_or_says_it_is_a_fragment() -> None:
+    unmarked = [block for block in python_blocks() if not (is_complete(block) or is_marked_fragment(block))]
+    assert unmarked == []
 
 
 def test_every_complete_python_block_runs_as_written(tmp_path: Path) -> None:
