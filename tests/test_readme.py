@@ -171,3 +171,48 @@ def test_the_processor_walkthrough_counts_the_loop_as_the_readme_says(tmp_path: 
     finally:
         os.killpg(processor.pid, signal.SIGTERM)
         processor.wait(10)
+
+
+def shell_blocks(texts: list[str] = GUIDE) -> list[str]:
+    import textwrap
+
+    return [
+        textwrap.dedent(block)
+        for text in texts
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", text, re.S)
+    ]
+
+
+def test_every_shell_block_is_a_command_that_names_what_exists_or_says_it_is_a_fragment() -> None:
+    """Shell blocks run on the user's machine: a block not marked as a fragment names only files,
+    extras and commands that this checkout has (the examples' and the walkthrough's are also run,
+    by tests/examples and the test above)."""
+    import tomllib
+
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+            "optional-dependencies"
+        ]
+    )
+    commands = {
+        "pip",
+        "python",
+        "python3",
+        "otel-guard",
+        "opentelemetry-instrument",
+        "promtool",
+        "curl",
+        "export",
+    }
+    for block in shell_blocks():
+        if block.lstrip().startswith("# fragment:"):
+            continue
+        for path in re.findall(r"(?:examples|dashboards|scripts|bench|docs)/[\w./-]*\w", block):
+            assert (ROOT / path).exists(), path
+        for extra in re.findall(r"'\.\[([\w,-]+)\]'", block):
+            assert set(extra.split(",")) <= extras, extra
+        for line in block.replace("\\\n", " ").splitlines():
+            words = [w for w in line.split("#", 1)[0].split() if "=" not in w or w.startswith(("-", "'"))]
+            if words:
+                command = words[0].rsplit("/", 1)[-1]
+                assert command in commands or words[0].startswith("./scripts/"), line
