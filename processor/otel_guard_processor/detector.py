@@ -171,6 +171,9 @@ _NAME_DEPTH: Final = attribute_key("otel_guard.name_depth")
 _DEPTH: Final = attribute_key("otel_guard.chain.depth")
 _DECISION_KEY: Final = attribute_key("otel_guard.decision")
 _ALLOW: Final = encoded_attribute("otel_guard.decision", "allow")
+_DECISION_FIELD: Final = _DECISION_KEY[:-1]
+# A KeyValue written value first: the value field (tag 0x12, length, AnyValue), then the key field.
+_ALLOW_VALUE_FIRST: Final = _ALLOW[len(_DECISION_KEY) - 1 :] + _DECISION_FIELD
 _REASON: Final = attribute_key("otel_guard.reason")
 _AGENTS: Final = attribute_key("otel_guard.chain.agents")
 _CALLER: Final = CALLER_AGENT_NAME
@@ -549,8 +552,13 @@ class Detector:
         guard's spans here plus those already read, each guard span holds one: no span is read.
         """
         decisions = self.decisions
-        total = raw.count(_DECISION_KEY)
-        if total == raw.count(_ALLOW) == len(guards) + self._decided_here:
+        # The key alone counts a decision in either field order; `allow` is looked for in both
+        # (the OpenTelemetry Collector writes a KeyValue's value before its key).
+        total = raw.count(_DECISION_FIELD)
+        allowed = raw.count(_ALLOW)
+        if allowed != total:
+            allowed += raw.count(_ALLOW_VALUE_FIRST)
+        if total == allowed == len(guards) + self._decided_here:
             for name, count in Counter([name for _, name in guards]).items():
                 key = ("allow", "", name)
                 _count(decisions, key, _OVERFLOW_DECISION, count)

@@ -51,7 +51,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv_ai import SpanAttributes as TraceloopAttributes
 from opentelemetry.semconv_ai import TraceloopSpanKindValues
 
-from otel_guard_processor.otlp import Attributes, attribute_key, string_at
+from otel_guard_processor.otlp import Attributes, attribute_key, key_first, string_at
 
 __all__ = [
     "AGENT",
@@ -106,6 +106,7 @@ CALL_PREFIXES: Final = tuple(prefix for prefix, _ in _NAME_FORMS)
 # Each dialect is one key to look up on a span, and a table of its values. OpenInference's and
 # Traceloop's keys end alike, so one search of the span's encoding finds either.
 _OPERATION: Final = attribute_key(gen_ai.GEN_AI_OPERATION_NAME)
+_OPERATION_FIELD: Final = _OPERATION[:-1]  # the key alone, in whichever order the KeyValue is written
 # The agent that called this one, where a remote agent's server span names it (the GenAI caller
 # attributes of agent-to-agent calls, ``gen_ai.caller.agent.*``): a trace root that carries it
 # continues its caller's path.
@@ -155,6 +156,7 @@ def name_of_named_call(span_name: str, attributes: Attributes) -> str | None:
 
 
 _KIND_ENDING: Final = b"span.kind\x12"
+_KIND_TEXT: Final = _KIND_ENDING[:-1]
 _OI_KIND_START: Final = len(_OI_KIND) - len(_KIND_ENDING)
 _TL_KIND_START: Final = len(_TL_KIND) - len(_KIND_ENDING)
 assert _OI_KIND.endswith(_KIND_ENDING)
@@ -171,6 +173,10 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
     if bare is not None:
         return Call(bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME)
     at = encoded.find(_KIND_ENDING)
+    if at < 0 and (_KIND_TEXT in encoded or (_OPERATION_FIELD in encoded and _OPERATION not in encoded)):
+        # Written value first (the OpenTelemetry Collector's encoding): read it key first.
+        encoded = key_first(encoded)
+        at = encoded.find(_KIND_ENDING)
     while at >= 0:
         end = at + len(_KIND_ENDING)
         if encoded.startswith(_OI_KIND, at - _OI_KIND_START):

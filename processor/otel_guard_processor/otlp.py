@@ -26,7 +26,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
@@ -196,14 +196,27 @@ class Attributes:
         attributes._blob = encoded
         return attributes
 
+    def _find(self, key: bytes) -> int:
+        """Where the KeyValue of ``key`` starts in the blob, or -1.
+
+        Encoders write a KeyValue's key before its value, except the OpenTelemetry Collector's (Go's
+        pdata writes the value first). So when the key-first form is not there but the key is, the
+        span's attributes are re-encoded key first, once (:func:`key_first`), and searched again.
+        """
+        at = self._blob.find(key)
+        if at < 0 and self._blob.find(key[:-1]) >= 0:
+            self._blob = key_first(self._blob)
+            at = self._blob.find(key)
+        return at
+
     def string(self, key: bytes) -> str | None:
         """A string attribute's value; ``key`` is from :func:`attribute_key`."""
-        at = self._blob.find(key)
+        at = self._find(key)
         return None if at < 0 else string_at(self._blob, at + len(key))
 
     def integer(self, key: bytes) -> int | None:
+        at = self._find(key)
         blob = self._blob
-        at = blob.find(key)
         if at < 0:
             return None
         at += len(key)
@@ -232,7 +245,7 @@ class Attributes:
         return [item.string_value for item in decoded.array_value.values]
 
     def _value(self, key: bytes) -> bytes | None:
-        at = self._blob.find(key)
+        at = self._find(key)
         if at < 0:
             return None
         try:
@@ -244,6 +257,56 @@ class Attributes:
         """The AnyValue encoding whose length prefix starts at ``at``."""
         length, start = _varint(self._blob, at)
         return self._blob[start : start + length]
+
+
+_SPAN_ATTRIBUTES: Final = 9  # Span.attributes
+_KEY: Final = 1  # KeyValue.key
+_VALUE: Final = 2  # KeyValue.value
+
+
+def key_first(encoded: bytes) -> bytes:
+    """A span's own attributes (its field 9, not its links' or events'), each KeyValue re-encoded
+    key first, whatever order the sender wrote its fields in; what does not parse is left out."""
+    out = bytearray()
+    at = 0
+    try:
+        while at < len(encoded):
+            tag, at = _varint(encoded, at)
+            field, wire = tag >> 3, tag & 7
+            if wire == 2:
+                length, at = _varint(encoded, at)
+                if field == _SPAN_ATTRIBUTES:
+                    out += _key_value_key_first(encoded[at : at + length])
+                at += length
+            elif wire == 0:
+                _, at = _varint(encoded, at)
+            elif wire == 1:
+                at += 8
+            elif wire == 5:
+                at += 4
+            else:
+                break
+    except IndexError:
+        pass
+    return bytes(out)
+
+
+def _key_value_key_first(encoded: bytes) -> bytes:
+    key = value = None
+    at = 0
+    while at < len(encoded):
+        tag, at = _varint(encoded, at)
+        if tag & 7 != 2:
+            return b""  # not a KeyValue as OTLP defines it
+        length, at = _varint(encoded, at)
+        if tag >> 3 == _KEY:
+            key = encoded[at : at + length]
+        elif tag >> 3 == _VALUE:
+            value = encoded[at : at + length]
+        at += length
+    if key is None or value is None:
+        return b""
+    return b"\n" + _encode_varint(len(key)) + key + b"\x12" + _encode_varint(len(value)) + value
 
 
 def string_at(encoded: bytes, at: int) -> str | None:

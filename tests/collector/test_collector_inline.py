@@ -1,0 +1,221 @@
+"""The inline config, live: agents → the real Collector (processor/collector/inline.yaml) → otel-guard
+processor → the trace store.
+
+The shipped config is run as it is, its addresses aside (127.0.0.1 and free ports, and the
+Collector's own metrics off so that nothing else listens). Guarded loop traces, and the third-party
+instrumentations' recorded loops, go in over OTLP/gRPC; every span must reach the store exactly once,
+and the processor must count each loop once -- reading the attributes as the Collector encodes them
+(Go's pdata writes a KeyValue's value before its key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import grpc.aio
+import pytest
+import yaml
+from corpus_spans import CORPUS, read_spans, to_request
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from otel_guard_processor.config import ProcessorConfig
+from otel_guard_processor.service import Processor
+from processor_helpers import EXPORT, Sink
+from processor_spans import Trace, encode, guard_attributes
+from test_collector_configs import ROOT, collector
+from test_corpus import LOOP_EDGES
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+INLINE = ROOT / "processor" / "collector" / "inline.yaml"
+TRACES = 20
+SPANS_PER_TRACE = 3
+WAIT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def config_for_test(tmp_path: Path, grpc_port: int, http_port: int, processor: str) -> Path:
+    """The shipped config with the test's addresses in place of the deployment's."""
+    text = INLINE.read_text(encoding="utf-8")
+    text = text.replace("0.0.0.0:4317", f"127.0.0.1:{grpc_port}").replace(
+        "0.0.0.0:4318", f"127.0.0.1:{http_port}"
+    )
+    text = text.replace("otel-guard-processor:4317", processor)
+    config = yaml.safe_load(text)
+    config["service"]["telemetry"] = {"metrics": {"level": "none"}}
+    path = tmp_path / "inline.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def loop_trace() -> tuple[bytes, list[bytes]]:
+    """planner → budget → planner, as the inline guard records it (the last hop refused)."""
+    trace, root = Trace(), os.urandom(16).hex()
+    planner = trace.agent("planner", attributes=guard_attributes(["planner"], root), scope="otel_guard")
+    budget = trace.agent(
+        "budget", planner, attributes=guard_attributes(["planner", "budget"], root), scope="otel_guard"
+    )
+    refused = guard_attributes(["planner", "budget", "planner"], root, decision="refuse", reason="cycle")
+    trace.agent("planner", budget, attributes=refused, scope="otel_guard")
+    return encode(*trace.spans), [span.span_id for span in trace.spans]
+
+
+async def wait_for_port(port: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        assert process.poll() is None, (
+            f"the Collector exited: {process.stderr.read() if process.stderr else ''}"
+        )
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    raise AssertionError(f"the Collector did not listen on {port} within {WAIT} s")
+
+
+def received_span_ids(sink: Sink) -> Counter[bytes]:
+    ids: Counter[bytes] = Counter()
+    for raw in sink.received:
+        request = ExportTraceServiceRequest.FromString(raw)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                ids.update(span.span_id for span in scope_spans.spans)
+    return ids
+
+
+class Pipeline:
+    """The Collector running the shipped inline config in front of a processor and a store."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.sink = Sink()
+        self.processor: Processor | None = None
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> Pipeline:
+        await self.sink.start()
+        self.processor = Processor(
+            replace(
+                ProcessorConfig(),
+                listen="127.0.0.1:0",
+                prometheus=None,
+                forward=self.sink.address,
+                drain_timeout=5.0,
+            )
+        )
+        await self.processor.start()
+        assert self.processor.grpc is not None
+        self.port, http_port = free_port(), free_port()
+        config = config_for_test(self.tmp_path, self.port, http_port, f"127.0.0.1:{self.processor.grpc.port}")
+        self.process = subprocess.Popen(
+            [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        await wait_for_port(self.port, self.process)
+        return self
+
+    async def send(self, raw: bytes) -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            await export(raw, timeout=10)
+
+    async def stored(self, expected: Counter[bytes]) -> Counter[bytes]:
+        deadline = time.monotonic() + WAIT  # the Collector batches for up to 2 s
+        while received_span_ids(self.sink) != expected and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert self.processor is not None
+        await self.processor.detection.settled()
+        return received_span_ids(self.sink)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.processor is not None:
+            await self.processor.stop()
+        await self.sink.stop()
+        if self.process is not None and exc[0] is None:
+            assert self.process.returncode == 0, self.process.stderr.read() if self.process.stderr else ""
+
+
+async def test_third_party_loops_through_the_collector_count_as_they_do_directly(tmp_path: Path) -> None:
+    loops = sorted(CORPUS.glob("*.loop.spans.jsonl"))
+    async with Pipeline(tmp_path) as pipeline:
+        sent: Counter[bytes] = Counter()
+        for path in loops:
+            records = read_spans(path)
+            await pipeline.send(to_request(records).SerializeToString())
+            sent.update(bytes.fromhex(record["span_id"]) for record in records)
+        assert await pipeline.stored(sent) == sent
+        assert pipeline.processor is not None
+        detector = pipeline.processor.detector
+        await pipeline.processor.detection.run(lambda: detector.expire(time.monotonic() + 11))  # tool edges
+        assert detector.cycles == {("cross_function", "planner>budget>planner"): len(loops)}
+        assert detector.delegations == {edge: count * len(loops) for edge, count in LOOP_EDGES.items()}
+
+
+async def test_agents_to_the_collector_to_the_processor_to_the_store(tmp_path: Path) -> None:
+    sink = Sink()
+    await sink.start()
+    processor = Processor(
+        replace(
+            ProcessorConfig(), listen="127.0.0.1:0", prometheus=None, forward=sink.address, drain_timeout=5.0
+        )
+    )
+    await processor.start()
+    assert processor.grpc is not None
+    grpc_port, http_port = free_port(), free_port()
+    config = config_for_test(tmp_path, grpc_port, http_port, f"127.0.0.1:{processor.grpc.port}")
+    process = subprocess.Popen(
+        [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        await wait_for_port(grpc_port, process)
+        sent: Counter[bytes] = Counter()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            for _ in range(TRACES):
+                raw, span_ids = loop_trace()
+                await export(raw, timeout=10)
+                sent.update(span_ids)
+        deadline = time.monotonic() + WAIT  # the Collector batches for up to 2 s
+        while received_span_ids(sink) != sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert received_span_ids(sink) == sent  # every span, exactly once
+        await processor.detection.settled()
+        assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): TRACES}
+        assert processor.detector.decisions == {
+            ("allow", "", "planner"): TRACES,
+            ("allow", "", "budget"): TRACES,
+            ("refuse", "cycle", "planner"): TRACES,
+        }
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        await processor.stop()
+        await sink.stop()
+    assert process.returncode == 0, process.stderr.read() if process.stderr else ""

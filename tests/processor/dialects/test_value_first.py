@@ -1,0 +1,92 @@
+"""Spans whose KeyValues are written value first, as the OpenTelemetry Collector writes them.
+
+Go's pdata marshals a KeyValue's ``value`` field before its ``key`` (protobuf allows fields in any
+order); the Python SDK writes the key first. The processor reads attributes from the encoding, so
+both orders must read alike. The recorded corpus is re-encoded value first here, by hand (a protobuf
+library would write the fields back in order), and must count exactly what it counts as recorded.
+``tests/collector`` proves the same through the real Collector.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus_spans import CORPUS, read_spans, to_request, to_span
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor.detector import Detector
+from otel_guard_processor.otlp import Attributes, attribute_key, parse_request
+from test_corpus import detect
+
+BESIDE = CORPUS / "beside"
+RECORDINGS = sorted(CORPUS.glob("*.spans.jsonl")) + sorted(BESIDE.glob("*.spans.jsonl"))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def value_first(span: Span) -> bytes:
+    """The span's encoding with each of its attributes written value first, as pdata writes them."""
+    attributes = list(span.attributes)
+    rest = Span()
+    rest.CopyFrom(span)
+    del rest.attributes[:]
+    reordered = b"".join(
+        _field(9, _field(2, kv.value.SerializeToString()) + _field(1, kv.key.encode())) for kv in attributes
+    )
+    return rest.SerializeToString() + reordered
+
+
+def value_first_request(records: list[dict[str, Any]]) -> bytes:
+    """One request of ``records``, a ScopeSpans per scope, every span's attributes value first."""
+    scopes: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        scopes.setdefault(record["scope"], []).append(record)
+    scope_spans = b""
+    for scope, members in scopes.items():
+        body = _field(1, _field(1, scope.encode())) + b"".join(
+            _field(2, value_first(to_span(r))) for r in members
+        )
+        scope_spans += _field(2, body)
+    return _field(1, scope_spans)
+
+
+def test_an_attribute_written_value_first_reads_as_written_key_first() -> None:
+    span = Span(name="x")
+    span.attributes.add(key="otel_guard.decision").value.string_value = "refuse"
+    span.attributes.add(key="otel_guard.chain.depth").value.int_value = 3
+    encoded = value_first(span)
+    assert attribute_key("otel_guard.decision") not in encoded  # not in the key-first form
+    attributes = Attributes.of(encoded)
+    assert attributes.string(attribute_key("otel_guard.decision")) == "refuse"
+    assert attributes.integer(attribute_key("otel_guard.chain.depth")) == 3
+    assert attributes.string(attribute_key("otel_guard.reason")) is None
+
+
+@pytest.mark.parametrize(
+    "path", RECORDINGS, ids=lambda path: f"{path.parent.name}/{path.name.split('.spans')[0]}"
+)
+def test_a_recording_written_value_first_counts_as_recorded(path: Path) -> None:
+    records = read_spans(path)
+    expected = detect([records])
+    raw = value_first_request(records)
+    assert raw != to_request(records).SerializeToString()
+    detector = Detector()
+    detector.ingest(parse_request(raw), raw, 0.0)
+    detector.expire(detector.limits.tool_edge_wait)
+    assert (detector.cycles, detector.delegations, detector.decisions) == (
+        expected.cycles,
+        expected.delegations,
+        expected.decisions,
+    )
