@@ -173,10 +173,14 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
     if bare is not None:
         return Call(bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME)
     at = encoded.find(_KIND_ENDING)
-    if at < 0 and (_KIND_TEXT in encoded or (_OPERATION_FIELD in encoded and _OPERATION not in encoded)):
-        # Written value first (the OpenTelemetry Collector's encoding): read it key first.
-        encoded = key_first(encoded)
-        at = encoded.find(_KIND_ENDING)
+    operation_at: int | None = None  # not searched yet
+    if at < 0:
+        operation_at = encoded.find(_OPERATION)
+        if operation_at < 0 and (_KIND_TEXT in encoded or _OPERATION_FIELD in encoded):
+            # Written value first (the OpenTelemetry Collector's encoding): read it key first.
+            encoded = key_first(encoded)
+            at = encoded.find(_KIND_ENDING)
+            operation_at = encoded.find(_OPERATION)
     while at >= 0:
         end = at + len(_KIND_ENDING)
         if encoded.startswith(_OI_KIND, at - _OI_KIND_START):
@@ -199,9 +203,10 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
                 return Call(kind_of, _name(encoded, _TL_NAME), form, conditional)
             break
         at = encoded.find(_KIND_ENDING, end)
-    at = encoded.find(_OPERATION)
-    if at >= 0:
-        operation = string_at(encoded, at + len(_OPERATION)) or ""
+    if operation_at is None:
+        operation_at = encoded.find(_OPERATION)
+    if operation_at >= 0:
+        operation = string_at(encoded, operation_at + len(_OPERATION)) or ""
         key = _NAME_KEYS.get(operation)
         if key is not None:
             return Call(_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI)

@@ -184,16 +184,18 @@ class Attributes:
     of an unexpected type, or bytes that do not decode, read as absent.
     """
 
-    __slots__ = ("_blob",)
+    __slots__ = ("_blob", "_key_first")
 
     def __init__(self, span: SpanView) -> None:
         self._blob = span.SerializeToString()
+        self._key_first = False  # known to be written key first (a lookup found one so)
 
     @classmethod
     def of(cls, encoded: bytes) -> Attributes:
         """The attributes of the span whose encoding (``SerializeToString()``) is ``encoded``."""
         attributes = cls.__new__(cls)
         attributes._blob = encoded
+        attributes._key_first = False
         return attributes
 
     def _find(self, key: bytes) -> int:
@@ -204,8 +206,11 @@ class Attributes:
         span's attributes are re-encoded key first, once (:func:`key_first`), and searched again.
         """
         at = self._blob.find(key)
-        if at < 0 and self._blob.find(key[:-1]) >= 0:
+        if at >= 0:
+            self._key_first = True
+        elif not self._key_first and self._blob.find(key[:-1]) >= 0:
             self._blob = key_first(self._blob)
+            self._key_first = True
             at = self._blob.find(key)
         return at
 
