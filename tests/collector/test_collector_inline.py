@@ -175,47 +175,18 @@ async def test_third_party_loops_through_the_collector_count_as_they_do_directly
 
 
 async def test_agents_to_the_collector_to_the_processor_to_the_store(tmp_path: Path) -> None:
-    sink = Sink()
-    await sink.start()
-    processor = Processor(
-        replace(
-            ProcessorConfig(), listen="127.0.0.1:0", prometheus=None, forward=sink.address, drain_timeout=5.0
-        )
-    )
-    await processor.start()
-    assert processor.grpc is not None
-    grpc_port, http_port = free_port(), free_port()
-    config = config_for_test(tmp_path, grpc_port, http_port, f"127.0.0.1:{processor.grpc.port}")
-    process = subprocess.Popen(
-        [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        await wait_for_port(grpc_port, process)
+    async with Pipeline(tmp_path) as pipeline:
         sent: Counter[bytes] = Counter()
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-            for _ in range(TRACES):
-                raw, span_ids = loop_trace()
-                await export(raw, timeout=10)
-                sent.update(span_ids)
-        deadline = time.monotonic() + WAIT  # the Collector batches for up to 2 s
-        while received_span_ids(sink) != sent and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        assert received_span_ids(sink) == sent  # every span, exactly once
-        await processor.detection.settled()
-        assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): TRACES}
-        assert processor.detector.decisions == {
+        for _ in range(TRACES):
+            raw, span_ids = loop_trace()
+            await pipeline.send(raw)
+            sent.update(span_ids)
+        assert await pipeline.stored(sent) == sent  # every span, exactly once
+        assert pipeline.processor is not None
+        detector = pipeline.processor.detector
+        assert detector.cycles == {("cross_function", "planner>budget>planner"): TRACES}
+        assert detector.decisions == {
             ("allow", "", "planner"): TRACES,
             ("allow", "", "budget"): TRACES,
             ("refuse", "cycle", "planner"): TRACES,
         }
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        await processor.stop()
-        await sink.stop()
-    assert process.returncode == 0, process.stderr.read() if process.stderr else ""
