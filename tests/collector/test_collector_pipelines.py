@@ -1,11 +1,12 @@
-"""The inline config, live: agents → the real Collector (processor/collector/inline.yaml) → otel-guard
-processor → the trace store.
+"""Every shipped Collector config, live: agents → the real Collector → otel-guard processor(s) → the store.
 
-The shipped config is run as it is, its addresses aside (127.0.0.1 and free ports, and the
-Collector's own metrics off so that nothing else listens). Guarded loop traces, and the third-party
-instrumentations' recorded loops, go in over OTLP/gRPC; every span must reach the store exactly once,
-and the processor must count each loop once -- reading the attributes as the Collector encodes them
-(Go's pdata writes a KeyValue's value before its key).
+``inline.yaml`` (Collector → processor → store), ``fanout.yaml`` (Collector → store and processor)
+and ``scaleout.yaml`` (Collector → loadbalancing by trace id → three processors → store) are run as
+they are, their addresses aside (127.0.0.1 and free ports, and the Collector's own metrics off so
+that nothing else listens). Guarded loop traces, and the third-party instrumentations' recorded
+loops, go in over OTLP/gRPC: every span must reach the store exactly once, and the processors must
+count each loop once between them -- reading the attributes as the Collector encodes them (Go's
+pdata writes a KeyValue's value before its key).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import grpc.aio
 import pytest
@@ -34,7 +36,6 @@ from test_corpus import LOOP_EDGES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-INLINE = ROOT / "processor" / "collector" / "inline.yaml"
 TRACES = 20
 SPANS_PER_TRACE = 3
 WAIT = 30.0
@@ -46,16 +47,19 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def config_for_test(tmp_path: Path, grpc_port: int, http_port: int, processor: str) -> Path:
-    """The shipped config with the test's addresses in place of the deployment's."""
-    text = INLINE.read_text(encoding="utf-8")
+def config_for_test(tmp_path: Path, name: str, grpc_port: int, http_port: int, hosts: dict[str, str]) -> Path:
+    """The shipped config ``name`` with the test's addresses in place of the deployment's (``hosts``:
+    the config's host:port -> the test's)."""
+    text = (ROOT / "processor" / "collector" / f"{name}.yaml").read_text(encoding="utf-8")
     text = text.replace("0.0.0.0:4317", f"127.0.0.1:{grpc_port}").replace(
         "0.0.0.0:4318", f"127.0.0.1:{http_port}"
     )
-    text = text.replace("otel-guard-processor:4317", processor)
+    for deployed, local in hosts.items():
+        assert deployed in text, deployed
+        text = text.replace(deployed, local)
     config = yaml.safe_load(text)
     config["service"]["telemetry"] = {"metrics": {"level": "none"}}
-    path = tmp_path / "inline.yaml"
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
 
@@ -100,30 +104,50 @@ def received_span_ids(sink: Sink) -> Counter[bytes]:
 
 
 class Pipeline:
-    """The Collector running the shipped inline config in front of a processor and a store."""
+    """The Collector running a shipped config in front of otel-guard processors and a store.
 
-    def __init__(self, tmp_path: Path) -> None:
+    ``inline``: Collector → processor, which forwards to the store. ``fanout``: Collector → the store
+    and the processor (a sink). ``scaleout``: Collector → loadbalancing by trace id → three
+    processors, each forwarding to the store.
+    """
+
+    INSTANCES: ClassVar[dict[str, int]] = {"inline": 1, "fanout": 1, "scaleout": 3}
+
+    def __init__(self, tmp_path: Path, name: str = "inline") -> None:
         self.tmp_path = tmp_path
+        self.name = name
         self.sink = Sink()
-        self.processor: Processor | None = None
+        self.processors: list[Processor] = []
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
 
+    @property
+    def processor(self) -> Processor:
+        return self.processors[0]
+
     async def __aenter__(self) -> Pipeline:
         await self.sink.start()
-        self.processor = Processor(
-            replace(
-                ProcessorConfig(),
-                listen="127.0.0.1:0",
-                prometheus=None,
-                forward=self.sink.address,
-                drain_timeout=5.0,
+        forward = None if self.name == "fanout" else self.sink.address
+        for _ in range(self.INSTANCES[self.name]):
+            processor = Processor(
+                replace(
+                    ProcessorConfig(),
+                    listen="127.0.0.1:0",
+                    prometheus=None,
+                    forward=forward,
+                    drain_timeout=5.0,
+                )
             )
-        )
-        await self.processor.start()
-        assert self.processor.grpc is not None
+            await processor.start()
+            self.processors.append(processor)
+        addresses = [f"127.0.0.1:{p.grpc.port}" for p in self.processors if p.grpc is not None]
+        hosts = {
+            "inline": {"otel-guard-processor:4317": addresses[0]},
+            "fanout": {"otel-guard-processor:4317": addresses[0], "tempo:4317": self.sink.address},
+            "scaleout": {f"otel-guard-processor-{n}:4317": address for n, address in enumerate(addresses)},
+        }[self.name]
         self.port, http_port = free_port(), free_port()
-        config = config_for_test(self.tmp_path, self.port, http_port, f"127.0.0.1:{self.processor.grpc.port}")
+        config = config_for_test(self.tmp_path, self.name, self.port, http_port, hosts)
         self.process = subprocess.Popen(
             [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -139,8 +163,9 @@ class Pipeline:
         deadline = time.monotonic() + WAIT  # the Collector batches for up to 2 s
         while received_span_ids(self.sink) != expected and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        assert self.processor is not None
-        await self.processor.detection.settled()
+        await asyncio.sleep(0.5)  # and what would come twice has come
+        for processor in self.processors:
+            await processor.detection.settled()
         return received_span_ids(self.sink)
 
     async def __aexit__(self, *exc: object) -> None:
@@ -151,8 +176,8 @@ class Pipeline:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.processor is not None:
-            await self.processor.stop()
+        for processor in self.processors:
+            await processor.stop()
         await self.sink.stop()
         if self.process is not None and exc[0] is None:
             assert self.process.returncode == 0, self.process.stderr.read() if self.process.stderr else ""
@@ -174,19 +199,26 @@ async def test_third_party_loops_through_the_collector_count_as_they_do_directly
         assert detector.delegations == {edge: count * len(loops) for edge, count in LOOP_EDGES.items()}
 
 
-async def test_agents_to_the_collector_to_the_processor_to_the_store(tmp_path: Path) -> None:
-    async with Pipeline(tmp_path) as pipeline:
+@pytest.mark.parametrize("config", sorted(Pipeline.INSTANCES))
+async def test_agents_to_the_collector_to_the_processor_to_the_store(tmp_path: Path, config: str) -> None:
+    async with Pipeline(tmp_path, config) as pipeline:
         sent: Counter[bytes] = Counter()
         for _ in range(TRACES):
             raw, span_ids = loop_trace()
             await pipeline.send(raw)
             sent.update(span_ids)
         assert await pipeline.stored(sent) == sent  # every span, exactly once
-        assert pipeline.processor is not None
-        detector = pipeline.processor.detector
-        assert detector.cycles == {("cross_function", "planner>budget>planner"): TRACES}
-        assert detector.decisions == {
+        # Each loop counted once over the instances: every span of a trace reached one of them.
+        cycles: Counter[tuple[str, str]] = Counter()
+        decisions: Counter[tuple[str, str, str]] = Counter()
+        for processor in pipeline.processors:
+            cycles.update(processor.detector.cycles)
+            decisions.update(processor.detector.decisions)
+        assert cycles == {("cross_function", "planner>budget>planner"): TRACES}
+        assert decisions == {
             ("allow", "", "planner"): TRACES,
             ("allow", "", "budget"): TRACES,
             ("refuse", "cycle", "planner"): TRACES,
         }
+        if config == "scaleout":  # the load balancer spread the traces
+            assert all(processor.detector.cycles for processor in pipeline.processors)
