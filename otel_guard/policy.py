@@ -47,9 +47,10 @@ ENV: Final[dict[str, str]] = {
 """Setting name -> environment variable."""
 
 INTEGRITY_REASONS: Final = frozenset({"bad_signature", "expired", "foreign_workspace"})
-# Seconds of clock difference between hosts a chain's times may show (see integrity()).
-CLOCK_SKEW: Final = 30.0
 """Reasons that mean the chain itself cannot be trusted: refused in observe mode too (fail closed)."""
+
+CLOCK_SKEW: Final = 30.0
+"""Seconds of clock difference between hosts a chain's times may show (see :func:`integrity`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
-from otel_guard.asgi import attach_caller_context, baggage_without_chain, carrier_from_headers
+from otel_guard.asgi import attach_caller_context, carrier_from_headers, headers_without_chain
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._a2a_errors import (
     ServerRefusal,
@@ -60,16 +60,11 @@ async def continue_caller(wrapped: Any, instance: Any, args: tuple[Any, ...], kw
 
 
 def _without_chain(response: Any) -> Any:
-    """The dispatcher's Starlette response with the chain out of its ``baggage`` header, if any:
-    a reply never carries the chain (see :func:`otel_guard.asgi.headers_without_chain`)."""
-    headers: Any = getattr(response, "headers", None)
-    value = headers.get("baggage") if headers is not None and hasattr(headers, "get") else None
-    if value:
-        kept = baggage_without_chain(value)
-        if kept:
-            headers["baggage"] = kept
-        else:
-            del headers["baggage"]
+    """The dispatcher's Starlette response with the chain out of every ``baggage`` header: a reply
+    never carries the chain (:func:`otel_guard.asgi.headers_without_chain`, as the middleware does)."""
+    raw_headers = getattr(response, "raw_headers", None)
+    if isinstance(raw_headers, list) and any(name.lower() == b"baggage" for name, _ in raw_headers):
+        response.raw_headers = headers_without_chain(raw_headers)
     return response
 
 
