@@ -24,6 +24,9 @@ with every step run inside a context:
 - ``done(exc)`` is called exactly once, when the steps end: ``None`` when they ran out or were
   closed, the exception when they failed (or closing them failed). A generator's return value is
   passed on.
+- ``moved`` (optional) is asked after each step until it returns a context; the steps after that
+  run in the context it returned (a hop whose span started during a step, under a span the step
+  made).
 
 Example::
 
@@ -52,8 +55,13 @@ Done = Callable[[BaseException | None], object]
 Enter = Callable[[], tuple[Context, Done]]
 """Called at the first step: the context to run every step in, and what to call when they end."""
 
+Moved = Callable[[], Context | None]
+"""Asked after a step: the context the next steps run in, or ``None`` to keep the one they have."""
 
-def generator_in_context(enter: Enter, make: Callable[P, Iterable[Y]]) -> Callable[P, Generator[Y, Any, Any]]:
+
+def generator_in_context(
+    enter: Enter, make: Callable[P, Iterable[Y]], moved: Moved | None = None
+) -> Callable[P, Generator[Y, Any, Any]]:
     """A generator function running ``make(*args, **kwargs)``'s steps in the context ``enter()`` gives."""
 
     def steps(*args: P.args, **kwargs: P.kwargs) -> Generator[Y, Any, Any]:
@@ -68,6 +76,7 @@ def generator_in_context(enter: Enter, make: Callable[P, Iterable[Y]]) -> Callab
             detach(token)
         next_step = inner.__next__
         step: Callable[[], Y] = next_step
+        asking = moved
         while True:
             token = attach(ctx)
             try:
@@ -80,6 +89,8 @@ def generator_in_context(enter: Enter, make: Callable[P, Iterable[Y]]) -> Callab
                 raise
             finally:
                 detach(token)
+            if asking is not None and (new_context := asking()) is not None:
+                ctx, asking = new_context, None
             try:
                 sent = yield item
             except GeneratorExit:
@@ -95,7 +106,7 @@ def generator_in_context(enter: Enter, make: Callable[P, Iterable[Y]]) -> Callab
 
 
 def async_generator_in_context(
-    enter: Enter, make: Callable[P, AsyncIterable[Y]]
+    enter: Enter, make: Callable[P, AsyncIterable[Y]], moved: Moved | None = None
 ) -> Callable[P, AsyncGenerator[Y, Any]]:
     """The ``async`` form of :func:`generator_in_context`."""
 
@@ -111,6 +122,7 @@ def async_generator_in_context(
             detach(token)
         next_step = inner.__anext__
         step: Callable[[], Awaitable[Y]] = next_step
+        asking = moved
         while True:
             token = attach(ctx)
             try:
@@ -123,6 +135,8 @@ def async_generator_in_context(
                 raise
             finally:
                 detach(token)
+            if asking is not None and (new_context := asking()) is not None:
+                ctx, asking = new_context, None
             try:
                 sent = yield item
             except GeneratorExit:

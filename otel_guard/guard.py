@@ -213,6 +213,7 @@ class Delegation:
     _hop: Hop | None = None
     _plan: _Plan | None = None
     _token: object = None
+    _decided_in: Context | None = None
     span: trace.Span = trace.INVALID_SPAN
     context: Context | None = None
     decision: str | None = None
@@ -268,16 +269,69 @@ class Delegation:
 
         Raises :class:`DelegationRefused` (after recording the refused span) when the hop is refused.
         """
-        settings = current_settings()  # a plan is kept for these; overrides are applied in _decide
         parent = context.get_current()
         parent_baggage = _baggage_of(parent)
+        plan = self._plan_in(parent, parent_baggage)
+        return self._opened(plan, parent, parent_baggage)
+
+    def decide(self) -> Context:
+        """Decide the hop now and start its span later, with :meth:`open`.
+
+        For a runtime whose own tracing makes the span of the call only once the call has begun (a
+        LangChain tool run): the hop is checked before the call, and its span goes under the span of
+        the call. Returns the context the call runs in until then: the hop's chain in its baggage,
+        the current span left as it is. Raises :class:`DelegationRefused` as :meth:`start` does.
+        """
+        parent = context.get_current()
+        parent_baggage = _baggage_of(parent)
+        plan = self._plan_in(parent, parent_baggage)
+        ctx = _with_baggage(parent, plan.child_baggage(parent_baggage))
+        self._decided_in = parent
+        self.context = ctx
+        return ctx
+
+    def open(self, span_parent: Context | None = None) -> Context:
+        """Start the span of a hop :meth:`decide` allowed, under the span current in ``span_parent``
+        (default: the context ``decide`` ran in); return the context to run the body in.
+
+        The baggage is the hop's either way: ``span_parent`` chooses the parent span only. Calling it
+        again returns the hop's context unchanged.
+        """
+        plan = self._plan
+        decided_in = self._decided_in
+        if plan is None or decided_in is None:
+            raise RuntimeError("Delegation.open: the hop was not decided (call decide() first)")
+        if self.span is not trace.INVALID_SPAN:
+            assert self.context is not None
+            return self.context
+        base = decided_in if span_parent is None else span_parent
+        return self._opened(plan, base, _baggage_of(decided_in))
+
+    @property
+    def opened(self) -> bool:
+        """Whether the hop's span has started."""
+        return self.span is not trace.INVALID_SPAN
+
+    def _plan_in(self, parent: Context, parent_baggage: Mapping[str, object] | None) -> _Plan:
+        """The plan of this hop in ``parent``: the one kept on the arriving token, or a new decision."""
+        settings = current_settings()  # a plan is kept for these; overrides are applied in _decide
         value = parent_baggage.get(_BAGGAGE_KEY) if parent_baggage else None
         plan = value.children.get(self._key) if type(value) is ChainToken and not self._receiving else None
         if plan is None or plan.settings is not settings or time.time() >= plan.valid_until:
             plan = self._decide(value, settings, parent)
         self._plan = plan
+        self.decision = plan.verdict.outcome
+        return plan
+
+    def _opened(
+        self,
+        plan: _Plan,
+        parent: Context,
+        parent_baggage: Mapping[str, object] | None,
+    ) -> Context:
+        """Start the hop's span under ``parent``'s span; ``parent`` with the span and the hop's chain
+        (``parent_baggage`` is the baggage the hop was decided in)."""
         verdict = plan.verdict
-        self.decision = verdict.outcome
         attributes = plan.attributes if self._attributes is None else {**self._attributes, **plan.attributes}
         self.span = span = self._open_span(plan.span_name, parent, attributes, verdict, plan.tally)
         # The context in one copy (span and baggage together); the public API's way takes two.
@@ -289,7 +343,13 @@ class Delegation:
         return ctx
 
     def finish(self, exc: BaseException | None = None) -> None:
-        """End the hop's span, recording ``exc`` if the body raised it."""
+        """End the hop's span, recording ``exc`` if the body raised it.
+
+        A hop decided but never opened (the runtime's call never began) gets its span now, under the
+        span it was decided under, so no allowed hop goes unrecorded.
+        """
+        if self._decided_in is not None and self.span is trace.INVALID_SPAN:
+            self.open()
         span = self.span
         if exc is not None and span.is_recording():
             span.record_exception(exc)
@@ -469,6 +529,16 @@ def _record_verdict(span: trace.Span, verdict: Verdict) -> None:
         names.EVENT_REFUSED if verdict.outcome == "refuse" else names.EVENT_WOULD_REFUSE,
         {names.REASON: verdict.reason or "", names.EVENT_MESSAGE: verdict.message},
     )
+
+
+def _with_baggage(ctx: Context, hop_baggage: Mapping[str, object]) -> Context:
+    """``ctx`` with ``hop_baggage`` as its baggage (a decided hop before its span starts)."""
+    if _FAST_CONTEXT:
+        return Context({**ctx, _BAGGAGE_SLOT: hop_baggage})
+    ctx = baggage.clear(ctx)
+    for key, value in hop_baggage.items():
+        ctx = baggage.set_baggage(key, value, ctx)
+    return ctx
 
 
 def _child_context_slowly(parent: Context, span: trace.Span, plan: _Plan) -> Context:

@@ -17,13 +17,17 @@ from typing import Any, TypeVar
 
 from opentelemetry import context
 
-from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
+from otel_guard._steps import Done, async_generator_in_context, generator_in_context
 from otel_guard.guard import Delegation
 
 Y = TypeVar("Y")
 
 StepContext = tuple[context.Context, Delegation | None]
-"""The context a stream's steps run in, and the hop to finish when the stream is done (if any)."""
+"""The context a stream's steps run in, and the hop to finish when the stream is done (if any).
+
+A hop that was only decided (:meth:`Delegation.decide`) starts its span during the first step, when
+the graph's run begins; the steps after it run in the hop's context from then on.
+"""
 
 
 def stream_in_hop(
@@ -34,24 +38,42 @@ def stream_in_hop(
     ``enter`` runs at the first step (a generator does nothing until it is iterated) and may raise
     :class:`~otel_guard.errors.DelegationRefused`; then ``make`` is never called.
     """
-    return generator_in_context(_finishing(enter), make)()
+    steps = _Steps(enter)
+    return generator_in_context(steps.enter, make, steps.moved)()
 
 
 def astream_in_hop(
     enter: Callable[[], StepContext], make: Callable[[], AsyncIterator[Y]]
 ) -> AsyncGenerator[Y, Any]:
     """The ``async`` form of :func:`stream_in_hop`."""
-    return async_generator_in_context(_finishing(enter), make)()
+    steps = _Steps(enter)
+    return async_generator_in_context(steps.enter, make, steps.moved)()
 
 
-def _finishing(enter: Callable[[], StepContext]) -> Enter:
-    """``enter`` that ends the hop it opened when the stream is done, and nothing for a joined hop."""
+class _Steps:
+    """``enter`` that ends the hop it opened when the stream is done (nothing for a joined hop), and
+    moves the steps into the hop's context once a hop that was only decided has started its span."""
 
-    def enter_steps() -> tuple[context.Context, Done]:
-        ctx, hop = enter()
-        return ctx, (hop.finish if hop is not None else _joined)
+    __slots__ = ("_enter", "_hop")
 
-    return enter_steps
+    def __init__(self, enter: Callable[[], StepContext]) -> None:
+        self._enter = enter
+        self._hop: Delegation | None = None
+
+    def enter(self) -> tuple[context.Context, Done]:
+        ctx, hop = self._enter()
+        if hop is None:
+            return ctx, _joined
+        if not hop.opened:
+            self._hop = hop
+        return ctx, hop.finish
+
+    def moved(self) -> context.Context | None:
+        hop = self._hop
+        if hop is None or not hop.opened:
+            return None
+        self._hop = None
+        return hop.context
 
 
 def _joined(exc: BaseException | None) -> None:

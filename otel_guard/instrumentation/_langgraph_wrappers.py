@@ -60,6 +60,9 @@ _OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 _OPEN_HOP: Final = context.create_key("otel_guard.langgraph.open_hop")
 """Context key of the innermost hop this instrumentation opened (an :class:`_OpenHop`)."""
 
+_PENDING_HOP: Final = context.create_key("otel_guard.langgraph.pending_hop")
+"""Context key of a hop decided before its LangChain run began (a :class:`_Pending`)."""
+
 Wrapped = Callable[..., Any]
 
 
@@ -76,6 +79,102 @@ class _OpenHop(NamedTuple):
 
 def _with_open_hop(ctx: context.Context, kind: str, name: str, chain: Chain | None) -> context.Context:
     return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
+
+
+# -- spans that follow LangChain's run tree -------------------------------------------------------
+#
+# LangChain tracers (OpenInference's, Traceloop's) make the span of a tool or graph run when the run
+# begins, in its ``on_tool_start`` / ``on_chain_start`` callback, and parent their spans by the run
+# tree. A hop's span started before that callback would stand *beside* the tracer's span of the same
+# call. So a hop is decided before the call (a refused call never begins) and its span is started
+# once the call's own run has begun: under the tracer's span of that run.
+
+
+class _Pending(NamedTuple):
+    """A hop decided before its call's LangChain run began, whose span opens when the run starts."""
+
+    event: str  # the callback that begins the call's run: "tool" or "chain"
+    hop: Delegation
+
+
+def _with_pending(ctx: context.Context, event: str, hop: Delegation) -> context.Context:
+    return context.set_value(_PENDING_HOP, _Pending(event, hop), ctx)
+
+
+def _run_span(run_id: object) -> trace.Span | None:
+    """The span a LangChain tracer made for the run ``run_id`` (OpenInference's), if any."""
+    module = sys.modules.get(_OPENINFERENCE_LANGCHAIN)
+    if module is None:
+        return None
+    try:
+        instrumentor = module.LangChainInstrumentor()
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            return None
+        span = instrumentor.get_span(run_id)
+    except Exception:  # another package's API: it never costs a hop
+        return None
+    return span if isinstance(span, trace.Span) and span.is_recording() else None
+
+
+def _open_pending(event: str, run_manager: object) -> context.Context | None:
+    """Open the hop decided for the run that just began; its context, or ``None`` if none waits.
+
+    The first run that begins after a hop was decided is the call's own (``BaseTool.run`` and
+    ``Pregel.stream`` start their run before anything else), so it is the one the span goes under:
+    the tracer's span of it when the tracer keeps one by run id, else the span now current (a tracer
+    that makes its spans current, as Traceloop's does, has just made its span of the run current).
+    """
+    pending = context.get_value(_PENDING_HOP)
+    if not isinstance(pending, _Pending) or pending.event != event or pending.hop.opened:
+        return None
+    current = context.get_current()
+    span = _run_span(getattr(run_manager, "run_id", None))
+    return pending.hop.open(trace.set_span_in_context(span, current) if span is not None else current)
+
+
+def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``CallbackManager.on_tool_start``: the tool's run has begun; its hop's span starts under it.
+
+    The hop's context is attached here, in the context ``BaseTool.run`` runs in, because the tool's
+    body runs in a copy of that context made after this callback; the tool hop's wrapper resets the
+    context when the call ends.
+    """
+    run_manager = wrapped(*args, **kwargs)
+    ctx = _open_pending("tool", run_manager)
+    if ctx is not None:
+        context.attach(ctx)
+    return run_manager
+
+
+async def tool_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``AsyncCallbackManager.on_tool_start``: as :func:`tool_run_started`."""
+    run_manager = await wrapped(*args, **kwargs)
+    ctx = _open_pending("tool", run_manager)
+    if ctx is not None:
+        context.attach(ctx)
+    return run_manager
+
+
+def chain_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``CallbackManager.on_chain_start``: a graph's run has begun; its hop's span starts under it.
+
+    The hop's context is attached for the rest of this step of the stream (the step's own reset
+    ends it); the stream's later steps run in it (:mod:`._langgraph_streams`).
+    """
+    run_manager = wrapped(*args, **kwargs)
+    ctx = _open_pending("chain", run_manager)
+    if ctx is not None:
+        context.attach(ctx)
+    return run_manager
+
+
+async def chain_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``AsyncCallbackManager.on_chain_start``: as :func:`chain_run_started`."""
+    run_manager = await wrapped(*args, **kwargs)
+    ctx = _open_pending("chain", run_manager)
+    if ctx is not None:
+        context.attach(ctx)
+    return run_manager
 
 
 def _hop_span_is_current(name: str) -> bool:
@@ -108,9 +207,13 @@ def _in_langchain_run(ctx: context.Context) -> context.Context:
         return ctx
     if not isinstance(span, trace.Span) or not span.is_recording():
         return ctx
-    current = trace.get_current_span(ctx).get_span_context()
+    current_span = trace.get_current_span(ctx)
+    current = current_span.get_span_context()
     if current.is_valid and current.trace_id != span.get_span_context().trace_id:
         return ctx  # the current span is of another trace: the run's span is not an ancestor
+    parent = getattr(current_span, "parent", None)
+    if isinstance(parent, trace.SpanContext) and parent.span_id == span.get_span_context().span_id:
+        return ctx  # the current span (a hop's, opened under the run's span) is already inside it
     return trace.set_span_in_context(span, ctx)
 
 
@@ -121,6 +224,35 @@ def _start_in_run(hop: Delegation) -> context.Context:
         return hop.start()
     finally:
         context.detach(token)
+
+
+def _decide_in_run(hop: Delegation) -> context.Context:
+    """``hop.decide()`` under the span of the LangChain run the call is made in: a refused hop's
+    span goes there, and an allowed hop's span waits for the call's own run (:func:`_open_pending`)."""
+    token = context.attach(_in_langchain_run(context.get_current()))
+    try:
+        return hop.decide()
+    finally:
+        context.detach(token)
+
+
+def _run_span_comes_after() -> bool:
+    """Whether a graph run's hop span waits for the run's tracer span (see :func:`_open_pending`).
+
+    It does, except where OpenInference traces a top-level run: OpenInference puts the span of a
+    run without a parent run under the current span, so the hop's span, started first, is its
+    parent and the tree is one. Inside a run (a graph a tool runs) OpenInference, like Traceloop
+    always, parents the run's span by the run tree, and the hop's span goes under it.
+    """
+    module = sys.modules.get(_OPENINFERENCE_LANGCHAIN)
+    if module is None:
+        return True
+    try:
+        if not module.LangChainInstrumentor().is_instrumented_by_opentelemetry:
+            return True
+        return isinstance(module.get_current_span(), trace.Span)
+    except Exception:  # another package's API: it never costs a hop
+        return True
 
 
 def _graph_step_context(
@@ -143,7 +275,12 @@ def _graph_step_context(
         # By the caller's process, which sent the chain: check the hop again, do not add it twice.
         receiving = not remote
     hop = delegate(name, kind="agent", span_kind=span_kind, receiving=receiving, attributes=attributes)
-    ctx = _start_in_run(hop)
+    if not remote and _run_span_comes_after():
+        # Decided now (a refused graph never runs); the span starts with the graph's run, under
+        # the tracer's span of that run. A remote graph's span starts now: its request carries it.
+        ctx = _with_pending(_decide_in_run(hop), "chain", hop)
+    else:
+        ctx = _start_in_run(hop)
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -277,14 +414,19 @@ def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, s
     return delegate(instance.name, kind="tool", attributes=attributes), tool_call_id
 
 
+def _tool_context(hop: Delegation, name: str) -> context.Context:
+    """Decide a tool hop (raises when refused); the context its call begins in, span to follow."""
+    ctx = _decide_in_run(hop)
+    return _with_pending(_with_open_hop(ctx, "tool", name, hop.chain), "tool", hop)
+
+
 def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``BaseTool.run``: one ``execute_tool`` hop; a refusal is returned, not raised."""
     if not is_instrumentation_enabled() or _agent_name(instance) is None:
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
     try:
-        ctx = _start_in_run(hop)
-        token = context.attach(_with_open_hop(ctx, "tool", instance.name, hop.chain))
+        token = context.attach(_tool_context(hop, instance.name))
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
@@ -306,8 +448,7 @@ def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwarg
     async def run() -> Any:
         hop, tool_call_id = _tool_hop(instance, kwargs)
         try:
-            ctx = _start_in_run(hop)
-            token = context.attach(_with_open_hop(ctx, "tool", instance.name, hop.chain))
+            token = context.attach(_tool_context(hop, instance.name))
             try:
                 result = await wrapped(*args, **kwargs)
             except BaseException as exc:

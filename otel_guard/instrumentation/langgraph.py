@@ -20,6 +20,10 @@ From then on:
   ``traceparent`` to the LangGraph server; a graph on the server whose arriving chain already ends
   with its name checks that hop again instead of adding it twice.
 
+A hop is decided before its call begins, and its span starts when LangChain's run of the call begins
+(``CallbackManager.on_tool_start`` / ``on_chain_start``): under the span a LangChain tracer made of that
+run (OpenInference's, Traceloop's), so the trace is one tree with them.
+
 A refused hop never runs. When a model asked for it, the tool call returns a ``ToolMessage`` with
 ``status="error"`` whose text gives the reason, the path and that retrying will not help, so the graph
 goes on and the model answers with what it has. A graph run refused outside any tool (for example a
@@ -39,6 +43,7 @@ from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unw
 _PREGEL: Final = "langgraph.pregel.main"
 _REMOTE: Final = "langgraph.pregel.remote"
 _TOOLS: Final = "langchain_core.tools.base"
+_CALLBACKS: Final = "langchain_core.callbacks.manager"
 
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     (_PREGEL, "Pregel.stream"),
@@ -47,6 +52,10 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     (_REMOTE, "RemoteGraph.astream"),
     (_TOOLS, "BaseTool.run"),
     (_TOOLS, "BaseTool.arun"),
+    (_CALLBACKS, "CallbackManager.on_tool_start"),
+    (_CALLBACKS, "AsyncCallbackManager.on_tool_start"),
+    (_CALLBACKS, "CallbackManager.on_chain_start"),
+    (_CALLBACKS, "AsyncCallbackManager.on_chain_start"),
 )
 """Every (module, attribute) this instrumentation patches."""
 
@@ -71,6 +80,10 @@ class LangGraphInstrumentor(GuardInstrumentor):
             wrappers.remote_astream,
             wrappers.tool_run,
             wrappers.tool_arun,
+            wrappers.tool_run_started,
+            wrappers.tool_arun_started,
+            wrappers.chain_run_started,
+            wrappers.chain_arun_started,
         )
         for (module, name), wrapper in zip(PATCH_TARGETS, patches, strict=True):
             wrap_function_wrapper(module, name, wrapper)

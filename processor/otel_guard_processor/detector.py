@@ -906,7 +906,12 @@ class Detector:
     @staticmethod
     def _retarget_tool(trace: _Trace, tool: Path, again: Path) -> None:
         """A second span of one tool call (another instrumentation's) takes over its waiting edge,
-        so that an agent run below either span takes the edge over."""
+        so that an agent run below either span takes the edge over; the agents run below either
+        span are one call's (a run recorded under each counts once)."""
+        callees = trace.callees
+        if callees is None:
+            callees = trace.callees = {}
+        callees[id(again)] = callees.setdefault(id(tool), set())
         tools = trace.tools
         if tools:
             for at in range(0, len(tools), 2):
@@ -939,7 +944,7 @@ class Detector:
             path = tools[at]
             if deadline is not None and tools[at + 1] > deadline:
                 young += (path, tools[at + 1])
-            elif not callees or id(path) not in callees:
+            elif not callees or not callees.get(id(path)):
                 self._count_call(trace, path, int(path[1]))
         return young
 
@@ -1113,6 +1118,11 @@ def _same_call(ancestor: int, marker: int, repeats: int) -> bool:
     if ancestor & _CALLER_ENTRY:
         return False  # the caller a remote agent named: another call by definition
     if marker & _GUARDED:
+        if marker & _KIND_BITS == ancestor & _KIND_BITS == _TOOL_BITS and not ancestor & _GUARDED:
+            # The guard's span of a tool call, under another instrumentation's span of the call
+            # (which made its span first). The chain's count of a tool's name says nothing here:
+            # a path keeps a tool's name only until an agent runs below it.
+            return True
         # The guard's span: a new hop when its chain holds the name more often than the path
         # above it (under the guard's own span of the call: once; under another instrumentation's
         # span of the call the guard refused or allowed: as often as the chain).

@@ -496,3 +496,41 @@ async def test_async_a_value_sent_into_a_plain_iterator_closes_it_and_raises_a_c
         await gen.asend("x")
     assert inner.closed_in == ["inside"]
     assert isinstance(steps.outcome, TypeError)
+
+
+# -- moving into a context a step made ---------------------------------------------------------------
+
+
+def test_the_steps_after_moved_gives_a_context_run_in_it() -> None:
+    """``moved`` is asked after each step; once it answers, the later steps run in its context."""
+    later = context.set_value(KEY, "moved")
+    asked: list[int] = []
+
+    def moved() -> context.Context | None:
+        asked.append(len(asked))
+        return later if len(asked) == 2 else None
+
+    def count() -> Iterator[object]:
+        return (where() for _ in range(4))
+
+    steps = Steps()
+    seen = list(generator_in_context(steps, count, moved)())
+    assert seen == ["inside", "inside", "moved", "moved"]
+    assert len(asked) == 2  # never asked again once it moved
+    assert where() is None
+    assert steps.outcome is None
+
+
+async def test_the_async_steps_after_moved_gives_a_context_run_in_it() -> None:
+    later = context.set_value(KEY, "moved")
+    answers = iter([None, later])
+
+    async def count() -> AsyncIterator[object]:
+        for _ in range(3):
+            yield where()
+
+    steps = Steps()
+    seen = [item async for item in async_generator_in_context(steps, count, lambda: next(answers))()]
+    assert seen == ["inside", "inside", "moved"]
+    assert where() is None
+    assert steps.outcome is None

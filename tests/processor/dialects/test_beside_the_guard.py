@@ -75,12 +75,19 @@ async def test_a_healthy_run_counts_no_cycle_beside_the_guard(
     assert series(samples, "otel_guard_delegations_total") == {("budget", "planner"): 1}
 
 
+def subject(name: str) -> str:
+    """What a span is a call of: ``ask_budget`` of ``execute_tool ask_budget``, ``planner`` of
+    ``planner.workflow`` (Traceloop), the name itself for OpenInference's ``budget``."""
+    return name.rsplit(" ", 1)[-1].removesuffix(".workflow")
+
+
 @pytest.mark.parametrize(("runtime", "instrumentation"), INSTRUMENTED_RUNTIMES)
 async def test_the_guards_spans_stand_in_the_third_partys_tree(
     tmp_path: Path, runtime: str, instrumentation: str
 ) -> None:
-    """One trace, and each guard span next to the third party's spans of the call: its parent or
-    a child is one of theirs (never a subtree of the guard's own beside theirs)."""
+    """One trace, one tree: each guard span is the parent of the third party's spans of its call,
+    or stands under the third party's span of it (or under a guard span that does, as a refused
+    agent hop inside a tool call); never a leaf beside the third party's span of the same call."""
     spans_file = tmp_path / "spans.jsonl"
     env = {**GUARD, "OTEL_GUARD_MODE": "enforce"}
     await record(
@@ -96,6 +103,19 @@ async def test_the_guards_spans_stand_in_the_third_partys_tree(
     assert [span["name"] for span in guards if span["attributes"]["otel_guard.decision"] == "refuse"] == [
         "invoke_agent planner"
     ]
+
+    def in_their_tree(span: dict) -> bool:
+        parent = by_id.get(span["parent_id"])
+        if parent is not None and parent["scope"] != GUARD_SCOPE:
+            return True  # under their span
+        if any(child["scope"] != GUARD_SCOPE for child in children.get(span["span_id"], [])):
+            return True  # their spans of the call under it
+        return parent is not None and in_their_tree(parent)
+
     for span in guards:
-        neighbours = [by_id.get(span["parent_id"]), *children.get(span["span_id"], [])]
-        assert any(n is not None and n["scope"] != GUARD_SCOPE for n in neighbours), span["name"]
+        assert in_their_tree(span), f"{span['name']} stands in a subtree of the guard's own"
+        if children.get(span["span_id"]):
+            continue
+        siblings = [s for s in children[span["parent_id"]] if s["scope"] != GUARD_SCOPE]
+        beside = [s["name"] for s in siblings if subject(s["name"]) == subject(span["name"])]
+        assert not beside, f"{span['name']} is a leaf beside their span of the same call: {beside}"

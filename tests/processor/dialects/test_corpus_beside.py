@@ -16,7 +16,16 @@ from corpus_spans import CORPUS, read_spans
 from test_corpus import LOOP_CYCLES, LOOP_EDGES, ORDERS, detect
 
 BESIDE = CORPUS / "beside"
-PAIRINGS = ("lg_oi", "lg_tl", "oai_oi", "oai_otelv2", "pai_builtin", "pai_oi")
+PAIRINGS = (
+    "lg_oi",
+    "lg_oi_under",
+    "lg_tl",
+    "lg_tl_under",
+    "oai_oi",
+    "oai_otelv2",
+    "pai_builtin",
+    "pai_oi",
+)
 # (scenario, mode) -> (cycles, edges (caller, callee), the refusals of planner)
 EXPECTED: dict[tuple[str, str], tuple[dict[Any, int], dict[Any, int], int]] = {
     # planner -> budget -> planner, refused: the attempt is an edge too.
