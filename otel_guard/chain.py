@@ -524,11 +524,13 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
         agent, skill = item
         if type(agent) is not str or not agent or not (skill is None or type(skill) is str):
             raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
-        # JSON escapes can spell anything, a lone surrogate included.
+        # JSON escapes can spell anything, a lone surrogate included. Printable ASCII (nearly every
+        # name) is the test inline; anything else gets name_problem's full check.
         for name in (agent, skill):
-            problem = name_problem(name) if name is not None else None
-            if problem is not None:
-                raise InvalidToken(f"token hop name {quoted(name)} {problem}")
+            if name is not None and not (name.isascii() and name.isprintable()):
+                problem = name_problem(name)
+                if problem is not None:
+                    raise InvalidToken(f"token hop name {quoted(name)} {problem}")
         hops.append(_new_hop(Hop, item))
     issued_at, expires_at = _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
     if expires_at < issued_at:

@@ -83,6 +83,15 @@ _PATCHES: Final[dict[PatchTarget, tuple[str, str]]] = {
         _GRPC,
         "abort_context",
     ),
+    # gRPC: no reply metadata carries the chain
+    ("a2a.server.request_handlers.grpc_handler", "GrpcHandler._handle_unary"): (
+        _GRPC,
+        "serve_without_chain",
+    ),
+    ("a2a.server.request_handlers.grpc_handler", "GrpcHandler._handle_stream"): (
+        _GRPC,
+        "serve_without_chain",
+    ),
     ("a2a.client.transports.grpc", "_map_grpc_error"): (_GRPC, "map_grpc_error"),
 }
 

@@ -12,7 +12,10 @@ from typing import Any
 import grpc
 import pytest
 from a2a.client import A2AClientError, ClientFactory, minimal_agent_card
-from a2a.types import AgentCard
+from a2a.helpers import new_text_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.types import AgentCard, a2a_pb2_grpc
 from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
     GRPC,
     TravelAgent,
@@ -22,10 +25,12 @@ from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
     start_grpc_server,
 )
 from instrumentors import instrumentor_fixture
+from opentelemetry import baggage, propagate
 from opentelemetry.trace import SpanKind
 
 import otel_guard
 from otel_guard.instrumentation.a2a import A2AInstrumentor
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +117,42 @@ async def test_server_refusal_over_grpc_is_aborted_and_raised_as_a2a_delegation_
     assert grpc_agents.ran == []
     (refused,) = [s for s in spans.named("invoke_agent planner") if s.kind is SpanKind.SERVER]
     assert dict(refused.attributes or {})["otel_guard.decision"] == "refuse"
+
+
+class ContextInReply(AgentExecutor):
+    """An agent that hands its context back in the reply metadata, as an app that injects its
+    context into every reply would: W3C baggage with the chain of the hop it runs in."""
+
+    name = "budget"
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.call_context is not None
+        grpc_context = context.call_context.state["grpc_context"]
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, baggage.set_baggage("tenant", "acme"))
+        assert CHAIN_BAGGAGE_KEY in carrier["baggage"]  # the hop's chain is in what it would send
+        await grpc_context.send_initial_metadata((("baggage", carrier["baggage"]), ("x-app", "kept")))
+        grpc_context.set_trailing_metadata((("baggage", carrier["baggage"]),))
+        await event_queue.enqueue_event(new_text_message("ok"))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise NotImplementedError
+
+
+async def test_no_grpc_reply_metadata_carries_the_chain(instrumented: A2AInstrumentor) -> None:
+    """The chain is taken out of the baggage of the reply's initial and trailing metadata; the other
+    baggage members and metadata stay."""
+    server, card = await start_grpc_server(ContextInReply())  # type: ignore[arg-type]
+    try:
+        async with grpc.aio.insecure_channel(card.supported_interfaces[0].url) as channel:
+            call = a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
+                request("hello"), metadata=(("a2a-version", "1.0"),)
+            )
+            await call
+            initial = list(await call.initial_metadata())
+            trailing = list(await call.trailing_metadata())
+    finally:
+        await server.stop(None)
+    assert ("x-app", "kept") in initial
+    reply_baggage = [value for key, value in [*initial, *trailing] if key == "baggage"]
+    assert reply_baggage == ["tenant=acme", "tenant=acme"]
