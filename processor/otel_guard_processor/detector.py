@@ -229,7 +229,7 @@ class _Trace:
 
     __slots__ = ("callees", "calls", "cycles", "held", "last_seen", "paths", "tools", "trace_id", "waiting")
 
-    def __init__(self, trace_id: bytes) -> None:
+    def __init__(self, trace_id: bytes, last_seen: float = 0.0) -> None:
         self.trace_id = trace_id
         self.paths: dict[bytes, Path] = {}
         # span id of this trace -> the spans waiting for it: its children that came first, and
@@ -249,7 +249,7 @@ class _Trace:
         # of one source, then names of a path -> the calls there, the guard's spans' in the low
         # bits and the other spans' above _OTHERS.
         self.calls: list[Path] | dict[Path, int] | None = None
-        self.last_seen = 0.0
+        self.last_seen = last_seen
 
 
 def _count(tally: dict[Any, int], key: Any, overflow: Any, by: int = 1) -> None:
@@ -344,6 +344,7 @@ class Detector:
         guard = _GUARD_BYTES in raw
         dialect_markers = any(marker in raw for marker in MARKERS)
         per_trace = self.limits.max_spans_per_trace
+        max_traces = self.limits.max_traces
         received = skipped = 0
         last_trace_id: bytes | None = None  # no trace id equals it: the first span looks its trace up
         trace = _NO_TRACE
@@ -401,7 +402,10 @@ class Detector:
                         if trace_id != last_trace_id:
                             found = traces.get(trace_id)
                             if found is None:
-                                trace = self._touch(trace_id, now)
+                                # _touch, inlined: a new trace (the common case under load).
+                                if len(traces) >= max_traces:
+                                    self._evict(next(iter(traces)), "capacity")
+                                trace = traces[trace_id] = _Trace(trace_id, now)
                             else:
                                 trace = found
                                 traces.move_to_end(trace_id)
@@ -712,10 +716,10 @@ class Detector:
                 # The least recently active trace goes; never the one being read, which is the
                 # most recent (hence max_traces >= 2).
                 self._evict(next(iter(traces)), "capacity")
-            trace = traces[trace_id] = _Trace(trace_id)
+            trace = traces[trace_id] = _Trace(trace_id, now)
         else:
             traces.move_to_end(trace_id)
-        trace.last_seen = now
+            trace.last_seen = now
         return trace
 
     def _wait(self, holder: _Trace, span_id: bytes, waiter: Waiter) -> None:
@@ -878,7 +882,14 @@ class Detector:
             self._count_mixed(calls, path, marker, edge)  # type: ignore[arg-type]
             return
         if edge:
-            self._count_edge(path)
+            # _count_edge, inlined: this runs for every call.
+            delegations = self.delegations
+            pair = (str(path[-2]), str(path[-1]))
+            count = delegations.get(pair)
+            if count is None:
+                _count(delegations, pair, _OVERFLOW_EDGE)
+            else:
+                delegations[pair] = count + 1
 
     def _count_mixed(self, calls: dict[Path, int], path: Path, marker: int, edge: bool) -> None:
         key = path[_HEAD:]
@@ -940,12 +951,18 @@ class Detector:
         callees = trace.callees
         tools = trace.tools or []
         young: list[Any] = []
+        count_call = self._count_call
+        if deadline is None:  # all of them (the trace is evicted)
+            for path in tools[::2]:
+                if not callees or not callees.get(id(path)):
+                    count_call(trace, path, int(path[1]))
+            return young
         for at in range(0, len(tools), 2):
             path = tools[at]
-            if deadline is not None and tools[at + 1] > deadline:
+            if tools[at + 1] > deadline:
                 young += (path, tools[at + 1])
             elif not callees or not callees.get(id(path)):
-                self._count_call(trace, path, int(path[1]))
+                count_call(trace, path, int(path[1]))
         return young
 
     @overload

@@ -80,6 +80,9 @@ class Call(NamedTuple):
     conditional: bool = False
 
 
+# A Call made without the Python-level __new__ a NamedTuple has (the same object, made cheaper).
+_new_call: Final = tuple.__new__
+
 # Forms: one per row of the table (the span-name rows share one per kind).
 FORM_NAME: Final = 1
 FORM_GENAI: Final = 2
@@ -171,7 +174,9 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
     """
     bare = _BARE_NAMES.get(span_name)
     if bare is not None:
-        return Call(bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME)
+        return _new_call(
+            Call, (bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME, False)
+        )
     at = encoded.find(_KIND_ENDING)
     operation_at: int | None = None  # not searched yet
     if at < 0:
@@ -187,20 +192,20 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
             kind = string_at(encoded, end)
             if kind == _OI_TOOL:
                 tool = Attributes.of(encoded).string(_OI_TOOL_NAME) or span_name
-                return Call(TOOL, tool or None, FORM_OPENINFERENCE)
+                return _new_call(Call, (TOOL, tool or None, FORM_OPENINFERENCE, False))
             if scope == OPENINFERENCE_LANGCHAIN_SCOPE:
                 if kind == _OI_CHAIN:
-                    return Call(AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, conditional=True)
+                    return _new_call(Call, (AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, True))
             elif kind == _OI_AGENT:
                 attributes = Attributes.of(encoded)
                 agent = attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
-                return Call(AGENT, agent or None, FORM_OPENINFERENCE)
+                return _new_call(Call, (AGENT, agent or None, FORM_OPENINFERENCE, False))
             break
         if encoded.startswith(_TL_KIND, at - _TL_KIND_START):
             row = _TL_FORMS.get(string_at(encoded, end) or "")
             if row is not None:
                 kind_of, form, conditional = row
-                return Call(kind_of, _name(encoded, _TL_NAME), form, conditional)
+                return _new_call(Call, (kind_of, _name(encoded, _TL_NAME), form, conditional))
             break
         at = encoded.find(_KIND_ENDING, end)
     if operation_at is None:
@@ -209,7 +214,7 @@ def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | Non
         operation = string_at(encoded, operation_at + len(_OPERATION)) or ""
         key = _NAME_KEYS.get(operation)
         if key is not None:
-            return Call(_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI)
+            return _new_call(Call, (_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI, False))
     return None
 
 
