@@ -12,6 +12,9 @@ demand, span with the contract's attributes, decision tally, depth histogram).
 * ingress: every hop arrives with a fresh token minted by PyJWT (another library), used once, so no
   cache can serve it: the guard verifies signature and claims every time. Both arms run inside the
   context a server's propagator would have extracted, so only the guard's own work differs.
+* budget: the nested hop with ``max_hops`` on against off (memory store); then, with
+  ``redis-server`` installed, a PING round trip to a local Redis and the nested hop with the Redis
+  store, each against the memory store's hop (the round trip is the Redis store's floor).
 * ingress+extract: the same, with the headers (``traceparent``, ``baggage``) extracted through the
   global propagator in both arms: what a server pays in all for a request.
 
@@ -25,7 +28,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import shutil
+import socket
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 
@@ -53,7 +60,8 @@ def setup() -> trace.Tracer:
     provider.add_span_processor(BatchSpanProcessor(Discard(), max_queue_size=65536))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     telemetry.bind(provider, meter_provider)
-    otel_guard.configure(keys={"bench": SECRET}, mode="enforce", max_depth=8)
+    # The tree budget off: the arms below repeat hops in one tree far past any budget.
+    otel_guard.configure(keys={"bench": SECRET}, mode="enforce", max_depth=8, max_hops=0)
     return provider.get_tracer("bench")
 
 
@@ -102,6 +110,7 @@ def measure(
     rounds: int,
     n: int,
     prepare: Callable[[int], None] | None = None,
+    labels: tuple[str, str] = ("bare span", "guarded hop"),
 ) -> float:
     time_round(bare, n, prepare), time_round(guarded, n, prepare)  # warm up
     bare_times: list[float] = []
@@ -110,8 +119,86 @@ def measure(
         bare_times.append(time_round(bare, n, prepare))
         guard_times.append(time_round(guarded, n, prepare))
     b, g = statistics.median(bare_times), statistics.median(guard_times)
-    print(f"{name:16s} bare span {b * 1e6:6.1f} µs   guarded hop {g * 1e6:6.1f} µs   ratio {g / b:.2f}")
+    first, second = labels
+    print(f"{name:16s} {first} {b * 1e6:6.1f} µs   {second} {g * 1e6:6.1f} µs   ratio {g / b:.2f}")
     return g / b
+
+
+def measure_budgets(rounds: int, n: int) -> None:
+    """The nested hop with the tree budget on against off (memory store), then with the Redis store
+    beside one Redis round trip (``PING``) in the same run, when ``redis-server`` is installed."""
+
+    def hops(count: int) -> None:
+        with otel_guard.delegate("planner", "plan"), otel_guard.delegate("budget", "price"):
+            for _ in range(count):
+                with otel_guard.delegate("fx", "convert"):
+                    pass
+
+    def budget_off(count: int) -> None:
+        otel_guard.configure(max_hops=0)
+        hops(count)
+
+    def budget_on(count: int) -> None:
+        otel_guard.configure(max_hops=10**9)
+        hops(count)
+
+    measure("budget (memory)", budget_off, budget_on, rounds, n, labels=("hop, budget off", "hop, budget on"))
+    binary = shutil.which("redis-server")
+    if binary is None:
+        print("budget (redis)   redis-server is not installed: skipped")
+        otel_guard.configure(max_hops=0)
+        return
+    import redis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as directory:
+        server = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", directory],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            client = redis.Redis(host="127.0.0.1", port=port)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            url = f"redis://127.0.0.1:{port}/0"
+            few = max(n // 10, 50)
+
+            def pings(count: int) -> None:
+                for _ in range(count):
+                    client.ping()
+
+            script = client.register_script("return redis.call('INCR', KEYS[1])")
+
+            def scripts(count: int) -> None:
+                for _ in range(count):
+                    script(keys=["bench:floor"], args=[])
+
+            def redis_hops(count: int) -> None:
+                otel_guard.configure(max_hops=10**9, budget_store=url)
+                hops(count)
+
+            def memory_hops(count: int) -> None:
+                otel_guard.configure(max_hops=10**9, budget_store="memory")
+                hops(count)
+
+            measure("redis round trip", memory_hops, pings, rounds, few, labels=("memory hop", "PING"))
+            measure("redis script", memory_hops, scripts, rounds, few, labels=("memory hop", "EVALSHA INCR"))
+            measure(
+                "budget (redis)", memory_hops, redis_hops, rounds, few, labels=("memory hop", "redis hop")
+            )
+        finally:
+            server.kill()
+            server.wait()
+    otel_guard.configure(max_hops=0, budget_store="memory")
 
 
 def main() -> None:
@@ -196,6 +283,8 @@ def main() -> None:
             with otel_guard.delegate("fx", "convert"):
                 pass
             context.detach(token)
+
+    measure_budgets(rounds, n)
 
     ratio_headers = measure(
         "ingress+extract", bare_from_headers, guarded_from_headers, rounds, n, prepare=mint_headers

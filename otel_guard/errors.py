@@ -24,6 +24,7 @@ REASON_CODES: Final[dict[str, str]] = {
     "expired": "a2a_delegation_invalid",
     "bad_signature": "a2a_delegation_invalid",
     "foreign_workspace": "a2a_delegation_invalid",
+    "budget": "a2a_delegation_budget",
 }
 """Refusal reason -> wire error code (CONTRACT §1, §3)."""
 

@@ -25,6 +25,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
+from otel_guard.budget import HOPS, Meter, store_for, tree_meter, workspace_meter
 from otel_guard.chain import (
     MAX_TOKEN_LENGTH,
     Chain,
@@ -155,9 +156,12 @@ class _Plan:
     """
 
     __slots__ = (
+        "arrival",
         "attributes",
+        "budgeted",
         "carried",
         "hop",
+        "meters",
         "own_baggage",
         "settings",
         "span_name",
@@ -178,7 +182,15 @@ class _Plan:
         span_name: str,
         tally: names.HopKey,
         valid_until: float,
+        arrival: Chain | None = None,
+        budgeted: bool = False,
     ) -> None:
+        self.arrival = arrival  # the chain the hop arrived with (what a refusal names)
+        # Whether each hop made from this plan counts against the budgets (an allowed hop, not in off
+        # mode, and not one the caller's process counted already); its tree's meter, if max_hops is on.
+        self.budgeted = budgeted
+        meter = tree_meter(settings, token.root, token.chain.expires_at) if budgeted else None
+        self.meters: tuple[Meter, ...] = (meter,) if meter is not None else ()
         self.hop = hop
         self.verdict = verdict
         self.token = token  # the chain including this hop
@@ -205,6 +217,11 @@ class _Plan:
         return child_baggage
 
 
+_Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
+"""What a hop's budget check gave it: a verdict that replaces the plan's (observe mode, a spent
+budget) and the attributes its span gets; ``None`` when it had nothing to count."""
+
+
 class Delegation:
     """One guarded hop. Use :func:`delegate` to make one; enter it with ``with`` or ``async with``.
 
@@ -217,6 +234,7 @@ class Delegation:
     _plan: _Plan | None = None
     _token: object = None
     _decided_in: Context | None = None
+    _spent: _Spent = None
     span: trace.Span = trace.INVALID_SPAN
     context: Context | None = None
     decision: str | None = None
@@ -275,6 +293,8 @@ class Delegation:
         parent = context.get_current()
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
+        if plan.budgeted:
+            self._spent = self._spend(plan, parent)
         return self._opened(plan, parent, parent_baggage)
 
     def decide(self) -> Context:
@@ -288,6 +308,8 @@ class Delegation:
         parent = context.get_current()
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
+        if plan.budgeted:
+            self._spent = self._spend(plan, parent)
         ctx = _with_baggage(parent, plan.child_baggage(parent_baggage))
         self._decided_in = parent
         self.context = ctx
@@ -336,7 +358,19 @@ class Delegation:
         (``parent_baggage`` is the baggage the hop was decided in)."""
         verdict = plan.verdict
         attributes = plan.attributes if self._attributes is None else {**self._attributes, **plan.attributes}
-        self.span = span = self._open_span(plan.span_name, parent, attributes, verdict, plan.tally)
+        tally = plan.tally
+        spent = self._spent
+        if spent is not None:
+            # What this hop spent (or, in observe mode, would have been refused for): per hop.
+            spent_verdict, spent_attributes = spent
+            attributes = {**attributes, **spent_attributes}
+            if spent_verdict is not None:
+                verdict = spent_verdict
+                attributes[names.DECISION] = verdict.outcome
+                attributes[names.REASON] = verdict.reason or ""
+                tally = self._tally_key(verdict, plan.tally[1])
+                self.decision = verdict.outcome
+        self.span = span = self._open_span(plan.span_name, parent, attributes, verdict, tally)
         # The context in one copy (span and baggage together); the public API's way takes two.
         if _FAST_CONTEXT:
             ctx = Context({**parent, _SPAN_SLOT: span, _BAGGAGE_SLOT: plan.child_baggage(parent_baggage)})
@@ -376,7 +410,18 @@ class Delegation:
         self.finish(exc)
 
     async def __aenter__(self) -> Delegation:
-        return self.__enter__()
+        self._token = context.attach(await self.astart())
+        return self
+
+    async def astart(self) -> Context:
+        """:meth:`start` for async code: a budget store with an asyncio API (Redis) is awaited, so
+        the event loop never waits on its round trip."""
+        parent = context.get_current()
+        parent_baggage = _baggage_of(parent)
+        plan = self._plan_in(parent, parent_baggage)
+        if plan.budgeted:
+            self._spent = await self._aspend(plan, parent)
+        return self._opened(plan, parent, parent_baggage)
 
     async def __aexit__(
         self,
@@ -417,7 +462,9 @@ class Delegation:
             arrived = None  # off mode: no checks; the hop starts a new chain
         arrival = arrived.chain if arrived is not None else None
         memo = None
+        counted_by_caller = False
         if self._receiving and arrived is not None and arrival is not None and _continues(arrival, hop):
+            counted_by_caller = True
             # The caller's instrumentation already added this hop: check it again, do not add it twice.
             hop = self._hop = arrival.hops[-1]
             before = Chain(
@@ -453,10 +500,96 @@ class Delegation:
             self._span_name(),
             self._tally_key(verdict, len(token.agents)),
             arrival.expires_at if arrival is not None else now,
+            arrival,
+            budgeted=(
+                verdict.outcome == "allow"
+                and settings.mode != "off"
+                and not counted_by_caller
+                and in_force.budgets_on
+            ),
         )
         if memo is not None:
             memo.remember(self._key, plan)
         return plan
+
+    def _spend(self, plan: _Plan, parent: Context) -> _Spent:
+        """Count this hop against its tree's and its workspace's budgets.
+
+        Returns what the hop's span gets (``otel_guard.budget.hops``) and, in observe mode, the
+        would-refuse verdict of a spent budget; a spent budget in enforce mode is a refusal, recorded
+        and raised here. Nothing is counted for a hop that goes past a budget.
+        """
+        now = time.time()
+        meters = self._meters(plan, now)
+        if not meters:
+            return None
+        try:
+            taken = store_for(plan.settings).take(meters, now)
+        except Exception as exc:  # the store's failure never becomes the hop's
+            return self._store_failed(plan, parent, meters, exc)
+        return self._taken(plan, parent, meters, taken)
+
+    async def _aspend(self, plan: _Plan, parent: Context) -> _Spent:
+        """:meth:`_spend`, awaiting a store that has an asyncio API."""
+        now = time.time()
+        meters = self._meters(plan, now)
+        if not meters:
+            return None
+        store = store_for(plan.settings)
+        try:
+            atake = getattr(store, "atake", None)
+            taken = await atake(meters, now) if atake is not None else store.take(meters, now)
+        except Exception as exc:  # the store's failure never becomes the hop's
+            return self._store_failed(plan, parent, meters, exc)
+        return self._taken(plan, parent, meters, taken)
+
+    @staticmethod
+    def _meters(plan: _Plan, now: float) -> tuple[Meter, ...]:
+        workspace = workspace_meter(plan.settings, now)
+        return plan.meters if workspace is None else (*plan.meters, workspace)
+
+    def _taken(
+        self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
+    ) -> _Spent:
+        if isinstance(taken, int):
+            return self._over_budget(plan, parent, meters[taken])
+        return (None, {names.BUDGET_HOPS: taken[0]}) if plan.meters else None
+
+    def _store_failed(
+        self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
+    ) -> _Spent:
+        names.current().store_errors.add(1, {names.ERROR_TYPE: type(exc).__qualname__})
+        if plan.settings.budget_on_error == "allow":
+            return None
+        return self._over_budget(plan, parent, meters[0], store_failed=exc)
+
+    def _over_budget(
+        self, plan: _Plan, parent: Context, meter: Meter, store_failed: BaseException | None = None
+    ) -> tuple[Verdict | None, dict[str, AttributeValue]]:
+        """The refusal (enforce) or would-refuse (observe) of a hop past ``meter``'s limit."""
+        agent = plan.hop.agent
+        if store_failed is not None:
+            message = (
+                f"Delegation budget: the budget store could not be reached ({type(store_failed).__name__}) "
+                f"and budget_on_error is refuse; agent {agent} refused"
+            )
+        elif meter.budget == HOPS:
+            message = (
+                f"Delegation budget: tree {plan.token.root} has made its {meter.limit} hops (max_hops "
+                f"{meter.limit}); calling agent {agent} would make one more"
+            )
+        else:
+            message = (
+                f"Delegation budget: workspace {plan.settings.workspace!r} has made its {meter.limit} hops "
+                f"this window (workspace_max_hops {meter.limit} per {plan.settings.workspace_window:g} s); "
+                f"agent {agent} refused, tree {plan.token.root}"
+            )
+        exhausted: dict[str, AttributeValue] = {names.BUDGET_EXHAUSTED: meter.budget}
+        settings = plan.settings.for_agent(agent)
+        if settings.mode != "observe":
+            verdict = Verdict("refuse", "budget", message)
+            self._refuse(verdict, plan.arrival, plan.token, parent, settings, exhausted)
+        return Verdict("would_refuse", "budget", message), exhausted
 
     def _span_name(self) -> str:
         return f"{names.EXECUTE_TOOL if self.kind == 'tool' else names.INVOKE_AGENT} {self._agent}"
@@ -512,10 +645,13 @@ class Delegation:
         token: ChainToken,
         parent: Context,
         settings: Settings,
+        extra: Mapping[str, AttributeValue] | None = None,
     ) -> NoReturn:
         attributes = self._attributes_for(verdict, token, settings)
         if self._attributes:
             attributes = {**self._attributes, **attributes}
+        if extra:
+            attributes.update(extra)
         tally = self._tally_key(verdict, len(token.agents))
         span = self._open_span(self._span_name(), parent, attributes, verdict, tally)
         span.set_status(Status(StatusCode.ERROR, verdict.message))
@@ -627,7 +763,7 @@ def _coroutine_hop(
     fn: Callable[..., Awaitable[R]], hop_name: str, skill: str | None
 ) -> Callable[..., Awaitable[R]]:
     async def call(*args: Any, **kwargs: Any) -> R:
-        with Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None):
+        async with Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None):
             return await fn(*args, **kwargs)
 
     return call

@@ -27,10 +27,15 @@ from typing import Any, Final, Literal, cast
 from otel_guard.chain import Chain, Hop, Keyring, quoted
 
 Mode = Literal["enforce", "observe", "off"]
+OnError = Literal["allow", "refuse"]
 CycleRule = Literal["agent_skill", "agent", "none"]
 Outcome = Literal["allow", "refuse", "would_refuse"]
 
 MODES: Final = ("enforce", "observe", "off")
+ON_ERROR: Final = ("allow", "refuse")
+DEFAULT_MAX_HOPS: Final = 1000
+"""Hops one delegation tree may make by default: far above any healthy run of the examples (a
+handful) and of a planner fanning out to 20 workers that fan out to 20 (420)."""
 CYCLE_RULES: Final = ("agent_skill", "agent", "none")
 
 ENV: Final[dict[str, str]] = {
@@ -43,6 +48,11 @@ ENV: Final[dict[str, str]] = {
     "workspace": "OTEL_GUARD_WORKSPACE",
     "overrides": "OTEL_GUARD_OVERRIDES",
     "situational_prompt": "OTEL_GUARD_SITUATIONAL_PROMPT",
+    "max_hops": "OTEL_GUARD_MAX_HOPS",
+    "workspace_max_hops": "OTEL_GUARD_WORKSPACE_MAX_HOPS",
+    "workspace_window": "OTEL_GUARD_WORKSPACE_WINDOW_SECONDS",
+    "budget_store": "OTEL_GUARD_BUDGET_STORE",
+    "budget_on_error": "OTEL_GUARD_BUDGET_ON_ERROR",
 }
 """Setting name -> environment variable."""
 
@@ -76,6 +86,16 @@ class Settings:
     workspace: str = "default"
     overrides: Mapping[str, AgentOverride] = field(default_factory=lambda: MappingProxyType({}))
     situational_prompt: bool = False
+    max_hops: int = DEFAULT_MAX_HOPS
+    workspace_max_hops: int = 0
+    workspace_window: float = 3600.0
+    budget_store: str = "memory"
+    budget_on_error: OnError = "allow"
+
+    @property
+    def budgets_on(self) -> bool:
+        """Whether a hop has anything to count (``max_hops`` or ``workspace_max_hops``)."""
+        return bool(self.max_hops or self.workspace_max_hops)
 
     def for_agent(self, agent: str) -> Settings:
         """These settings with the override for ``agent`` applied."""
@@ -146,6 +166,32 @@ def _bool(name: str, value: object) -> bool:
     raise ValueError(f"{name}: {value!r} is not true or false")
 
 
+def _budget_store(value: object) -> str:
+    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``) with the client installed."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"budget_store: {value!r} is not 'memory' or a Redis URL (redis://host:6379/0)")
+    text = value.strip()
+    if text.lower() == "memory":
+        return "memory"
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        scheme, host, _ = parts.scheme.lower(), parts.hostname, parts.port
+    except ValueError:
+        scheme, host = "", None
+    if scheme not in ("redis", "rediss", "unix") or (scheme != "unix" and not host):
+        # The value is not repeated: a Redis URL may hold a password.
+        raise ValueError(
+            "budget_store: not 'memory' or a Redis URL (redis://host:6379/0, rediss://..., unix:///path)"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("redis") is None:
+        raise ValueError("budget_store: a Redis URL needs the Redis client: pip install 'otel-guard[redis]'")
+    return text
+
+
 def _workspace(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"workspace: {value!r} must be a non-empty string")
@@ -210,6 +256,11 @@ _VALIDATORS: Final[dict[str, Any]] = {
     "workspace": _workspace,
     "overrides": _overrides,
     "situational_prompt": lambda v: _bool("situational_prompt", v),
+    "max_hops": lambda v: _int("max_hops", v, 0),
+    "workspace_max_hops": lambda v: _int("workspace_max_hops", v, 0),
+    "workspace_window": lambda v: _seconds("workspace_window", v),
+    "budget_store": _budget_store,
+    "budget_on_error": lambda v: _choice("budget_on_error", v, ON_ERROR),
 }
 
 

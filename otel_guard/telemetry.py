@@ -36,6 +36,8 @@ NAME_DEPTH: Final = "otel_guard.name_depth"
 DECISION: Final = "otel_guard.decision"
 REASON: Final = "otel_guard.reason"
 MODE: Final = "otel_guard.mode"
+BUDGET_HOPS: Final = "otel_guard.budget.hops"
+BUDGET_EXHAUSTED: Final = "otel_guard.budget.exhausted"
 ERROR_TYPE: Final = "error.type"
 
 INVOKE_AGENT: Final = "invoke_agent"
@@ -49,6 +51,7 @@ EVENT_MESSAGE: Final = "otel_guard.message"
 # Metrics.
 METRIC_DECISIONS: Final = "otel_guard.decisions"
 METRIC_CHAIN_DEPTH: Final = "otel_guard.chain.depth"
+METRIC_STORE_ERRORS: Final = "otel_guard.budget.store_errors"
 
 INSTRUMENTATION_NAME: Final = "otel_guard"
 DEPTH_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0)
@@ -132,6 +135,11 @@ class Telemetry:
             unit="{hop}",
             description="Delegation chain depth at each hop, this hop included",
             explicit_bucket_boundaries_advisory=list(DEPTH_BUCKETS),
+        )
+        self.store_errors = meter.create_counter(
+            METRIC_STORE_ERRORS,
+            unit="{error}",
+            description="Budget checks that could not reach their store, by error type",
         )
         meter.create_observable_counter(
             METRIC_DECISIONS,

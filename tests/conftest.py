@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import otel_guard.budget
 import otel_guard.policy
 
 _EXPORTER = InMemorySpanExporter()
@@ -85,7 +86,10 @@ def metric_reader() -> MetricRecorder:
 
 @pytest.fixture(autouse=True)
 def _fresh_settings() -> Iterator[None]:
-    """Every test starts from the environment's settings and leaves no configure() behind."""
+    """Every test starts from the environment's settings and leaves no configure() behind, and
+    from empty budget stores (the memory store's counts are the process's)."""
     otel_guard.policy.reset_settings()
+    otel_guard.budget.reset_stores()
     yield
     otel_guard.policy.reset_settings()
+    otel_guard.budget.reset_stores()

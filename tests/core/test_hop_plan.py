@@ -131,7 +131,10 @@ def test_a_repeated_hop_reuses_its_plan_and_every_hop_is_counted(
     made = spans.named(f"invoke_agent {c}")
     assert len(made) == 50
     assert len({s.context.span_id for s in made}) == 50
-    assert all(dict(s.attributes) == dict(made[0].attributes) for s in made)
+    # The same attributes but the tree's hop count, which every hop adds one to.
+    budget = "otel_guard.budget.hops"
+    assert [s.attributes[budget] for s in made] == list(range(3, 53))
+    assert all({**s.attributes, budget: 0} == {**made[0].attributes, budget: 0} for s in made)
     assert made[0].attributes["otel_guard.chain.depth"] == 3
     assert _decisions(metric_reader, c) == {("allow", None): 50}
     assert _decisions(metric_reader, a) == {("allow", None): 1}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import Histogram, HistogramDataPoint
 
+import otel_guard
 from otel_guard import delegate
 from otel_guard.telemetry import DecisionKey, HopKey, HopTally
 
@@ -136,6 +137,7 @@ def _decision_count(metric_reader: Any, name: str) -> int:
 
 
 def test_hops_in_a_thread_pool_are_all_counted(metric_reader: Any, unique: Any, busy_switching: None) -> None:
+    otel_guard.configure(max_hops=0)  # 8,000 hops in one tree: more than the default budget
     planner, tool = unique("planner"), unique("search")
     tasks, calls = 32, 250
     count_before, sum_before = _depth_point(metric_reader)

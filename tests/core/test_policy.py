@@ -440,8 +440,8 @@ def test_bad_workspace_names_the_setting_and_changes_nothing(value: object) -> N
 
 
 def test_configure_rejects_an_unknown_setting_by_name() -> None:
-    with pytest.raises(ValueError, match="max_hops"):
-        otel_guard.configure(max_hops=3)
+    with pytest.raises(ValueError, match="max_tree_width"):
+        otel_guard.configure(max_tree_width=3)
 
 
 def test_settings_are_frozen() -> None:

@@ -47,12 +47,13 @@ def test_agent_hop_span_has_exactly_the_contract_attributes_with_their_types(spa
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.budget.hops": 2,  # the tree's hops so far, this one included (max_hops is on)
     }
     for name in ("otel_guard.chain.agents", "otel_guard.chain.skills"):
         value = span.attributes[name]
         assert isinstance(value, tuple)
         assert all(type(item) is str for item in value)
-    for name in ("otel_guard.chain.depth", "otel_guard.name_depth"):
+    for name in ("otel_guard.chain.depth", "otel_guard.name_depth", "otel_guard.budget.hops"):
         assert type(span.attributes[name]) is int
     assert re.fullmatch(r"[0-9a-f]{32}", root)
     assert span.kind is SpanKind.INTERNAL
@@ -78,6 +79,7 @@ def test_tool_hop_span_uses_the_tool_conventions(spans: Any) -> None:
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.budget.hops": 2,
     }
 
 

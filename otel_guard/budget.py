@@ -1,0 +1,216 @@
+"""Budgets for a whole delegation tree: what one chain root, and one workspace, may spend (CONTRACT §2).
+
+Depth and cycles do not bound cost: a planner that fans out to 20 workers, each fanning out to 20,
+never repeats a name and never goes deeper than 3, and makes 420 hops. A budget counts what a *tree*
+spends -- every hop of every branch, thread and process whose chain has the same ``root`` -- and the
+hop that would go past it is refused with reason ``budget``.
+
+A count lives in a *store* under a key, with a limit and an expiry:
+
+* ``tree:{workspace}:{root}``: the hops of one tree, kept for as long as its chain lives (``ttl``
+  from its first hop, plus the clock skew allowed between hosts);
+* ``workspace:{workspace}:{window}``: the hops of the whole workspace in one fixed window of
+  ``workspace_window`` seconds, aligned to the unix epoch.
+
+:meth:`BudgetStore.take` adds one hop to every count a hop touches, *all or none*, and only if none
+of them would go past its limit: two branches racing for the last hop never both get it. A refused
+or would-refuse hop, or one in ``off`` mode, takes nothing.
+
+Stores: :class:`MemoryStore` (this process: the embedded default) and, for a fleet,
+:class:`otel_guard.budget_redis.RedisStore` (``budget_store = "redis://..."``), where the check and the
+count are one Lua script. A store that cannot answer raises :class:`StoreError`; ``budget_on_error``
+decides what the hop gets then.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Final, NamedTuple, Protocol
+
+from otel_guard.policy import CLOCK_SKEW, Settings
+
+HOPS: Final = "hops"
+WORKSPACE_HOPS: Final = "workspace_hops"
+"""What ``otel_guard.budget.exhausted`` names: the tree's hops, or the workspace's."""
+
+
+class StoreError(Exception):
+    """The budget store could not be reached, or did not answer in time."""
+
+
+class Meter(NamedTuple):
+    """One count a hop adds to: its key in the store, its limit and when it expires (unix seconds)."""
+
+    key: str
+    limit: int
+    expires_at: float
+    budget: str  # HOPS or WORKSPACE_HOPS: what a refusal names
+
+
+class BudgetStore(Protocol):
+    """Where the counts live."""
+
+    def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        """Add one to every meter's count if none would go past its limit, atomically.
+
+        Returns the counts after the take, one per meter; or, when a meter is spent, the index of
+        the first such meter, and nothing is counted. Raises :class:`StoreError` when the store
+        cannot answer.
+        """
+        ...
+
+
+class MemoryStore:
+    """Counts in this process, under one lock: right for one process, and the embedded default.
+
+    Expired counts are swept now and then; the tree counts are kept in the order their trees were
+    first seen, which is nearly the order in which they expire (every chain lives ``ttl``), so a
+    sweep stops at the first count still alive.
+    """
+
+    SWEEP_EVERY: Final = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, list[float]] = {}  # key -> [count, expires_at]
+        self._takes = 0
+
+    def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        with self._lock:
+            counts = self._counts
+            if len(meters) == 1:  # the common case: one tree, no workspace cap
+                meter = meters[0]
+                entry = counts.get(meter.key)
+                if entry is None or entry[1] <= now:
+                    if entry is not None:
+                        del counts[meter.key]  # expired: it starts again, at the end of the order
+                    entry = counts[meter.key] = [0, meter.expires_at]
+                used = int(entry[0]) + 1
+                if meter.limit and used > meter.limit:
+                    return 0
+                entry[0] = used
+                taken: tuple[int, ...] | int = (used,)
+            else:
+                taken = self._take_all(counts, meters, now)
+            self._takes += 1
+            if self._takes >= self.SWEEP_EVERY:
+                self._takes = 0
+                self._sweep(now)
+            return taken
+
+    async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        """:meth:`take` for async code (it never waits: a lock held for a few dict operations)."""
+        return self.take(meters, now)
+
+    @staticmethod
+    def _take_all(
+        counts: dict[str, list[float]], meters: Sequence[Meter], now: float
+    ) -> tuple[int, ...] | int:
+        entries = []
+        for index, meter in enumerate(meters):
+            entry = counts.get(meter.key)
+            if entry is None or entry[1] <= now:
+                entry = None  # new, or expired: it starts again
+                used = 1
+            else:
+                used = int(entry[0]) + 1
+            if meter.limit and used > meter.limit:
+                return index
+            entries.append(entry)
+        taken = []
+        for meter, found in zip(meters, entries, strict=True):
+            entry = found
+            if entry is None:
+                counts.pop(meter.key, None)  # an expired count goes to the end of the order
+                entry = counts[meter.key] = [0, meter.expires_at]
+            entry[0] += 1
+            taken.append(int(entry[0]))
+        return tuple(taken)
+
+    def _sweep(self, now: float) -> None:
+        counts = self._counts
+        expired = []
+        for key, (_, expires_at) in counts.items():
+            if expires_at > now:
+                if key.startswith("tree:"):
+                    break  # the tree counts after it are younger still
+                continue
+            expired.append(key)
+        for key in expired:
+            del counts[key]
+
+    def used(self, key: str, now: float) -> int:
+        """The count under ``key`` now (0 when none or expired): for tests and ``inspect``."""
+        with self._lock:
+            entry = self._counts.get(key)
+            return int(entry[0]) if entry is not None and entry[1] > now else 0
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+
+def tree_meter(settings: Settings, root: str, expires_at: float) -> Meter | None:
+    """The meter of a tree's hops, or ``None`` when ``max_hops`` is off."""
+    if not settings.max_hops:
+        return None
+    return Meter(f"tree:{settings.workspace}:{root}", settings.max_hops, expires_at + CLOCK_SKEW, HOPS)
+
+
+class _WorkspaceWindows:
+    """The meter of the workspace's current window, made once a window (hops ask it every time)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, float, int, Meter] | None = None  # workspace, window, limit, meter
+
+    def meter(self, settings: Settings, now: float) -> Meter | None:
+        limit = settings.workspace_max_hops
+        if not limit:
+            return None
+        window = settings.workspace_window
+        index = int(now // window)
+        last = self._last
+        if last is not None and last[0] == settings.workspace and last[1] == window and last[2] == limit:
+            meter = last[3]
+            if meter.key.endswith(f":{index}"):
+                return meter
+        meter = Meter(
+            f"workspace:{settings.workspace}:{window:g}:{index}",
+            limit,
+            (index + 1) * window + CLOCK_SKEW,
+            WORKSPACE_HOPS,
+        )
+        self._last = (settings.workspace, window, limit, meter)
+        return meter
+
+
+workspace_meter = _WorkspaceWindows().meter
+
+
+_stores: dict[str, BudgetStore] = {}
+_stores_lock = threading.Lock()
+
+
+def store_for(settings: Settings) -> BudgetStore:
+    """The store ``settings.budget_store`` names, made once per process and location."""
+    location = settings.budget_store
+    store = _stores.get(location)
+    if store is not None:
+        return store
+    with _stores_lock:
+        store = _stores.get(location)
+        if store is None:
+            if location == "memory":
+                store = MemoryStore()
+            else:
+                from otel_guard.budget_redis import RedisStore
+
+                store = RedisStore(location)
+            _stores[location] = store
+    return store
+
+
+def reset_stores() -> None:
+    """Forget every store (the memory store's counts with it): for tests."""
+    with _stores_lock:
+        _stores.clear()
