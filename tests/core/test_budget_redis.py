@@ -247,3 +247,42 @@ async def test_an_async_hop_never_waits_for_a_redis_that_is_gone(redis_server: R
         async with delegate("planner") as hop:
             assert hop.decision == "allow"
     assert time.monotonic() - started < 2.0
+
+
+def test_a_tree_spends_one_budget_across_an_http_hop_between_two_processes(redis_server: RedisServer) -> None:
+    """planner (here) calls budget (another process, behind GuardMiddleware) over HTTP; budget's own
+    hops count in the same tree: 6 hops in the budget, 2 spent here, 4 there, the rest refused."""
+    import httpx
+    from redis_server import free_port
+
+    settings = {"OTEL_GUARD_BUDGET_STORE": redis_server.url, "OTEL_GUARD_MAX_HOPS": "6"}
+    otel_guard.configure(max_hops=6, budget_store=redis_server.url)
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OTEL_TRACES_EXPORTER": "none", **settings}
+    server = subprocess.Popen(
+        [sys.executable, str(PROGRAMS / "budget_server.py"), str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "READY", server.stderr.read() if server.stderr else ""
+        with delegate("planner"), delegate("budget") as call:  # hops 1 and 2, counted here
+            headers: dict[str, str] = {}
+            propagate.inject(headers)
+            reply = httpx.post(f"http://127.0.0.1:{port}/spend?hops=6", headers=headers, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert call.span.attributes is not None
+        assert call.span.attributes[BUDGET_HOPS] == 2
+        # The server's hop into budget continues the one made here: counted once, here.
+        assert reply.json() == {"allowed": [3, 4, 5, 6], "refused": ["budget", "budget"]}
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
