@@ -39,20 +39,28 @@ class StoreError(Exception):
     """The budget store could not be reached, or did not answer in time."""
 
 
+MODEL_REQUESTS: Final = "model_requests"
+TOKENS: Final = "tokens"
+
+
 class Meter(NamedTuple):
-    """One count a hop adds to: its key in the store, its limit and when it expires (unix seconds)."""
+    """One count a take adds to: its key in the store, its limit (0: none), when it expires (unix
+    seconds), what a refusal names, and how much the take adds (0: it only checks that the count
+    is below its limit, as a hop checks a tree's tokens)."""
 
     key: str
     limit: int
     expires_at: float
-    budget: str  # HOPS or WORKSPACE_HOPS: what a refusal names
+    budget: str  # HOPS, WORKSPACE_HOPS, MODEL_REQUESTS or TOKENS
+    amount: int = 1
 
 
 class BudgetStore(Protocol):
     """Where the counts live."""
 
     def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
-        """Add one to every meter's count if none would go past its limit, atomically.
+        """Add each meter's amount to its count if none would go past its limit, atomically (a
+        meter of amount 0 passes while its count is below its limit).
 
         Returns the counts after the take, one per meter; or, when a meter is spent, the index of
         the first such meter, and nothing is counted. Raises :class:`StoreError` when the store
@@ -86,11 +94,11 @@ class MemoryStore:
                     if entry is not None:
                         del counts[meter.key]  # expired: it starts again, at the end of the order
                     entry = counts[meter.key] = [0, meter.expires_at]
-                used = int(entry[0]) + 1
-                if meter.limit and used > meter.limit:
+                count = int(entry[0])
+                if meter.limit and count + (meter.amount or 1) > meter.limit:
                     return 0
-                entry[0] = used
-                taken: tuple[int, ...] | int = (used,)
+                entry[0] = count = count + meter.amount
+                taken: tuple[int, ...] | int = (count,)
             else:
                 taken = self._take_all(counts, meters, now)
             self._takes += 1
@@ -112,10 +120,10 @@ class MemoryStore:
             entry = counts.get(meter.key)
             if entry is None or entry[1] <= now:
                 entry = None  # new, or expired: it starts again
-                used = 1
+                count = 0
             else:
-                used = int(entry[0]) + 1
-            if meter.limit and used > meter.limit:
+                count = int(entry[0])
+            if meter.limit and count + (meter.amount or 1) > meter.limit:
                 return index
             entries.append(entry)
         taken = []
@@ -124,7 +132,7 @@ class MemoryStore:
             if entry is None:
                 counts.pop(meter.key, None)  # an expired count goes to the end of the order
                 entry = counts[meter.key] = [0, meter.expires_at]
-            entry[0] += 1
+            entry[0] += meter.amount
             taken.append(int(entry[0]))
         return tuple(taken)
 
@@ -155,6 +163,38 @@ def tree_meter(settings: Settings, root: str, expires_at: float) -> Meter | None
     if not settings.max_hops:
         return None
     return Meter(f"tree:{settings.workspace}:{root}", settings.max_hops, expires_at + CLOCK_SKEW, HOPS)
+
+
+def usage_meters(settings: Settings, root: str, expires_at: float, requests: int) -> tuple[Meter, ...]:
+    """The meters of a tree's model requests and tokens that are on: ``requests`` (1 before a model
+    request, 0 before a hop) is what the request meter adds; the token meter only checks."""
+    meters: list[Meter] = []
+    expires = expires_at + CLOCK_SKEW
+    if settings.max_model_requests:
+        key = f"tree:{settings.workspace}:{root}:model_requests"
+        meters.append(Meter(key, settings.max_model_requests, expires, MODEL_REQUESTS, requests))
+    if settings.max_tokens:
+        meters.append(
+            Meter(f"tree:{settings.workspace}:{root}:tokens", settings.max_tokens, expires, TOKENS, 0)
+        )
+    return tuple(meters)
+
+
+def usage_spent(meter: Meter, root: str) -> str:
+    """What a refusal says of a tree whose model requests or tokens are spent."""
+    if meter.budget == MODEL_REQUESTS:
+        return (
+            f"Delegation budget: tree {root} has made its {meter.limit} model requests "
+            f"(max_model_requests {meter.limit})"
+        )
+    return (
+        f"Delegation budget: tree {root} has spent its {meter.limit} model tokens (max_tokens {meter.limit})"
+    )
+
+
+def tokens_meter(settings: Settings, root: str, expires_at: float, tokens: int) -> Meter:
+    """The meter that adds a model response's ``tokens`` to its tree (no limit: the check is before)."""
+    return Meter(f"tree:{settings.workspace}:{root}:tokens", 0, expires_at + CLOCK_SKEW, TOKENS, tokens)
 
 
 class _WorkspaceWindows:

@@ -42,22 +42,31 @@ TIMEOUT: Final = 0.25
 DOWN_FOR: Final = 1.0
 """Seconds the store is taken for down after a failure (every take fails at once meanwhile)."""
 
-# KEYS: the counts. ARGV: for each, its limit (0: none) and its expiry (unix milliseconds).
-# Returns the counts after the take, or -i when the i-th count (1-based) is spent.
+# KEYS: the counts. ARGV: for each, its limit (0: none), its expiry (unix milliseconds) and what the
+# take adds (0: it only checks that the count is below its limit). Returns the counts after the take,
+# or -i when the i-th count (1-based) is spent.
 TAKE_SCRIPT: Final = """
 local used = {}
 for i, key in ipairs(KEYS) do
-  local count = tonumber(redis.call('GET', key) or '0') + 1
-  local limit = tonumber(ARGV[2 * i - 1])
-  if limit > 0 and count > limit then
+  local count = tonumber(redis.call('GET', key) or '0')
+  local limit = tonumber(ARGV[3 * i - 2])
+  local amount = tonumber(ARGV[3 * i])
+  local need = amount
+  if need == 0 then
+    need = 1
+  end
+  if limit > 0 and count + need > limit then
     return -i
   end
   used[i] = count
 end
 for i, key in ipairs(KEYS) do
-  redis.call('INCR', key)
-  if used[i] == 1 then
-    redis.call('PEXPIREAT', key, ARGV[2 * i])
+  local amount = tonumber(ARGV[3 * i])
+  if amount > 0 then
+    used[i] = redis.call('INCRBY', key, amount)
+    if used[i] == amount then
+      redis.call('PEXPIREAT', key, ARGV[3 * i - 1])
+    end
   end
 end
 return used
@@ -126,7 +135,7 @@ class RedisStore:
             raise StoreError("the Redis budget store failed a moment ago; not asking again yet")
         command = [meter.key for meter in meters]
         for meter in meters:
-            command += (str(meter.limit), str(int(meter.expires_at * 1000)))
+            command += (str(meter.limit), str(int(meter.expires_at * 1000)), str(meter.amount))
         return command
 
     def _failed(self, exc: Exception) -> StoreError:

@@ -25,7 +25,16 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
-from otel_guard.budget import HOPS, Meter, store_for, tree_meter, workspace_meter
+from otel_guard.budget import (
+    HOPS,
+    WORKSPACE_HOPS,
+    Meter,
+    store_for,
+    tree_meter,
+    usage_meters,
+    usage_spent,
+    workspace_meter,
+)
 from otel_guard.chain import (
     MAX_TOKEN_LENGTH,
     Chain,
@@ -189,8 +198,14 @@ class _Plan:
         # Whether each hop made from this plan counts against the budgets (an allowed hop, not in off
         # mode, and not one the caller's process counted already); its tree's meter, if max_hops is on.
         self.budgeted = budgeted
-        meter = tree_meter(settings, token.root, token.chain.expires_at) if budgeted else None
-        self.meters: tuple[Meter, ...] = (meter,) if meter is not None else ()
+        self.meters: tuple[Meter, ...] = ()
+        if budgeted:
+            # The tree's hops count; its model requests and tokens, when those budgets are on, are
+            # only checked (a tree that spent them makes no more hops either).
+            expires_at = token.chain.expires_at
+            meter = tree_meter(settings, token.root, expires_at)
+            usage = usage_meters(settings, token.root, expires_at, 0)
+            self.meters = (meter, *usage) if meter is not None else usage
         self.hop = hop
         self.verdict = verdict
         self.token = token  # the chain including this hop
@@ -553,7 +568,7 @@ class Delegation:
     ) -> _Spent:
         if isinstance(taken, int):
             return self._over_budget(plan, parent, meters[taken])
-        return (None, {names.BUDGET_HOPS: taken[0]}) if plan.meters else None
+        return (None, {names.BUDGET_HOPS: taken[0]}) if meters[0].budget == HOPS else None
 
     def _store_failed(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
@@ -578,6 +593,8 @@ class Delegation:
                 f"Delegation budget: tree {plan.token.root} has made its {meter.limit} hops (max_hops "
                 f"{meter.limit}); calling agent {agent} would make one more"
             )
+        elif meter.budget != WORKSPACE_HOPS:
+            message = f"{usage_spent(meter, plan.token.root)}; agent {agent} refused"
         else:
             message = (
                 f"Delegation budget: workspace {plan.settings.workspace!r} has made its {meter.limit} hops "

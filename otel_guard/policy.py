@@ -49,6 +49,8 @@ ENV: Final[dict[str, str]] = {
     "overrides": "OTEL_GUARD_OVERRIDES",
     "situational_prompt": "OTEL_GUARD_SITUATIONAL_PROMPT",
     "max_hops": "OTEL_GUARD_MAX_HOPS",
+    "max_model_requests": "OTEL_GUARD_MAX_MODEL_REQUESTS",
+    "max_tokens": "OTEL_GUARD_MAX_TOKENS",
     "workspace_max_hops": "OTEL_GUARD_WORKSPACE_MAX_HOPS",
     "workspace_window": "OTEL_GUARD_WORKSPACE_WINDOW_SECONDS",
     "budget_store": "OTEL_GUARD_BUDGET_STORE",
@@ -87,6 +89,8 @@ class Settings:
     overrides: Mapping[str, AgentOverride] = field(default_factory=lambda: MappingProxyType({}))
     situational_prompt: bool = False
     max_hops: int = DEFAULT_MAX_HOPS
+    max_model_requests: int = 0
+    max_tokens: int = 0
     workspace_max_hops: int = 0
     workspace_window: float = 3600.0
     budget_store: str = "memory"
@@ -94,8 +98,8 @@ class Settings:
 
     @property
     def budgets_on(self) -> bool:
-        """Whether a hop has anything to count (``max_hops`` or ``workspace_max_hops``)."""
-        return bool(self.max_hops or self.workspace_max_hops)
+        """Whether a hop has anything to count or check (a tree or workspace budget is on)."""
+        return bool(self.max_hops or self.workspace_max_hops or self.max_model_requests or self.max_tokens)
 
     def for_agent(self, agent: str) -> Settings:
         """These settings with the override for ``agent`` applied."""
@@ -257,6 +261,8 @@ _VALIDATORS: Final[dict[str, Any]] = {
     "overrides": _overrides,
     "situational_prompt": lambda v: _bool("situational_prompt", v),
     "max_hops": lambda v: _int("max_hops", v, 0),
+    "max_model_requests": lambda v: _int("max_model_requests", v, 0),
+    "max_tokens": lambda v: _int("max_tokens", v, 0),
     "workspace_max_hops": lambda v: _int("workspace_max_hops", v, 0),
     "workspace_window": lambda v: _seconds("workspace_window", v),
     "budget_store": _budget_store,

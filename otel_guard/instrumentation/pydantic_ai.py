@@ -32,6 +32,12 @@ Spans
     carries the ``otel_guard.*`` attributes. Chains stay in the process (OpenTelemetry context); a
     tool that calls a remote agent carries the chain on through that client's instrumentation.
 
+Model requests and tokens
+    With ``max_model_requests`` or ``max_tokens`` on, each guarded run gets a capability that checks
+    each model request against its tree's budgets and counts the tokens of each response (see
+    :mod:`otel_guard.instrumentation._pydantic_ai_usage`); a request the tree may not make ends the run
+    with pydantic-ai's own ``UsageLimitExceeded``.
+
 Situational guidance
     With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, an agent whose own name is among its function tools
     gets :func:`otel_guard.situational_prefix` at the start of its user prompt (never in its
@@ -108,8 +114,13 @@ def _guard_agent_run(
     if not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
     name = _agent_name(instance, kwargs, inspect.currentframe())
-    if current_settings().situational_prompt:
+    settings = current_settings()
+    if settings.situational_prompt:
         args, kwargs = _with_guidance(instance, name, args, kwargs)
+    if settings.max_model_requests or settings.max_tokens:
+        from otel_guard.instrumentation._pydantic_ai_usage import with_tree_budget
+
+        kwargs = with_tree_budget(kwargs)
     return _agent_run_hop(name, wrapped, args, kwargs)
 
 
