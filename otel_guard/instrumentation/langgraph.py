@@ -24,6 +24,11 @@ A hop is decided before its call begins, and its span starts when LangChain's ru
 (``CallbackManager.on_tool_start`` / ``on_chain_start``): under the span a LangChain tracer made of that
 run (OpenInference's, Traceloop's), so the trace is one tree with them.
 
+With ``max_model_requests`` or ``max_tokens`` on, every model call is checked against its tree before
+LangChain's callbacks start its run, and its tokens are counted when it ends (see
+:mod:`._langgraph_usage`); a request the tree may not make raises ``TreeBudgetExceeded``, a
+``GraphRecursionError``.
+
 A refused hop never runs. When a model asked for it, the tool call returns a ``ToolMessage`` with
 ``status="error"`` whose text gives the reason, the path and that retrying will not help, so the graph
 goes on and the model answers with what it has. A graph run refused outside any tool (for example a
@@ -56,6 +61,13 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     (_CALLBACKS, "AsyncCallbackManager.on_tool_start"),
     (_CALLBACKS, "CallbackManager.on_chain_start"),
     (_CALLBACKS, "AsyncCallbackManager.on_chain_start"),
+    # A tree's model requests and tokens (max_model_requests, max_tokens)
+    (_CALLBACKS, "CallbackManager.on_chat_model_start"),
+    (_CALLBACKS, "CallbackManager.on_llm_start"),
+    (_CALLBACKS, "AsyncCallbackManager.on_chat_model_start"),
+    (_CALLBACKS, "AsyncCallbackManager.on_llm_start"),
+    (_CALLBACKS, "CallbackManagerForLLMRun.on_llm_end"),
+    (_CALLBACKS, "AsyncCallbackManagerForLLMRun.on_llm_end"),
 )
 """Every (module, attribute) this instrumentation patches."""
 
@@ -71,6 +83,7 @@ class LangGraphInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         from wrapt import wrap_function_wrapper
 
+        from otel_guard.instrumentation import _langgraph_usage as usage
         from otel_guard.instrumentation import _langgraph_wrappers as wrappers
 
         patches = (
@@ -84,6 +97,12 @@ class LangGraphInstrumentor(GuardInstrumentor):
             wrappers.tool_arun_started,
             wrappers.chain_run_started,
             wrappers.chain_arun_started,
+            usage.model_run_started,
+            usage.model_run_started,
+            usage.amodel_run_started,
+            usage.amodel_run_started,
+            usage.model_run_ended,
+            usage.amodel_run_ended,
         )
         for (module, name), wrapper in zip(PATCH_TARGETS, patches, strict=True):
             wrap_function_wrapper(module, name, wrapper)

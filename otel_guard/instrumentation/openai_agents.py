@@ -26,6 +26,10 @@ What becomes a hop (each one span with the contract's attributes):
   open for the rest of the run, and the target agent's turns (their tool calls, their handoffs) run
   inside it, so a handoff back to an agent already on the path is a cycle.
 
+With ``max_model_requests`` or ``max_tokens`` on, each call of the model is checked against the run's
+tree first and its usage counted after (see :mod:`._openai_agents_usage`); a request the tree may
+not make ends the run with ``TreeBudgetExceeded``, a ``MaxTurnsExceeded``.
+
 A refusal reaches the model as the result of the call it made, so the run goes on and the model
 answers with what it has: the refused tool, agent-tool or handoff call's output is the refusal text
 (what was refused and why, the path, and that retrying will not help). A ``DelegationRefused`` raised
@@ -92,6 +96,8 @@ _TURNS: Final = (
     ("agents.run_internal.run_loop", "resolve_interrupted_turn"),
 )
 _MODEL_INPUT: Final = ("agents.run_internal.run_loop", "maybe_filter_model_input")
+_GET_RESPONSE: Final = ("agents.run_internal.run_loop", "get_response_with_retry")
+_STREAM_RESPONSE: Final = ("agents.run_internal.run_loop", "stream_response_with_retry")
 
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     _RUN,
@@ -102,6 +108,8 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     _HANDOFF,
     *_TURNS,
     _MODEL_INPUT,
+    _GET_RESPONSE,
+    _STREAM_RESPONSE,
 )
 """Every (module, attribute) this instrumentor wraps, patched where the SDK looks it up."""
 
@@ -136,6 +144,10 @@ class OpenAIAgentsInstrumentor(GuardInstrumentor):
         for target in _TURNS:
             wrap_function_wrapper(*target, _turn_in_current_agent)
         wrap_function_wrapper(*_MODEL_INPUT, _add_guidance)
+        from otel_guard.instrumentation import _openai_agents_usage as usage
+
+        wrap_function_wrapper(*_GET_RESPONSE, usage.guard_get_response)
+        wrap_function_wrapper(*_STREAM_RESPONSE, usage.guard_stream_response)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         unwrap_all(PATCH_TARGETS)

@@ -1,0 +1,76 @@
+"""A tree's model requests and tokens in the OpenAI Agents SDK: around each call of the model.
+
+The SDK asks its model through ``get_response_with_retry(get_response=...)`` and
+``stream_response_with_retry(get_stream=...)`` (each attempt calls the callable once). The
+instrumentor wraps the callable: before each attempt the tree's budgets are checked and the request
+counted; after it the response's ``usage`` (input + output tokens; a stream's from its
+``response.completed`` event) is added to the tree. A request the tree may not make ends the run
+with :class:`TreeBudgetExceeded`, a ``MaxTurnsExceeded``: the error the SDK ends a run with on its own
+limit, so code that handles that one handles this too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from agents.exceptions import MaxTurnsExceeded
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+from otel_guard.policy import current_settings
+from otel_guard.usage import aafter_model_request, abefore_model_request
+
+
+class TreeBudgetExceeded(MaxTurnsExceeded):
+    """The run's delegation tree made its ``max_model_requests`` or spent its ``max_tokens``."""
+
+
+def _usage_on() -> bool:
+    settings = current_settings()
+    return bool(settings.max_model_requests or settings.max_tokens) and is_instrumentation_enabled()
+
+
+def _tokens(usage: Any) -> int:
+    return int(getattr(usage, "input_tokens", 0) or 0) + int(getattr(usage, "output_tokens", 0) or 0)
+
+
+async def guard_get_response(
+    wrapped: Callable[..., Awaitable[Any]], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``get_response_with_retry(*, get_response, ...)``: each attempt checked, its usage counted."""
+    get_response = kwargs.get("get_response")
+    if get_response is None or not _usage_on():
+        return await wrapped(*args, **kwargs)
+
+    async def counted() -> Any:
+        refused = await abefore_model_request()
+        if refused is not None:
+            raise TreeBudgetExceeded(refused)
+        response = await get_response()
+        await aafter_model_request(_tokens(getattr(response, "usage", None)))
+        return response
+
+    return await wrapped(*args, **{**kwargs, "get_response": counted})
+
+
+def guard_stream_response(
+    wrapped: Callable[..., AsyncIterator[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> AsyncIterator[Any]:
+    """``stream_response_with_retry(*, get_stream, ...)``: as :func:`guard_get_response`, streamed."""
+    get_stream = kwargs.get("get_stream")
+    if get_stream is None or not _usage_on():
+        return wrapped(*args, **kwargs)
+
+    async def counted() -> AsyncIterator[Any]:
+        refused = await abefore_model_request()
+        if refused is not None:
+            raise TreeBudgetExceeded(refused)
+        async for event in get_stream():
+            if getattr(event, "type", None) == "response.completed":
+                await aafter_model_request(_tokens(getattr(getattr(event, "response", None), "usage", None)))
+            yield event
+
+    return wrapped(*args, **{**kwargs, "get_stream": counted})
