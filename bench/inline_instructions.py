@@ -14,7 +14,8 @@ The arms (all under the SDK of ``inline_overhead.py``: BatchSpanProcessor, disca
 * ``decode``: verifying one fresh token (``otel_guard.chain.decode``) and nothing else;
 * ``ingress``: the guarded hop of a fresh token (verify, decide, span, tally);
 * ``nested``: the third hop of a chain made in this process (its plan reused), beside ``bare``
-  inside the same two hops (``bare_nested``);
+  inside the same two hops (``bare_nested``); ``nested_budget``: the same with the tree budget on
+  (``max_hops``, memory store), against ``nested`` (every other arm runs with it off);
 * ``extract``, ``extract_hop``: a server's whole ingress, from headers (``traceparent`` and
   ``baggage``) through the global propagator, to a bare span or to the guarded hop.
 
@@ -31,11 +32,22 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("bare", "bare10", "decode", "ingress", "bare_nested", "nested", "extract", "extract_hop")
+ARMS = (
+    "bare",
+    "bare10",
+    "decode",
+    "ingress",
+    "bare_nested",
+    "nested",
+    "nested_budget",
+    "extract",
+    "extract_hop",
+)
 RATIOS = (
     ("ingress", "bare"),
     ("bare10", "bare"),
     ("nested", "bare_nested"),
+    ("nested_budget", "nested"),
     ("extract_hop", "extract"),
 )
 COLLECTED = re.compile(r"Collected : (\d+)")
@@ -100,6 +112,7 @@ def child(arm: str, count: int, tokens: int) -> None:
         "ingress": lambda: in_each(guarded),
         "bare_nested": lambda: nested(lambda: span(bench.BARE_ATTRIBUTES)),
         "nested": lambda: nested(guarded),
+        "nested_budget": lambda: (otel_guard.configure(max_hops=10**9), nested(guarded)),
         "extract": lambda: from_headers(lambda: span(bench.BARE_ATTRIBUTES)),
         "extract_hop": lambda: from_headers(guarded),
     }
