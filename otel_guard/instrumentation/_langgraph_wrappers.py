@@ -132,49 +132,37 @@ def _open_pending(event: str, run_manager: object) -> context.Context | None:
     return pending.hop.open(trace.set_span_in_context(span, current) if span is not None else current)
 
 
-def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
-    """``CallbackManager.on_tool_start``: the tool's run has begun; its hop's span starts under it.
+def _entered(event: str, run_manager: object) -> object:
+    """Open the hop decided for the run that just began (if one waits) and attach its context.
 
-    The hop's context is attached here, in the context ``BaseTool.run`` runs in, because the tool's
-    body runs in a copy of that context made after this callback; the tool hop's wrapper resets the
-    context when the call ends.
+    It is attached in the context the call runs in: a tool's body runs in a copy of that context
+    made after this callback, and the steps of a graph's stream go on in it (:mod:`._langgraph_streams`);
+    the hop's wrapper (or the stream's step) resets the context when the call ends.
     """
-    run_manager = wrapped(*args, **kwargs)
-    ctx = _open_pending("tool", run_manager)
+    ctx = _open_pending(event, run_manager)
     if ctx is not None:
         context.attach(ctx)
     return run_manager
+
+
+def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``CallbackManager.on_tool_start``: the tool's run has begun; its hop's span starts under it."""
+    return _entered("tool", wrapped(*args, **kwargs))
 
 
 async def tool_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_tool_start``: as :func:`tool_run_started`."""
-    run_manager = await wrapped(*args, **kwargs)
-    ctx = _open_pending("tool", run_manager)
-    if ctx is not None:
-        context.attach(ctx)
-    return run_manager
+    return _entered("tool", await wrapped(*args, **kwargs))
 
 
 def chain_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
-    """``CallbackManager.on_chain_start``: a graph's run has begun; its hop's span starts under it.
-
-    The hop's context is attached for the rest of this step of the stream (the step's own reset
-    ends it); the stream's later steps run in it (:mod:`._langgraph_streams`).
-    """
-    run_manager = wrapped(*args, **kwargs)
-    ctx = _open_pending("chain", run_manager)
-    if ctx is not None:
-        context.attach(ctx)
-    return run_manager
+    """``CallbackManager.on_chain_start``: a graph's run has begun; its hop's span starts under it."""
+    return _entered("chain", wrapped(*args, **kwargs))
 
 
 async def chain_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_chain_start``: as :func:`chain_run_started`."""
-    run_manager = await wrapped(*args, **kwargs)
-    ctx = _open_pending("chain", run_manager)
-    if ctx is not None:
-        context.attach(ctx)
-    return run_manager
+    return _entered("chain", await wrapped(*args, **kwargs))
 
 
 def _hop_span_is_current(name: str) -> bool:

@@ -92,12 +92,12 @@ async def test_a_fan_out_tree_of_tasks_counts_every_branch_exactly() -> None:
     assert refused == ["budget"] * (60 - 39)
 
 
-def test_twenty_threads_racing_for_the_last_units_never_overshoot() -> None:
-    """Each thread makes one hop in the same tree; only as many as the budget has left get one."""
-    otel_guard.configure(max_hops=11)
+def race_for_the_last_units(threads: int) -> tuple[list[int], list[str]]:
+    """``threads`` threads, released at once, each making one hop in one tree; who got one, and the
+    reasons of those refused."""
     allowed: list[int] = []
-    refused: list[int] = []
-    start = threading.Barrier(20)
+    refused: list[str] = []
+    start = threading.Barrier(threads)
     with delegate("planner"):
         ctx = context.get_current()
 
@@ -107,18 +107,25 @@ def test_twenty_threads_racing_for_the_last_units_never_overshoot() -> None:
                 start.wait()
                 with delegate(f"worker{index}"):
                     allowed.append(index)
-            except DelegationRefused:
-                refused.append(index)
+            except DelegationRefused as err:
+                refused.append(err.reason)
             finally:
                 context.detach(token)
 
-        threads = [threading.Thread(target=hop, args=(i,)) for i in range(20)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
+        racers = [threading.Thread(target=hop, args=(i,)) for i in range(threads)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(10)
+    return allowed, refused
+
+
+def test_twenty_threads_racing_for_the_last_units_never_overshoot() -> None:
+    """Each thread makes one hop in the same tree; only as many as the budget has left get one."""
+    otel_guard.configure(max_hops=11)
+    allowed, refused = race_for_the_last_units(20)
     assert len(allowed) == 10
-    assert len(refused) == 10
+    assert refused == ["budget"] * 10
 
 
 def test_two_trees_have_budgets_of_their_own() -> None:

@@ -7,20 +7,18 @@ show what each ``budget_on_error`` does, and that no hop waits for a Redis that 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import context, propagate
+from opentelemetry import propagate
 from redis_server import RedisServer
-from test_budget import store_errors
+from test_budget import race_for_the_last_units, store_errors
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate
@@ -77,25 +75,7 @@ def test_a_tree_count_expires_with_its_chain(redis_server: RedisServer) -> None:
 
 def test_twenty_threads_racing_through_redis_never_overshoot(redis_server: RedisServer) -> None:
     otel_guard.configure(max_hops=11, budget_store=redis_server.url)
-    allowed: list[int] = []
-    refused: list[str] = []
-    start = threading.Barrier(20)
-    with delegate("planner"):
-        ctx = context.get_current()
-
-        def hop(index: int) -> None:
-            token = context.attach(ctx)
-            try:
-                start.wait()
-                with delegate(f"worker{index}"):
-                    allowed.append(index)
-            except DelegationRefused as err:
-                refused.append(err.reason)
-            finally:
-                context.detach(token)
-
-        with concurrent.futures.ThreadPoolExecutor(20) as pool:
-            list(pool.map(hop, range(20)))
+    allowed, refused = race_for_the_last_units(20)
     assert len(allowed) == 10
     assert refused == ["budget"] * 10
 
