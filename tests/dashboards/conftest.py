@@ -2,7 +2,10 @@
 program running the inline guard, and a real Prometheus scraping both with the alert rules loaded).
 
 The stack is built in the order production sees it: Prometheus scrapes the processor and the
-program before any agent delegates, so every loop arrives as new series while it watches.
+program before any agent delegates, so every loop arrives as new series while it watches. The
+program then runs its steps (guarded_metrics_app.py): the loops, the spent tree budgets, and twice
+the hops whose budget store is down, with a scrape between the two, so that Prometheus sees the
+store errors grow.
 """
 
 from __future__ import annotations
@@ -38,6 +41,20 @@ def _printed(process: Process, line: str) -> bool | None:
     return True if line in process.output().splitlines() else None
 
 
+def _run_step(app: Process, step: str, done: str | None = None) -> None:
+    """Have the guarded program run one step, and wait until it has exported the step's spans."""
+    assert app.popen.stdin is not None
+    app.popen.stdin.write(f"{step}\n".encode())
+    app.popen.stdin.flush()
+    line = done or f"{step} done"
+    wait_for(f"the guarded program's step {step} ({line!r})", lambda: _printed(app, line), 30)
+
+
+def _scraped_store_errors(prometheus: PrometheusServer, count: int) -> bool | None:
+    expr = f'sum(otel_guard_budget_store_errors_total{{job="{AGENTS_JOB}"}}) == {count}'
+    return True if prometheus.vector(expr) else None
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("dashboards-stack")
@@ -69,10 +86,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             wait_for(
                 "Prometheus to scrape the guarded program", lambda: _target_up(prometheus, AGENTS_JOB), 30
             )
-            assert app.popen.stdin is not None
-            app.popen.stdin.write(b"go\n")
-            app.popen.stdin.flush()
-            wait_for("the guarded program to delegate and export", lambda: _printed(app, "done"), 30)
+            _run_step(app, "loops")
+            _run_step(app, "budgets")
+            _run_step(app, "store_errors", "store_errors done: 2")
+            wait_for(
+                "Prometheus to scrape the first budget store errors",
+                lambda: _scraped_store_errors(prometheus, 2),
+                30,
+            )
+            _run_step(app, "store_errors", "store_errors done: 4")
+            wait_for(
+                "Prometheus to scrape the later budget store errors",
+                lambda: _scraped_store_errors(prometheus, 4),
+                30,
+            )
         except (TimeoutError, RuntimeError, AssertionError) as error:
             logs = "\n".join(f"--- {p.name} ({p.log}) ---\n{p.tail()}" for p in processes)
             pytest.fail(f"the live stack did not come up: {error}\n{logs}")

@@ -4,17 +4,30 @@
 otel-guard processor; the guard's metrics are served on 127.0.0.1:METRICS_PORT/metrics by the
 OpenTelemetry Prometheus exporter, where the test's Prometheus scrapes them.
 
-It prints ``serving`` once /metrics is up, then waits for a line on stdin before it delegates, so
-the test can have Prometheus scraping it first: the loops then appear as they do in production, as
-series born while Prometheus watches. It prints ``done`` once its spans are exported, and exits
-when stdin closes (or after five minutes, so it never outlives a crashed test).
+It prints ``serving`` once /metrics is up, then runs one step for each line it reads on stdin, so
+the test can have Prometheus scraping it first (the series are then born while Prometheus watches,
+as in production) and can let Prometheus scrape between two steps:
+
+- ``loops``: the delegation loops (a would-refuse, a refusal) and a chain six deep;
+- ``budgets``: tree budgets spent (``max_hops`` 2): a would-refuse in observe mode, a refusal in
+  enforce mode, both with reason ``budget``;
+- ``store_errors``: two hops whose budget store is a Redis URL on a 127.0.0.1 port where nothing
+  listens, with ``budget_on_error`` allow: each hop adds one budget store error and still runs.
+  The test sends it twice, with a scrape between, so that the error counter grows while
+  Prometheus watches (what ``rate()`` needs).
+
+After each step it prints ``<step> done`` once the step's spans are exported (``store_errors``
+adds the number of store errors made so far: ``store_errors done: 2``). It exits when stdin closes
+(or after five minutes, so it never outlives a crashed test).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 
 from opentelemetry import metrics, trace
@@ -30,9 +43,10 @@ import otel_guard
 from otel_guard import DelegationRefused, delegate
 
 LONGEST_LIFE_SECONDS = 300.0
+STORE_ERROR_HOPS = 2  # the hops, so the store errors, of one store_errors step
 
 
-def scenario() -> None:
+def loops() -> None:
     # Observe mode: planner asks budget, which asks planner again. The guard lets the repeat run
     # and records would_refuse; the processor sees planner>budget>planner in the spans.
     otel_guard.configure(mode="observe", cycle_rule="agent")
@@ -54,6 +68,46 @@ def scenario() -> None:
         pass
 
 
+def budgets() -> None:
+    # Each tree may make two hops; the memory store counts them. No name repeats: no cycle.
+    otel_guard.configure(mode="observe", cycle_rule="agent", max_hops=2, budget_store="memory")
+    # The dispatcher's tree has made its two hops when it calls the web_search tool: would_refuse.
+    with delegate("dispatcher"):
+        with delegate("researcher"):
+            pass
+        with delegate("web_search", kind="tool"):
+            pass
+    # Enforce mode: the third hop of intake > triage > escalate is refused.
+    otel_guard.configure(mode="enforce")
+    try:
+        with delegate("intake"), delegate("triage"), delegate("escalate"):
+            pass
+    except DelegationRefused as refused:
+        if refused.reason != "budget":
+            raise RuntimeError(f"escalate refused for {refused.reason}, not budget") from refused
+    else:
+        raise RuntimeError("the third hop of a tree with max_hops 2 ran")
+
+
+class StoreErrors:
+    """Hops whose budget store cannot be reached: a Redis URL on a port bound, and so held, by this
+    process but not listening, where every connection is refused."""
+
+    def __init__(self) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))  # no listen(): nothing answers on this port
+        self.url = f"redis://127.0.0.1:{self._socket.getsockname()[1]}/0"
+        self.made = 0
+
+    def __call__(self) -> str:
+        otel_guard.configure(mode="enforce", max_hops=1000, budget_store=self.url, budget_on_error="allow")
+        # budget_on_error allow: both hops run, uncounted (a refusal would end this program).
+        with delegate("ledger"), delegate("invoice", kind="tool"):
+            pass
+        self.made += STORE_ERROR_HOPS
+        return f": {self.made}"
+
+
 def main(otlp_endpoint: str, metrics_port: int) -> None:
     watchdog = threading.Timer(LONGEST_LIFE_SECONDS, os._exit, args=(3,))
     watchdog.daemon = True
@@ -66,12 +120,18 @@ def main(otlp_endpoint: str, metrics_port: int) -> None:
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader()]))
     start_http_server(metrics_port, addr="127.0.0.1")
+    store_errors = StoreErrors()
+    steps: dict[str, Callable[[], str | None]] = {
+        "loops": loops,
+        "budgets": budgets,
+        "store_errors": store_errors,
+    }
     print("serving", flush=True)
-    sys.stdin.readline()
-    scenario()
-    tracer_provider.force_flush()
-    print("done", flush=True)
-    sys.stdin.read()  # until the test closes stdin
+    for line in sys.stdin:  # until the test closes stdin
+        step = line.strip()
+        detail = steps[step]()
+        tracer_provider.force_flush()
+        print(f"{step} done{detail or ''}", flush=True)
     tracer_provider.shutdown()
 
 

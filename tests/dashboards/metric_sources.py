@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -43,7 +44,11 @@ def guard_metrics_registry() -> Iterator[CollectorRegistry]:
 
 
 def guard_samples() -> dict[str, set[frozenset[tuple[str, str]]]]:
-    """Sample name -> label sets the guard's metrics have after hops of every kind of decision."""
+    """Sample name -> label sets the guard's metrics have after hops of every kind of decision, and a
+    budget check whose store could not be reached.
+
+    The settings and budget stores it changes are the session's; the suite's autouse fixture
+    (tests/conftest.py) resets both after each test."""
     with guard_metrics_registry() as registry:
         otel_guard.configure(mode="observe", cycle_rule="agent")
         with delegate("planner"), delegate("budget"), delegate("planner"):
@@ -56,6 +61,21 @@ def guard_samples() -> dict[str, set[frozenset[tuple[str, str]]]]:
                 pass
         except DelegationRefused:
             pass  # refuse: a cycle
+        otel_guard.configure(mode="observe", max_hops=1)
+        with delegate("dispatcher"), delegate("researcher"):
+            pass  # would_refuse: the tree's budget
+        otel_guard.configure(mode="enforce")
+        try:
+            with delegate("intake"), delegate("triage"):
+                pass
+        except DelegationRefused:
+            pass  # refuse: the tree's budget
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))  # bound, not listening: every connection is refused
+            store = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"
+            otel_guard.configure(max_hops=1000, budget_store=store, budget_on_error="allow")
+            with delegate("ledger"):
+                pass  # a budget store error; the hop runs
         text = generate_latest(registry).decode()
     samples: dict[str, set[frozenset[tuple[str, str]]]] = {}
     for family in text_string_to_metric_families(text):

@@ -121,7 +121,11 @@ def test_dashboard_and_alerts_read_only_metrics_that_are_served(dashboard: dict[
     for name, metric, _label in iter_label_values_queries(dashboard):
         assert metric in served, f"variable {name} reads {metric}, which nothing serves"
     # The guard's metrics and every processor metric that says something about loops are shown.
-    assert {"otel_guard_decisions_total", "otel_guard_chain_depth_bucket"} <= used
+    assert {
+        "otel_guard_decisions_total",
+        "otel_guard_chain_depth_bucket",
+        "otel_guard_budget_store_errors_total",
+    } <= used
     assert {
         "otel_guard_cycles_total",
         "otel_guard_delegations_total",
@@ -142,6 +146,16 @@ def test_guard_metric_labels_are_the_ones_the_dashboard_selects() -> None:
     } <= label_names
     decisions = {dict(labels)["otel_guard_decision"] for labels in samples["otel_guard_decisions_total"]}
     assert decisions == {"allow", "would_refuse", "refuse"}
+    # A spent tree budget is reason "budget", refused in enforce mode and would_refuse in observe mode.
+    budget = {
+        dict(labels)["otel_guard_decision"]
+        for labels in samples["otel_guard_decisions_total"]
+        if dict(labels).get("otel_guard_reason") == "budget"
+    }
+    assert budget == {"would_refuse", "refuse"}
+    # A budget check that could not reach its store: one series per error type.
+    store_errors = [dict(labels) for labels in samples["otel_guard_budget_store_errors_total"]]
+    assert [labels["error_type"] for labels in store_errors] == ["StoreError"]
     # The OpenTelemetry SDK's exporter writes bucket bounds as floats ("6.0"); the alert on chain
     # depth matches both that and the Collector's "6".
     bounds = {dict(labels)["le"] for labels in samples["otel_guard_chain_depth_bucket"]}

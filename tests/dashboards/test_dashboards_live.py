@@ -1,9 +1,13 @@
 """The dashboards against a real Prometheus fed by the real processor and the real inline guard.
 
 The guarded program (guarded_metrics_app.py) runs planner > budget > planner in observe mode (a
-would-refuse), a chain six deep, and summarize > summarize in enforce mode (a refusal). Its spans
-go over OTLP/gRPC to the processor; its metrics reach Prometheus through the OpenTelemetry
-Prometheus exporter. The tests then ask Prometheus what the alerts and the dashboard would show.
+would-refuse), a chain six deep, and summarize > summarize in enforce mode (a refusal); then, with
+max_hops 2, a tree whose third hop (the web_search tool) is a would-refuse for budget in observe
+mode and a tree whose third hop (escalate) is refused for budget in enforce mode; then, twice with a
+scrape between, two hops whose budget store (Redis on a port where nothing listens) cannot be
+reached. Its spans go over OTLP/gRPC to the processor; its metrics reach Prometheus through the
+OpenTelemetry Prometheus exporter. The tests then ask Prometheus what the alerts and the dashboard
+would show.
 """
 
 from __future__ import annotations
@@ -36,11 +40,21 @@ TEMPLATE_VALUES = {
 
 CROSS_FUNCTION = {"kind": "cross_function", "cycle": "planner>budget>planner"}
 DIRECT = {"kind": "direct", "cycle": "summarize>summarize"}
+STORE_ERRORS = {"job": AGENTS_JOB, "error_type": "StoreError"}
 EXPECTED_ALERTS = {
     "OtelGuardCycleDetected": [CROSS_FUNCTION, DIRECT],
-    "OtelGuardWouldRefuseInTraces": [{"agent": "planner", "reason": "cycle", "job": PROCESSOR_JOB}],
-    "OtelGuardWouldRefuse": [{"agent": "planner", "otel_guard_reason": "cycle", "job": AGENTS_JOB}],
+    # The would-refuse alerts take every reason: the tree past its budget alerts as the loop does.
+    "OtelGuardWouldRefuseInTraces": [
+        {"agent": "planner", "reason": "cycle", "job": PROCESSOR_JOB},
+        {"agent": "web_search", "reason": "budget", "job": PROCESSOR_JOB},
+    ],
+    "OtelGuardWouldRefuse": [
+        {"agent": "planner", "otel_guard_reason": "cycle", "job": AGENTS_JOB},
+        {"agent": "web_search", "otel_guard_reason": "budget", "job": AGENTS_JOB},
+    ],
 }
+# The store errors grew between two scrapes: the alert is pending, and would fire after its 5 minutes.
+EXPECTED_PENDING = {"OtelGuardBudgetStoreErrors": [STORE_ERRORS]}
 
 
 def _matches(alert: dict[str, Any], name: str, labels: dict[str, str]) -> bool:
@@ -49,19 +63,27 @@ def _matches(alert: dict[str, Any], name: str, labels: dict[str, str]) -> bool:
 
 
 def test_the_loops_fire_their_alerts_and_nothing_else_does(stack: Stack) -> None:
-    def all_firing() -> list[dict[str, Any]] | None:
+    wanted = [
+        (state, name, labels)
+        for state, expected_alerts in (("firing", EXPECTED_ALERTS), ("pending", EXPECTED_PENDING))
+        for name, sets in expected_alerts.items()
+        for labels in sets
+    ]
+
+    def all_there() -> list[dict[str, Any]] | None:
         alerts = stack.prometheus.alerts()
-        firing = [a for a in alerts if a["state"] == "firing"]
-        wanted = [(n, labels) for n, sets in EXPECTED_ALERTS.items() for labels in sets]
-        if all(any(_matches(a, n, labels) for a in firing) for n, labels in wanted):
+        if all(
+            any(a["state"] == state and _matches(a, n, labels) for a in alerts) for state, n, labels in wanted
+        ):
             return alerts
         return None
 
-    alerts = wait_for("the cycle and would-refuse alerts to fire", all_firing, timeout=60)
+    alerts = wait_for("the cycle, would-refuse and budget store alerts", all_there, timeout=60)
     # Exactly the expected alert instances, and none other firing or pending: no health alert, no
-    # refusal spike for one refusal, no depth alert for a chain six deep.
+    # refusal spike for one refusal, no depth alert for a chain six deep, no alert on invalid chains
+    # for a refusal for budget.
     got = sorted((a["labels"]["alertname"], a["state"]) for a in alerts)
-    expected = sorted((name, "firing") for name, sets in EXPECTED_ALERTS.items() for _ in sets)
+    expected = sorted((name, state) for state, name, _labels in wanted)
     assert got == expected, alerts
     cycle = next(a for a in alerts if _matches(a, "OtelGuardCycleDetected", CROSS_FUNCTION))
     assert cycle["labels"]["severity"] == "warning"
@@ -70,6 +92,9 @@ def test_the_loops_fire_their_alerts_and_nothing_else_does(stack: Stack) -> None
     assert cycle["annotations"]["summary"] == (
         "Delegation cycle planner>budget>planner (cross_function) found in traces"
     )
+    store = next(a for a in alerts if _matches(a, "OtelGuardBudgetStoreErrors", STORE_ERRORS))
+    assert store["labels"]["severity"] == "warning"
+    assert store["annotations"]["summary"] == f"{AGENTS_JOB} cannot reach its budget store (StoreError)"
 
 
 def test_every_dashboard_and_alert_query_is_valid_promql(stack: Stack) -> None:
@@ -118,10 +143,11 @@ def test_the_dashboard_shows_the_loops(stack: Stack) -> None:
 
     def check() -> None:
         assert view.value("Cycles found in traces") == 2
-        assert view.value("Would-refuse (guard)") == 1
-        assert view.value("Would-refuse (traces)") == 1
-        assert view.value("Refused (guard)") == 1
-        assert view.value("Refused (traces)") == 1
+        # A loop and a spent tree budget each.
+        assert view.value("Would-refuse (guard)") == 2
+        assert view.value("Would-refuse (traces)") == 2
+        assert view.value("Refused (guard)") == 2
+        assert view.value("Refused (traces)") == 2
         # Chains ran six deep at most: the 99th percentile lies in the bucket (5, 6].
         assert 5 < view.value("Chain depth, p99") <= 6
 
@@ -133,14 +159,18 @@ def test_the_dashboard_shows_the_loops(stack: Stack) -> None:
         assert ("planner", "step1") not in edges  # separate delegation trees are not joined
 
         assert view.by("Would-refuse by agent and reason (guard)", "name", "otel_guard_reason") == {
-            ("planner", "cycle"): 1
+            ("planner", "cycle"): 1,
+            ("web_search", "budget"): 1,
         }
         assert view.by("Refusals by agent and reason (guard)", "name", "otel_guard_reason") == {
-            ("summarize", "cycle"): 1
+            ("summarize", "cycle"): 1,
+            ("escalate", "budget"): 1,
         }
         assert view.by("Would-refuse and refusals in traces", "decision", "agent", "reason") == {
             ("would_refuse", "planner", "cycle"): 1,
             ("refuse", "summarize", "cycle"): 1,
+            ("would_refuse", "web_search", "budget"): 1,
+            ("refuse", "escalate", "budget"): 1,
         }
         assert set(view.by("Hops decided per second", "otel_guard_decision")) == {
             ("allow",),
@@ -153,6 +183,33 @@ def test_the_dashboard_shows_the_loops(stack: Stack) -> None:
         assert depths[("+Inf",)] == decided
         assert depths[("6.0",)] == decided
         assert depths[("5.0",)] < decided
+
+    eventually(check, timeout=30)
+
+
+def test_the_dashboard_shows_the_budgets(stack: Stack) -> None:
+    view = DashboardView(stack)
+
+    def check() -> None:
+        # Only the hops past a budget, by decision and agent or tool: the loops' are not among them.
+        assert view.by(
+            "Budget refusals and would-refuse by agent (guard)", "otel_guard_decision", "name"
+        ) == {
+            ("would_refuse", "web_search"): 1,
+            ("refuse", "escalate"): 1,
+        }
+        # Two steps of two hops each, every hop one error; the series was born at the first step's 2.
+        assert view.by("Budget store errors by error type", "error_type") == {("StoreError",): 4}
+        # budget_on_error allow: each hop whose store could not be reached was allowed, and ran.
+        metric = f'otel_guard_decisions_total{{job="{AGENTS_JOB}"}}'
+        decided = stack.prometheus.vector(
+            f'sum by (otel_guard_decision, name) (label_join({metric}, "name", "", "gen_ai_agent_name", '
+            '"gen_ai_tool_name"))'
+        )
+        hops = {
+            (m["otel_guard_decision"], m["name"]): v for m, v in decided if m["name"] in {"ledger", "invoice"}
+        }
+        assert hops == {("allow", "ledger"): 2, ("allow", "invoice"): 2}
 
     eventually(check, timeout=30)
 

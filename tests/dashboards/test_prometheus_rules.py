@@ -64,22 +64,31 @@ def test_rule_groups_follow_the_global_evaluation_interval() -> None:
         assert "interval" not in group, group["name"]
 
 
-def _rules_with_cycle_expr(expr: str) -> dict[str, Any]:
+def _rules_with(alert: str, **changes: str) -> dict[str, Any]:
+    """The rules file with the fields of one alert changed."""
     rules: dict[str, Any] = load_yaml(PROMETHEUS_RULES)
+    found = 0
     for group in rules["groups"]:
         for rule in group["rules"]:
-            if rule.get("alert") == "OtelGuardCycleDetected":
-                rule["expr"] = expr
+            if rule.get("alert") == alert:
+                rule.update(changes)
+                found += 1
+    assert found == 1, alert
     return rules
+
+
+def _unit_tests_of(rules: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """promtool's unit tests run against ``rules`` in place of the shipped rules file."""
+    (tmp_path / PROMETHEUS_RULES.name).write_text(yaml.safe_dump(rules))
+    shutil.copy(PROMETHEUS_RULE_TESTS, tmp_path / PROMETHEUS_RULE_TESTS.name)
+    return promtool("test", "rules", str(tmp_path / PROMETHEUS_RULE_TESTS.name))
 
 
 def test_unit_tests_catch_an_alert_blind_to_a_cycle_counted_for_the_first_time(tmp_path: Path) -> None:
     """A counter the processor creates at its first count is born at 1; increase() alone never sees
     it change, so the first occurrence of a cycle would never alert. The unit tests say so."""
     naive = "sum by (job, instance, kind, cycle) (increase(otel_guard_cycles_total[15m])) > 0"
-    (tmp_path / PROMETHEUS_RULES.name).write_text(yaml.safe_dump(_rules_with_cycle_expr(naive)))
-    shutil.copy(PROMETHEUS_RULE_TESTS, tmp_path / PROMETHEUS_RULE_TESTS.name)
-    result = promtool("test", "rules", str(tmp_path / PROMETHEUS_RULE_TESTS.name))
+    result = _unit_tests_of(_rules_with("OtelGuardCycleDetected", expr=naive), tmp_path)
     assert result.returncode != 0, result.stdout
     # promtool reports the failed checks on stderr.
     assert "alertname: OtelGuardCycleDetected, time: 10m," in result.stderr
@@ -92,3 +101,30 @@ def test_a_missing_prometheus_tool_fails_the_test_and_says_how_to_install_it(
     monkeypatch.setattr(os, "access", lambda _path, _mode: False)
     with pytest.raises(pytest.fail.Exception, match=r"promtool is not installed.*'prometheus' package"):
         live_stack.require_binary("promtool")
+
+
+@pytest.mark.parametrize("alert", ["OtelGuardWouldRefuse", "OtelGuardWouldRefuseInTraces"])
+def test_unit_tests_catch_a_would_refuse_alert_blind_to_budget(alert: str, tmp_path: Path) -> None:
+    """The would-refuse alerts take every reason; one limited to the reasons that came before tree
+    budgets (cycle, depth, name_depth) would miss a tree past max_hops. The unit tests say so."""
+    reason = "otel_guard_reason" if alert == "OtelGuardWouldRefuse" else "reason"
+    expr = next(rule["expr"] for rule in prometheus_rules() if rule["alert"] == alert)
+    assert 'decision="would_refuse"}' in expr
+    assert reason + "=" not in expr  # no reason filtered: budget included
+    limited = expr.replace(
+        'decision="would_refuse"}', f'decision="would_refuse", {reason}=~"cycle|depth|name_depth"}}'
+    )
+    result = _unit_tests_of(_rules_with(alert, expr=limited), tmp_path)
+    assert result.returncode != 0, result.stdout
+    # The one check that fails is the budget case's first would-refuse.
+    failed = [line.strip() for line in result.stderr.splitlines() if "alertname:" in line]
+    assert failed == [f"alertname: {alert}, time: 10m,"], result.stderr
+
+
+def test_unit_tests_catch_a_store_error_alert_that_fires_on_a_blip(tmp_path: Path) -> None:
+    """Without its `for`, the budget store alert fires on a blip of two errors and while the errors
+    have just begun; the unit tests say so."""
+    result = _unit_tests_of(_rules_with("OtelGuardBudgetStoreErrors", **{"for": "0s"}), tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "alertname: OtelGuardBudgetStoreErrors, time: 15m," in result.stderr
+    assert 'job="blip-agents"' in result.stderr
