@@ -93,10 +93,12 @@ class Detection:
         await self.run(_nothing)
 
     async def stop(self, timeout: float) -> None:
-        """Detect what was submitted (for up to ``timeout`` seconds), then end the consumer."""
+        """Detect what was submitted (for up to ``timeout`` seconds), end the consumer, then let go
+        of the delegation trees held (each observed in ``otel_guard_tree_hops``)."""
         self._stopping = True
         consumer = self._consumer
         if consumer is None:
+            self._release_trees()
             return
         if self._jobs:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -111,6 +113,14 @@ class Detection:
         consumer.cancel()
         await asyncio.gather(consumer, return_exceptions=True)
         self._consumer = None
+        self._release_trees()
+
+    def _release_trees(self) -> None:
+        # Once the consumer is gone: nothing else reads or changes the detector now.
+        try:
+            self.detector.release_trees()
+        except Exception:
+            _log.exception("otel-guard processor: letting go of the delegation trees failed")
 
     # -- the consumer ----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ Everything runs on one event loop, and a scrape is taken in the detection queue
 (:mod:`otel_guard_processor.detection`), never in the middle of a request's detection: it sees a
 consistent snapshot that counts every request acknowledged before it.
 
-Metric names are listed in the README's processor section; a test checks that list against ``/metrics``.
+Metric names are listed in docs/processor.md; a test checks that list against ``/metrics``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from otel_guard_processor.detector import Detector
+from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector
 
 __all__ = ["LATENCY_BUCKETS", "ProcessorCollector", "RequestStats", "new_registry"]
 
@@ -45,12 +45,17 @@ class _Histogram:
         self.total += seconds
 
     def buckets(self) -> list[tuple[str, float]]:
-        cumulative = 0
-        out: list[tuple[str, float]] = []
-        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts, strict=True):
-            cumulative += count
-            out.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        return out
+        return _cumulative(LATENCY_BUCKETS, self.counts)
+
+
+def _cumulative(bounds: Iterable[float], counts: list[int]) -> list[tuple[str, float]]:
+    """Prometheus buckets (``le``, cumulative count) of per-bucket ``counts``, the last past ``bounds``."""
+    cumulative = 0
+    out: list[tuple[str, float]] = []
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        cumulative += count
+        out.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+    return out
 
 
 class RequestStats:
@@ -106,6 +111,13 @@ class ProcessorCollector(Collector):
             ("decision", "reason", "agent"),
             detector.decisions.items(),
         )
+        tree_hops = HistogramMetricFamily(
+            "otel_guard_tree_hops",
+            "Hops of a delegation tree (otel_guard.chain.root): the largest otel_guard.budget.hops "
+            "seen, observed once per tree when its state is let go.",
+        )
+        tree_hops.add_metric([], _cumulative(TREE_HOPS_BUCKETS, detector.tree_hops), detector.tree_hops_sum)
+        yield tree_hops
         yield _counter(
             "otel_guard_processor_spans",
             "Spans received, forwarded downstream (acknowledged), and rejected back to the client.",
@@ -168,7 +180,18 @@ class ProcessorCollector(Collector):
             (),
             [((), detector.duplicates)],
         )
+        yield _counter(
+            "otel_guard_processor_tree_evictions",
+            "Delegation trees let go of (their hops observed), by reason (ttl, capacity).",
+            ("reason",),
+            [((reason,), count) for reason, count in detector.tree_evictions.items()],
+        )
         yield _gauge("otel_guard_processor_active_traces", "Traces held.", detector.active_traces)
+        yield _gauge(
+            "otel_guard_processor_active_trees",
+            "Delegation trees held (those whose spans carry otel_guard.budget.hops).",
+            detector.active_trees,
+        )
         yield _gauge("otel_guard_processor_held_spans", "Spans held.", detector.stored_spans)
         yield _gauge(
             "otel_guard_processor_waiting_spans",
