@@ -2,7 +2,7 @@
 
 The Collector is built from its own upstream Go modules at one pinned release by
 ``scripts/build-collector`` (which ``scripts/bootstrap`` runs): the OTLP receiver and exporter, the
-batch and memory_limiter processors, the debug and loadbalancing exporters. A config the Collector
+batch, memory_limiter and filter processors, the debug and loadbalancing exporters. A config the Collector
 refuses to load would meet the first user who deploys it; ``otelcol validate`` is the Collector's own
 check of every component's settings.
 """
@@ -31,7 +31,7 @@ def collector() -> str:
 
 
 def test_every_shipped_config_is_there() -> None:
-    assert {path.stem for path in CONFIGS} == {"inline", "fanout", "scaleout"}
+    assert {path.stem for path in CONFIGS} == {"inline", "fanout", "scaleout", "scaleout-by-chain"}
 
 
 def test_the_collector_has_the_components_the_configs_use() -> None:
@@ -45,6 +45,7 @@ def test_the_collector_has_the_components_the_configs_use() -> None:
         ("otlp",),
         ("batch",),
         ("memory_limiter",),
+        ("filter",),
         ("debug",),
         ("load_balancing", "loadbalancing"),
         ("otlp_grpc", "otlp"),

@@ -1,9 +1,11 @@
 """Every shipped Collector config, live: agents → the real Collector → otel-guard processor(s) → the store.
 
-``inline.yaml`` (Collector → processor → store), ``fanout.yaml`` (Collector → store and processor)
-and ``scaleout.yaml`` (Collector → loadbalancing by trace id → three processors → store) are run as
-they are, their addresses aside (127.0.0.1 and free ports, and the Collector's own metrics off so
-that nothing else listens). Guarded loop traces, and the third-party instrumentations' recorded
+``inline.yaml`` (Collector → processor → store), ``fanout.yaml`` (Collector → store and processor),
+``scaleout.yaml`` (Collector → loadbalancing by trace id → three processors → store) and
+``scaleout-by-chain.yaml`` (Collector → the guard's spans only → loadbalancing by chain root → three
+processors, forwarding to the store here to show what passed) are run as they are, their
+addresses aside (127.0.0.1 and free ports, and the Collector's own metrics off so that nothing else
+listens). Guarded loop traces, and the third-party instrumentations' recorded
 loops, go in over OTLP/gRPC: every span must reach the store exactly once, and the processors must
 count each loop once between them -- reading the attributes as the Collector encodes them (Go's
 pdata writes a KeyValue's value before its key).
@@ -108,10 +110,12 @@ class Pipeline:
 
     ``inline``: Collector → processor, which forwards to the store. ``fanout``: Collector → the store
     and the processor (a sink). ``scaleout``: Collector → loadbalancing by trace id → three
-    processors, each forwarding to the store.
+    processors, each forwarding to the store. ``scaleout-by-chain``: Collector → the spans with a
+    chain root → loadbalancing by ``otel_guard.chain.root`` → three processors, each forwarding to
+    the store (deployed, they are sinks; here the store shows what the tier let through).
     """
 
-    INSTANCES: ClassVar[dict[str, int]] = {"inline": 1, "fanout": 1, "scaleout": 3}
+    INSTANCES: ClassVar[dict[str, int]] = {"inline": 1, "fanout": 1, "scaleout": 3, "scaleout-by-chain": 3}
 
     def __init__(self, tmp_path: Path, name: str = "inline") -> None:
         self.tmp_path = tmp_path
@@ -145,6 +149,9 @@ class Pipeline:
             "inline": {"otel-guard-processor:4317": addresses[0]},
             "fanout": {"otel-guard-processor:4317": addresses[0], "tempo:4317": self.sink.address},
             "scaleout": {f"otel-guard-processor-{n}:4317": address for n, address in enumerate(addresses)},
+            "scaleout-by-chain": {
+                f"otel-guard-chains-{n}:4317": address for n, address in enumerate(addresses)
+            },
         }[self.name]
         self.port, http_port = free_port(), free_port()
         config = config_for_test(self.tmp_path, self.name, self.port, http_port, hosts)
@@ -220,5 +227,5 @@ async def test_agents_to_the_collector_to_the_processor_to_the_store(tmp_path: P
             ("allow", "", "budget"): TRACES,
             ("refuse", "cycle", "planner"): TRACES,
         }
-        if config == "scaleout":  # the load balancer spread the traces
+        if config.startswith("scaleout"):  # the load balancer spread the traces (or the trees)
             assert all(processor.detector.cycles for processor in pipeline.processors)

@@ -1,6 +1,6 @@
 // The OpenTelemetry Collector that otel-guard's tests run against: built from the Collector's own
 // upstream modules, pinned to one release (v0.161.0 of core and contrib: the newest at which the module proxy serves
-// contrib's loadbalancing exporter), with the
+// contrib's loadbalancing exporter and filter processor), with the
 // components the configs in processor/collector/ use. Go is only the tests' Collector; the product
 // stays Python. Built by scripts/build-collector into .collector/ (ignored, cached).
 package main
@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/filterprocessor"
 )
 
 func components() (otelcol.Factories, error) {
@@ -31,7 +32,7 @@ func components() (otelcol.Factories, error) {
 		return factories, err
 	}
 	if factories.Processors, err = otelcol.MakeFactoryMap(
-		batchprocessor.NewFactory(), memorylimiterprocessor.NewFactory(),
+		batchprocessor.NewFactory(), memorylimiterprocessor.NewFactory(), filterprocessor.NewFactory(),
 	); err != nil {
 		return factories, err
 	}
