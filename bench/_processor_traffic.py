@@ -17,7 +17,10 @@ Traffic (``MIXES``):
 Every cycle of requests gets new trace ids, so a processor cannot skip spans it has seen.
 
 Servers (run as ``python bench/_processor_traffic.py sink|passthrough ...``):
-- sink: an OTLP/gRPC TraceService that counts requests and acknowledges them;
+- sink: an OTLP/gRPC TraceService that counts the spans it is sent and acknowledges them; the count
+  is read with ``COUNT`` (a method of its own on the same port, answered with the count in ASCII),
+  so that the benchmark can tell that every span it sent got through, whatever batched it on the
+  way;
 - passthrough: the baseline proxy: parses each request (to count its spans) and forwards the bytes.
 """
 
@@ -37,6 +40,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 EXPORT = f"/{SERVICE}/Export"
+COUNTER = "otel_guard.bench.Sink"
+COUNT = f"/{COUNTER}/Count"
 SPANS_PER_TRACE = 13
 
 
@@ -317,26 +322,40 @@ MIXES = {"guarded": guarded, "dialects": mixed}
 # --- servers -----------------------------------------------------------------------------------
 
 
-async def _serve(port: int, handler: object) -> None:
+async def _serve(port: int, handler: object, count: object = None) -> None:
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)]
     )
     method = grpc.unary_unary_rpc_method_handler(handler)  # type: ignore[arg-type]
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": method}),))
+    handlers = [grpc.method_handlers_generic_handler(SERVICE, {"Export": method})]
+    if count is not None:
+        counted = grpc.unary_unary_rpc_method_handler(count)  # type: ignore[arg-type]
+        handlers.append(grpc.method_handlers_generic_handler(COUNTER, {"Count": counted}))
+    server.add_generic_rpc_handlers(tuple(handlers))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("ready", flush=True)
     await server.wait_for_termination()
 
 
+def _spans_in(raw: bytes) -> int:
+    request = ExportTraceServiceRequest.FromString(raw)
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+
+
 async def sink(port: int) -> None:
-    count = [0]
+    """Acknowledge every request and count its spans (a Collector in front re-batches them, so
+    only a parse tells how many came)."""
+    spans = [0]
 
     async def export(raw: bytes, context: object) -> bytes:
-        count[0] += 1
+        spans[0] += _spans_in(raw)
         return b""
 
-    await _serve(port, export)
+    async def count(raw: bytes, context: object) -> bytes:
+        return str(spans[0]).encode()
+
+    await _serve(port, export, count)
 
 
 async def passthrough(port: int, forward: str) -> None:

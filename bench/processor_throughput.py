@@ -9,9 +9,29 @@ Three processes on 127.0.0.1, started and stopped by this script:
 
 The load generator (this process) keeps ``--concurrency`` requests in flight against one proxy at a
 time, each request ``--traces`` traces of agent-like spans with new trace ids
-(``bench/_processor_traffic.py``). Rounds alternate between the two proxies and the ratio is of the
+(``bench/_processor_traffic.py``). Rounds alternate between the arms and the ratios are of the
 medians, because this machine is shared and noisy. Beside spans/s it reports each proxy's own CPU
 time per span, which the load elsewhere on the machine disturbs less.
+
+With the OpenTelemetry Collector built by ``scripts/build-collector`` (``.collector/otelcol-otel-guard``;
+``--collector PATH`` for another, ``--no-collector`` to leave it out -- a missing binary is said so,
+never skipped in silence), two more arms on the same sink and traffic, in the same alternating
+rounds, both running ``processor/collector/inline.yaml`` as shipped (OTLP receiver → ``batch`` →
+OTLP exporter with its retry and sending queue), its addresses aside:
+
+* ``collector``: the Collector as a pass-through, its exporter pointed at the sink;
+* ``inline``: the inline deployment, the Collector's exporter pointed at the processor, whose
+  ``--forward`` goes to the sink (the store, as inline.yaml ships it).
+
+The Collector acknowledges a request once its batch processor has it, so what it acknowledges says
+nothing of what got through: the sink counts the spans it receives, a round's rate is the spans the
+sink had when the load ended (and the processors had detected what they received) over the
+round's time, and the round then waits until every span sent is at the sink (the last partial batch
+waits for the batch timeout, 2 s) -- or fails. Each process's CPU is counted until then, over the
+spans sent. Its sender is held to at most ``--collector-window`` spans sent and not at the sink yet
+(by default what ``--concurrency`` requests hold, as the other arms have in flight): unbounded, it
+outruns what the Collector delivers. What is not at the sink when the load ends is shown as a
+backlog, which the rate does not count.
 
 Then fairness: for ``--fairness-seconds`` per proxy, one client sends one-trace requests one after
 another, alone and then while another sends large requests (1,500 traces, ~6 MB) back to back; the
@@ -21,32 +41,38 @@ Then a flood: a processor with ``--max-spans`` set low is sent new traces for ``
 its resident memory is sampled every half second and its evictions read from ``/metrics``. Last, in
 process, the time to evict one trace whose spans all wait for parents that never come.
 
-Usage: python bench/processor_throughput.py [--seconds 4] [--rounds 3] [--concurrency 8]
+Usage: python bench/processor_throughput.py [--seconds 4] [--rounds 3] [--concurrency 8] [--no-collector]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import grpc.aio
 import httpx
 import psutil
-from _processor_traffic import EXPORT, MIXES, Template, guarded
+import yaml
+from _processor_traffic import COUNT, EXPORT, MIXES, Template, guarded
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
 RETRY_AFTER = 0.05  # the processor's --retry-after here, and how long a refused sender waits
+COLLECTOR = HERE.parent / ".collector" / "otelcol-otel-guard"
+INLINE = HERE.parent / "processor" / "collector" / "inline.yaml"
 
 
 def free_port() -> int:
@@ -88,23 +114,55 @@ def server(args: list[str], ready: str, stream: str) -> Iterator[subprocess.Pope
             process.wait()
 
 
-async def load(target: str, template: Template, seconds: float, concurrency: int) -> int:
-    """Keep ``concurrency`` requests in flight for ``seconds``; return the spans acknowledged."""
+async def load(
+    target: str,
+    template: Template,
+    seconds: float,
+    concurrency: int,
+    sink: str | None = None,
+    window: int = 0,
+) -> int:
+    """Keep ``concurrency`` requests in flight for ``seconds``; return the spans acknowledged.
+
+    With ``sink`` and ``window``, also hold back while more than ``window`` spans sent are not at
+    the sink yet (polled every 2 ms): a Collector acknowledges what its batch processor took, so
+    without this bound a sender outruns what it delivers and its queue grows for the whole round.
+    """
     acknowledged = 0
+    sent = 0
+    delivered = 0
     deadline = time.monotonic() + seconds
-    async with grpc.aio.insecure_channel(
-        target, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]
-    ) as channel:
+    async with contextlib.AsyncExitStack() as stack:
+        channel = await stack.enter_async_context(
+            grpc.aio.insecure_channel(target, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        )
         call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+        count = None
+        if sink is not None and window > 0:
+            sink_channel = await stack.enter_async_context(grpc.aio.insecure_channel(sink))
+            count = sink_channel.unary_unary(COUNT, request_serializer=None, response_deserializer=None)
+            base = delivered = int(await count(b"", timeout=10))
 
         async def worker() -> None:
-            nonlocal acknowledged
+            nonlocal acknowledged, sent
             while time.monotonic() < deadline:
                 raw, spans = template.next()
+                while count is not None and sent + spans - (delivered - base) > window:
+                    await asyncio.sleep(0.001)
+                    if time.monotonic() >= deadline:
+                        return
+                sent += spans
                 await send(call, raw)
                 acknowledged += spans
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        async def poll() -> None:
+            nonlocal delivered
+            assert count is not None
+            while time.monotonic() < deadline:
+                delivered = int(await count(b"", timeout=10))
+                await asyncio.sleep(0.002)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)), *([poll()] if count else []))
     return acknowledged
 
 
@@ -121,11 +179,23 @@ async def send(call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes], raw: bytes)
             await asyncio.sleep(RETRY_AFTER)
 
 
-def caught_up(metrics_url: str | None) -> None:
+def caught_up(metrics_url: str | None) -> str:
     """Return once the processor has detected every request it acknowledged: a scrape waits for
-    that (it runs after them on the detection thread)."""
-    if metrics_url is not None:
-        httpx.get(metrics_url, timeout=120).raise_for_status()
+    that (it runs after them on the detection thread). Returns the scrape."""
+    if metrics_url is None:
+        return ""
+    response = httpx.get(metrics_url, timeout=120)
+    response.raise_for_status()
+    return response.text
+
+
+def refused_spans(metrics: str) -> float:
+    """The spans a processor refused (RESOURCE_EXHAUSTED or UNAVAILABLE: its sender sends them again)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith('otel_guard_processor_spans_total{outcome="rejected"}')
+    )
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -133,28 +203,187 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+@dataclass
+class Arm:
+    """What one round sends to (``target``), the processes whose CPU it counts, and the processors
+    on the way (their ``/metrics``, scraped to wait for their detection)."""
+
+    target: str
+    pids: dict[str, int]
+    metrics_urls: list[str] = field(default_factory=list)
+    window: int = 0  # at most these spans sent and not at the sink yet (0: no bound but the acks)
+
+
+class Sink:
+    """The counting sink's span count, read over gRPC, and its process (whose CPU is shown apart:
+    it is the same for every arm but what the Collector compresses it must decompress)."""
+
+    def __init__(self, address: str, pid: int) -> None:
+        self.address = address
+        self.process = psutil.Process(pid)
+        self._channel = grpc.insecure_channel(address)
+        self._count = self._channel.unary_unary(COUNT, request_serializer=None, response_deserializer=None)
+
+    def spans(self) -> int:
+        return int(self._count(b"", timeout=10))
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def drained(sink: Sink, before: int, sent: int, patience: float) -> float:
+    """Wait until the sink has the ``sent`` spans after ``before``; raise if it stops getting any
+    for ``patience`` seconds (longer than a batch timeout) short of them, or gets more."""
+    started = last_progress = time.monotonic()
+    seen = sink.spans() - before
+    while seen < sent:
+        time.sleep(0.02)
+        now = sink.spans() - before
+        if now > seen:
+            seen, last_progress = now, time.monotonic()
+        elif time.monotonic() - last_progress > patience:
+            raise RuntimeError(f"{sent - seen:,} of {sent:,} spans sent never reached the sink")
+    if seen > sent:
+        raise RuntimeError(f"the sink got {seen - sent:,} spans more than the {sent:,} sent")
+    return time.monotonic() - started
+
+
+@dataclass
+class Round:
+    rate: float  # spans at the sink a second
+    cpu: dict[str, float]  # µs a span, by process
+    backlog: int  # spans acknowledged but not at the sink when the load ended
+    drain: float  # seconds after that until the last of them was
+    sink_cpu: float  # the sink's µs a span
+
+
 def measure(
-    name: str,
-    target: str,
-    pid: int,
-    template: Template,
-    seconds: float,
-    concurrency: int,
-    metrics_url: str | None,
-) -> tuple[float, float]:
-    """One round against one proxy: (spans per second, proxy CPU µs per span), up to the moment
-    the processor has also detected every span it acknowledged."""
-    process = psutil.Process(pid)
-    cpu_before = cpu_seconds(process)
+    name: str, arm: Arm, template: Template, seconds: float, concurrency: int, sink: Sink, patience: float
+) -> Round:
+    """One round against one arm: spans at the sink a second up to the moment the load ended and
+    every processor on the way had detected what it had received; then, once every span sent has
+    reached the sink, each process's CPU µs a span."""
+    processes = {label: psutil.Process(pid) for label, pid in arm.pids.items()}
+    cpu_before = {label: cpu_seconds(process) for label, process in processes.items()}
+    sink_before = cpu_seconds(sink.process)
+    refused_before = sum(refused_spans(caught_up(url)) for url in arm.metrics_urls)
+    before = sink.spans()
     started = time.perf_counter()
-    spans = asyncio.run(load(target, template, seconds, concurrency))
-    caught_up(metrics_url)
+    sent = asyncio.run(load(arm.target, template, seconds, concurrency, sink.address, arm.window))
+    for url in arm.metrics_urls:
+        caught_up(url)
+    delivered = sink.spans() - before
     elapsed = time.perf_counter() - started
-    cpu = cpu_seconds(process) - cpu_before
-    rate = spans / elapsed
-    per_span = cpu / spans * 1e6
-    print(f"  {name:12s} {rate:10,.0f} spans/s   {per_span:5.2f} µs CPU a span", flush=True)
-    return rate, per_span
+    drain = drained(sink, before, sent, patience)
+    # and what came during the drain is detected too
+    refused = sum(refused_spans(caught_up(url)) for url in arm.metrics_urls) - refused_before
+    cpu = {label: (cpu_seconds(p) - cpu_before[label]) / sent * 1e6 for label, p in processes.items()}
+    sink_cpu = (cpu_seconds(sink.process) - sink_before) / sent * 1e6
+    rate = delivered / elapsed
+    shown = " + ".join(f"{label} {value:.2f}" for label, value in cpu.items())
+    total = f" = {sum(cpu.values()):.2f}" if len(cpu) > 1 else ""
+    tail = f"   refused {refused:,.0f} spans (sent again)" if refused else ""
+    tail += (
+        f"   backlog {sent - delivered:,} spans, at the sink {drain:.1f} s later" if sent > delivered else ""
+    )
+    print(
+        f"  {name:12s} {rate:10,.0f} spans/s   CPU a span: {shown}{total} µs (sink {sink_cpu:.2f}){tail}",
+        flush=True,
+    )
+    return Round(rate, cpu, sent - delivered, drain, sink_cpu)
+
+
+def seconds_of(duration: str) -> float:
+    """A Collector duration (``2s``, ``200ms``) in seconds."""
+    for unit, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+        if duration.endswith(unit):
+            return float(duration[: -len(unit)]) * scale
+    raise ValueError(f"unknown duration {duration!r}")
+
+
+def inline_config(directory: Path, name: str, exporter_to: str) -> tuple[Path, str, float]:
+    """``inline.yaml`` as shipped, on free 127.0.0.1 ports, its exporter sent to ``exporter_to``
+    and the Collector's own metrics off (nothing else listens). Returns the config, the OTLP/gRPC
+    address and the batch timeout in seconds."""
+    grpc_port, http_port = free_port(), free_port()
+    text = INLINE.read_text(encoding="utf-8")
+    for deployed, local in {
+        "0.0.0.0:4317": f"127.0.0.1:{grpc_port}",
+        "0.0.0.0:4318": f"127.0.0.1:{http_port}",
+        "otel-guard-processor:4317": exporter_to,
+    }.items():
+        if deployed not in text:
+            raise RuntimeError(f"{INLINE} no longer has {deployed}: adapt the benchmark")
+        text = text.replace(deployed, local)
+    config = yaml.safe_load(text)
+    config["service"]["telemetry"] = {"metrics": {"level": "none"}}
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path, f"127.0.0.1:{grpc_port}", seconds_of(str(config["processors"]["batch"]["timeout"]))
+
+
+@contextmanager
+def collector(binary: Path, config: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run the Collector until it logs that it is ready; stop it (SIGTERM, then kill) after. Its
+    log goes to a file beside the config (a pipe nobody reads would fill and stall it)."""
+    log_path = config.with_suffix(".log")
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([str(binary), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while "Everything is ready" not in log_path.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the Collector ({config.name}) did not start:\n{tail}")
+            time.sleep(0.05)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def median_cpu(rounds: list[Round]) -> dict[str, float]:
+    return {label: statistics.median(r.cpu[label] for r in rounds) for label in rounds[0].cpu}
+
+
+def report(results: dict[str, list[Round]]) -> None:
+    """Medians of each arm, and the ratios to the raw pass-through and the Collector pass-through."""
+    rates = {name: statistics.median(r.rate for r in rounds) for name, rounds in results.items()}
+    cpus = {name: median_cpu(rounds) for name, rounds in results.items()}
+    totals = {
+        name: statistics.median(sum(r.cpu.values()) for r in rounds) for name, rounds in results.items()
+    }
+    bases = [base for base in ("passthrough", "collector") if base in results]
+    print("median of the rounds:")
+    for name, rate in rates.items():
+        shown = " + ".join(f"{label} {value:.2f}" for label, value in cpus[name].items())
+        total = f" = {totals[name]:.2f}" if len(cpus[name]) > 1 else ""
+        ratios = "".join(
+            f"   / {base}: {rate / rates[base]:.2f}x spans/s, {totals[name] / totals[base]:.2f}x CPU"
+            for base in bases
+            if base != name
+        )
+        sink_cpu = statistics.median(r.sink_cpu for r in results[name])
+        print(
+            f"  {name:12s} {rate:10,.0f} spans/s   CPU a span: {shown}{total} µs "
+            f"(sink {sink_cpu:.2f}){ratios}"
+        )
+    ours, base = rates["processor"], rates["passthrough"]
+    print(f"throughput ratio (processor / passthrough): {ours / base:.2f}   (goal >= 0.6)")
+    print(
+        f"CPU a span: passthrough {totals['passthrough']:.2f} µs, processor {totals['processor']:.2f} µs, "
+        f"ratio {totals['passthrough'] / totals['processor']:.2f}"
+    )
+    if "inline" in results:
+        behind = cpus["inline"]["processor"]
+        print(
+            f"the processor behind the Collector: {behind:.2f} µs a span (alone {totals['processor']:.2f}); "
+            f"inline / collector pass-through: {rates['inline'] / rates['collector']:.2f}x spans/s"
+        )
 
 
 async def small_latencies(target: str, seconds: float, large: Template | None) -> list[float]:
@@ -263,6 +492,24 @@ def flood(sink_port: int, template: Template, seconds: float, concurrency: int, 
     print("  RSS every 0.5 s (MiB): " + " ".join(f"{rss:.0f}" for _, rss in samples))
 
 
+def collector_binary(args: argparse.Namespace) -> Path | None:
+    """The Collector to measure, or None -- said out loud -- when left out or missing."""
+    if args.no_collector:
+        print("Collector arms: left out (--no-collector)")
+        return None
+    binary = Path(args.collector)
+    if not binary.is_file():
+        message = (
+            f"Collector arms NOT MEASURED: {binary} is missing "
+            "(scripts/build-collector builds it; --collector PATH for another, "
+            "--no-collector to leave them out)"
+        )
+        print(message, flush=True)
+        print(message, file=sys.stderr, flush=True)
+        return None
+    return binary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one round")
@@ -271,6 +518,18 @@ def main() -> int:
     parser.add_argument("--traces", type=int, default=40, help="traces per request")
     parser.add_argument(
         "--mix", choices=sorted(MIXES), default="dialects", help="the traffic (see _processor_traffic.py)"
+    )
+    parser.add_argument(
+        "--collector",
+        default=str(COLLECTOR),
+        help="the OpenTelemetry Collector binary for the collector and inline arms (default: %(default)s)",
+    )
+    parser.add_argument("--no-collector", action="store_true", help="leave the Collector arms out")
+    parser.add_argument(
+        "--collector-window",
+        type=int,
+        help="Collector arms: at most this many spans sent and not at the sink yet (default: what "
+        "--concurrency requests hold, as in flight to the other arms; 0: as many as the Collector takes)",
     )
     parser.add_argument("--flood-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -283,64 +542,98 @@ def main() -> int:
     about = " ".join((MIXES[args.mix].__doc__ or "").split())
     print(f"traffic --mix {args.mix}: {about}")
     print(
-        f"{os.cpu_count()} CPUs; requests of {template.spans} spans ({len(template.raw):,} bytes), "
-        f"{args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s per proxy"
+        f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+        f"requests of {template.spans} spans ({len(template.raw):,} bytes), "
+        f"{args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s per arm"
     )
+    binary = collector_binary(args)
     sink_port, pass_port, proc_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     traffic = str(HERE / "_processor_traffic.py")
-    with (
-        server([traffic, "sink", "--port", str(sink_port)], "ready", "stdout"),
-        server(
-            [traffic, "passthrough", "--port", str(pass_port), "--forward", f"127.0.0.1:{sink_port}"],
-            "ready",
-            "stdout",
-        ) as passthrough,
-        server(
-            [
-                "-m",
-                "otel_guard_processor",
-                "--listen",
-                f"127.0.0.1:{proc_port}",
-                "--forward",
-                f"127.0.0.1:{sink_port}",
-                "--prometheus",
-                f"127.0.0.1:{metrics_port}",
-                "--retry-after",
-                str(RETRY_AFTER),
-            ],
-            "ready:",
-            "stderr",
-        ) as processor,
-    ):
+    with ExitStack() as stack:
+        sinking = stack.enter_context(server([traffic, "sink", "--port", str(sink_port)], "ready", "stdout"))
+        sink = Sink(f"127.0.0.1:{sink_port}", sinking.pid)
+        stack.callback(sink.close)
+        passthrough = stack.enter_context(
+            server(
+                [traffic, "passthrough", "--port", str(pass_port), "--forward", f"127.0.0.1:{sink_port}"],
+                "ready",
+                "stdout",
+            )
+        )
+        processor = stack.enter_context(
+            server(
+                [
+                    "-m",
+                    "otel_guard_processor",
+                    "--listen",
+                    f"127.0.0.1:{proc_port}",
+                    "--forward",
+                    f"127.0.0.1:{sink_port}",
+                    "--prometheus",
+                    f"127.0.0.1:{metrics_port}",
+                    "--retry-after",
+                    str(RETRY_AFTER),
+                ],
+                "ready:",
+                "stderr",
+            )
+        )
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         arms = {
-            "passthrough": (f"127.0.0.1:{pass_port}", passthrough.pid, None),
-            "processor": (
-                f"127.0.0.1:{proc_port}",
-                processor.pid,
-                f"http://127.0.0.1:{metrics_port}/metrics",
-            ),
+            "passthrough": Arm(f"127.0.0.1:{pass_port}", {"passthrough": passthrough.pid}),
+            "processor": Arm(f"127.0.0.1:{proc_port}", {"processor": processor.pid}, [metrics_url]),
         }
-        for target, _, _ in arms.values():  # warm up: connections, caches, allocator
-            asyncio.run(load(target, template, 1.0, args.concurrency))
-        rates: dict[str, list[float]] = {name: [] for name in arms}
-        cpus: dict[str, list[float]] = {name: [] for name in arms}
+        batch_timeout = 0.0
+        if binary is not None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-collector-")))
+            alone, alone_at, batch_timeout = inline_config(directory, "collector", f"127.0.0.1:{sink_port}")
+            front, front_at, _ = inline_config(directory, "inline", f"127.0.0.1:{proc_port}")
+            pass_collector = stack.enter_context(collector(binary, alone))
+            inline_collector = stack.enter_context(collector(binary, front))
+            shown = INLINE.relative_to(HERE.parent) if INLINE.is_relative_to(HERE.parent) else INLINE
+            version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+            print(
+                f"Collector: {version.stdout.strip()}, {shown} as shipped "
+                f"(batch timeout {batch_timeout:g} s); collector -> sink, "
+                "inline: collector -> processor -> sink"
+            )
+            window = (
+                args.concurrency * template.spans if args.collector_window is None else args.collector_window
+            )
+            print(
+                f"Collector arms: at most {window:,} spans sent and not at the sink yet"
+                if window
+                else "Collector arms: no bound on spans not at the sink yet (what the Collector takes)"
+            )
+            arms = {
+                "passthrough": arms["passthrough"],
+                "collector": Arm(alone_at, {"collector": pass_collector.pid}, window=window),
+                "processor": arms["processor"],
+                "inline": Arm(
+                    front_at,
+                    {"collector": inline_collector.pid, "processor": processor.pid},
+                    [metrics_url],
+                    window,
+                ),
+            }
+        patience = batch_timeout + 10.0
+        for arm in arms.values():  # warm up: connections, caches, allocator
+            before = sink.spans()
+            sent = asyncio.run(load(arm.target, template, 1.0, args.concurrency, sink.address, arm.window))
+            drained(sink, before, sent, patience)
+            for url in arm.metrics_urls:
+                caught_up(url)
+        results: dict[str, list[Round]] = {name: [] for name in arms}
         for round_number in range(1, args.rounds + 1):
             print(f"round {round_number}")
-            for name, (target, pid, metrics_url) in arms.items():
-                rate, cpu = measure(name, target, pid, template, args.seconds, args.concurrency, metrics_url)
-                rates[name].append(rate)
-                cpus[name].append(cpu)
-        base, ours = statistics.median(rates["passthrough"]), statistics.median(rates["processor"])
-        base_cpu, our_cpu = statistics.median(cpus["passthrough"]), statistics.median(cpus["processor"])
-        print(f"median: passthrough {base:,.0f} spans/s, processor {ours:,.0f} spans/s")
-        print(f"throughput ratio (processor / passthrough): {ours / base:.2f}   (goal >= 0.6)")
-        print(
-            f"CPU a span: passthrough {base_cpu:.2f} µs, processor {our_cpu:.2f} µs, "
-            f"ratio {base_cpu / our_cpu:.2f}"
-        )
+            for name, arm in arms.items():
+                results[name].append(
+                    measure(name, arm, template, args.seconds, args.concurrency, sink, patience)
+                )
+        report(results)
         if args.fairness_seconds > 0:
-            for name, (target, _, _) in arms.items():
-                fairness(name, target, args.fairness_seconds)
+            for name in ("passthrough", "processor"):
+                fairness(name, arms[name].target, args.fairness_seconds)
         flood(sink_port, template, args.flood_seconds, args.concurrency, args.flood_max_spans)
     orphan_stall()
     return 0
