@@ -90,3 +90,18 @@ def test_a_recording_written_value_first_counts_as_recorded(path: Path) -> None:
         expected.delegations,
         expected.decisions,
     )
+
+
+def test_an_encoding_upb_refuses_is_still_read_key_first_field_by_field() -> None:
+    """key_first has upb re-encode the attributes; what upb refuses (a truncated last field) is read
+    field by field, and the attributes that parse are found."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from otel_guard_processor.otlp import key_first
+
+    span = Span(name="invoke_agent planner")
+    span.attributes.append(KeyValue(key="gen_ai.agent.name", value=AnyValue(string_value="planner")))
+    encoded = value_first(span) + _varint(9 << 3 | 2) + _varint(40) + b"\x12\x03"  # cut short
+    with pytest.raises(Exception, match="Error parsing message"):
+        Span.FromString(encoded)
+    assert attribute_key("gen_ai.agent.name") in key_first(encoded)
+    assert Attributes.of(encoded).string(attribute_key("gen_ai.agent.name")) == "planner"
