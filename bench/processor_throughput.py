@@ -61,6 +61,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Any
+
 import grpc
 import grpc.aio
 import httpx
@@ -80,6 +82,16 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    """End ``process``: SIGTERM, then SIGKILL after 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @contextmanager
@@ -106,12 +118,7 @@ def server(args: list[str], ready: str, stream: str) -> Iterator[subprocess.Pope
             raise RuntimeError(f"{args} not ready in 30 s")
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _stop(process)
 
 
 async def load(
@@ -338,12 +345,7 @@ def collector(binary: Path, config: Path) -> Iterator[subprocess.Popen[bytes]]:
             time.sleep(0.05)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _stop(process)
 
 
 def median_cpu(rounds: list[Round]) -> dict[str, float]:

@@ -132,3 +132,18 @@ def request(*spans: Span, service: str = "agents") -> ExportTraceServiceRequest:
 
 def encode(*spans: Span) -> bytes:
     return request(*spans).SerializeToString()
+
+
+def varint(value: int) -> bytes:
+    """``value`` as a protobuf varint (for encodings built by hand, such as value-first KeyValues)."""
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def length_delimited(number: int, payload: bytes) -> bytes:
+    """Field ``number`` holding ``payload`` (wire type 2), encoded by hand."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload

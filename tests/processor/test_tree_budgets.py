@@ -18,7 +18,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector, DetectorLimits
 from otel_guard_processor.otlp import parse_request
 from processor_helpers import ProcessorFactory, export, scrape, series
-from processor_spans import Trace, encode, guard_attributes
+from processor_spans import Trace, encode, guard_attributes, length_delimited
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate
@@ -191,19 +191,6 @@ def test_spans_without_a_count_hold_no_tree() -> None:
 # -- layouts --------------------------------------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def value_first(*spans: Span) -> bytes:
     """One request of ``spans`` in the guard's scope, each attribute written value first (as the
     OpenTelemetry Collector writes them)."""
@@ -213,11 +200,15 @@ def value_first(*spans: Span) -> bytes:
         rest.CopyFrom(span)
         del rest.attributes[:]
         attributes = b"".join(
-            _field(9, _field(2, kv.value.SerializeToString()) + _field(1, kv.key.encode()))
+            length_delimited(
+                9, length_delimited(2, kv.value.SerializeToString()) + length_delimited(1, kv.key.encode())
+            )
             for kv in span.attributes
         )
-        encoded += _field(2, rest.SerializeToString() + attributes)
-    return _field(1, _field(2, _field(1, _field(1, b"otel_guard")) + encoded))
+        encoded += length_delimited(2, rest.SerializeToString() + attributes)
+    return length_delimited(
+        1, length_delimited(2, length_delimited(1, length_delimited(1, b"otel_guard")) + encoded)
+    )
 
 
 @pytest.mark.parametrize("order", ["key_first", "value_first"])

@@ -17,23 +17,11 @@ from corpus_spans import CORPUS, read_spans, to_request, to_span
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_guard_processor.detector import Detector
 from otel_guard_processor.otlp import Attributes, attribute_key, parse_request
+from processor_spans import length_delimited, varint
 from test_corpus import detect
 
 BESIDE = CORPUS / "beside"
 RECORDINGS = sorted(CORPUS.glob("*.spans.jsonl")) + sorted(BESIDE.glob("*.spans.jsonl"))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def value_first(span: Span) -> bytes:
@@ -43,7 +31,10 @@ def value_first(span: Span) -> bytes:
     rest.CopyFrom(span)
     del rest.attributes[:]
     reordered = b"".join(
-        _field(9, _field(2, kv.value.SerializeToString()) + _field(1, kv.key.encode())) for kv in attributes
+        length_delimited(
+            9, length_delimited(2, kv.value.SerializeToString()) + length_delimited(1, kv.key.encode())
+        )
+        for kv in attributes
     )
     return rest.SerializeToString() + reordered
 
@@ -55,11 +46,11 @@ def value_first_request(records: list[dict[str, Any]]) -> bytes:
         scopes.setdefault(record["scope"], []).append(record)
     scope_spans = b""
     for scope, members in scopes.items():
-        body = _field(1, _field(1, scope.encode())) + b"".join(
-            _field(2, value_first(to_span(r))) for r in members
+        body = length_delimited(1, length_delimited(1, scope.encode())) + b"".join(
+            length_delimited(2, value_first(to_span(r))) for r in members
         )
-        scope_spans += _field(2, body)
-    return _field(1, scope_spans)
+        scope_spans += length_delimited(2, body)
+    return length_delimited(1, scope_spans)
 
 
 def test_an_attribute_written_value_first_reads_as_written_key_first() -> None:
@@ -92,7 +83,7 @@ def test_a_recording_written_value_first_counts_as_recorded(path: Path) -> None:
     )
 
 
-def test_an_encoding_upb_refuses_is_still_read_key_first_field_by_field() -> None:
+def test_an_encoding_upb_refuses_is_still_read_key_first_field_bylength_delimited() -> None:
     """key_first has upb re-encode the attributes; what upb refuses (a truncated last field) is read
     field by field, and the attributes that parse are found."""
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -100,7 +91,7 @@ def test_an_encoding_upb_refuses_is_still_read_key_first_field_by_field() -> Non
 
     span = Span(name="invoke_agent planner")
     span.attributes.append(KeyValue(key="gen_ai.agent.name", value=AnyValue(string_value="planner")))
-    encoded = value_first(span) + _varint(9 << 3 | 2) + _varint(40) + b"\x12\x03"  # cut short
+    encoded = value_first(span) + varint(9 << 3 | 2) + varint(40) + b"\x12\x03"  # cut short
     with pytest.raises(Exception, match="Error parsing message"):
         Span.FromString(encoded)
     assert attribute_key("gen_ai.agent.name") in key_first(encoded)
