@@ -60,7 +60,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any
 
 import grpc
