@@ -68,6 +68,10 @@ class BudgetStore(Protocol):
         """
         ...
 
+    async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        """:meth:`take` for async code: a store that waits on I/O awaits it."""
+        ...
+
 
 class MemoryStore:
     """Counts in this process, under one lock: right for one process, and the embedded default.

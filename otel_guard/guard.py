@@ -550,10 +550,8 @@ class Delegation:
         meters = self._meters(plan, now)
         if not meters:
             return None
-        store = store_for(plan.settings)
         try:
-            atake = getattr(store, "atake", None)
-            taken = await atake(meters, now) if atake is not None else store.take(meters, now)
+            taken = await store_for(plan.settings).atake(meters, now)
         except Exception as exc:  # the store's failure never becomes the hop's
             return self._store_failed(plan, parent, meters, exc)
         return self._taken(plan, parent, meters, taken)
@@ -573,7 +571,7 @@ class Delegation:
     def _store_failed(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
     ) -> _Spent:
-        names.current().store_errors.add(1, {names.ERROR_TYPE: type(exc).__qualname__})
+        names.count_store_error(exc)
         if plan.settings.budget_on_error == "allow":
             return None
         return self._over_budget(plan, parent, meters[0], store_failed=exc)

@@ -97,6 +97,11 @@ class Settings:
     budget_on_error: OnError = "allow"
 
     @property
+    def model_budgets_on(self) -> bool:
+        """Whether model requests are checked and counted (``max_model_requests`` or ``max_tokens``)."""
+        return bool(self.max_model_requests or self.max_tokens)
+
+    @property
     def budgets_on(self) -> bool:
         """Whether a hop has anything to count or check (a tree or workspace budget is on)."""
         return bool(self.max_hops or self.workspace_max_hops or self.max_model_requests or self.max_tokens)

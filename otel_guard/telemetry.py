@@ -160,6 +160,11 @@ class Telemetry:
             yield Observation(count, attributes)
 
 
+def count_store_error(exc: BaseException) -> None:
+    """One budget check that could not reach its store (``otel_guard.budget.store_errors``)."""
+    current().store_errors.add(1, {ERROR_TYPE: type(exc).__qualname__})
+
+
 _telemetry: Telemetry | None = None
 _telemetry_lock = threading.Lock()
 _by_providers: dict[tuple[object, object], Telemetry] = {}

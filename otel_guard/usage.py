@@ -19,83 +19,97 @@ nothing. A store that cannot answer is counted in ``otel_guard.budget.store_erro
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from opentelemetry import trace
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard import telemetry as names
 from otel_guard.budget import Meter, store_for, tokens_meter, usage_meters, usage_spent
+from otel_guard.chain import Chain
 from otel_guard.guard import current_chain
 from otel_guard.policy import Settings, current_settings
 
 
+def model_requests_counted() -> bool:
+    """Whether an instrumentor checks and counts model requests now: a model budget is on and
+    instrumentation is not suppressed (the instrumentors ask before each model call)."""
+    return current_settings().model_budgets_on and is_instrumentation_enabled()
+
+
+class _Request(NamedTuple):
+    """A model request made in a guarded hop: the settings, the hop's chain and its mode."""
+
+    settings: Settings
+    chain: Chain
+    observe: bool
+
+
 def before_model_request() -> str | None:
     """Count a model request against the current tree; the refusal message when it may not be made."""
-    asked = _asked()
-    if asked is None:
+    request = _request()
+    meters = _request_meters(request)
+    if request is None or not meters:
         return None
-    settings, root, meters = asked
     try:
-        taken = store_for(settings).take(meters, time.time())
+        taken = store_for(request.settings).take(meters, time.time())
     except Exception as exc:  # the store's failure never becomes the request's
-        return _store_failed(settings, exc)
-    return _verdict(settings, root, meters, taken)
+        return _store_failed(request, exc)
+    return _verdict(request, meters, taken)
 
 
 async def abefore_model_request() -> str | None:
     """:func:`before_model_request` for async code (awaits a store with an asyncio API)."""
-    asked = _asked()
-    if asked is None:
+    request = _request()
+    meters = _request_meters(request)
+    if request is None or not meters:
         return None
-    settings, root, meters = asked
-    store = store_for(settings)
     try:
-        atake = getattr(store, "atake", None)
-        now = time.time()
-        taken = await atake(meters, now) if atake is not None else store.take(meters, now)
+        taken = await store_for(request.settings).atake(meters, time.time())
     except Exception as exc:  # the store's failure never becomes the request's
-        return _store_failed(settings, exc)
-    return _verdict(settings, root, meters, taken)
+        return _store_failed(request, exc)
+    return _verdict(request, meters, taken)
 
 
 def after_model_request(tokens: int) -> None:
     """Add the ``tokens`` a model response used to the current tree (when ``max_tokens`` is on)."""
-    meter = _tokens(tokens)
-    if meter is None:
+    spent = _tokens(tokens)
+    if spent is None:
         return
-    settings, tokens_used = meter
+    settings, meter = spent
     try:
-        store_for(settings).take((tokens_used,), time.time())
+        store_for(settings).take((meter,), time.time())
     except Exception as exc:  # counted, never raised
-        names.current().store_errors.add(1, {names.ERROR_TYPE: type(exc).__qualname__})
+        names.count_store_error(exc)
 
 
 async def aafter_model_request(tokens: int) -> None:
     """:func:`after_model_request` for async code."""
-    meter = _tokens(tokens)
-    if meter is None:
+    spent = _tokens(tokens)
+    if spent is None:
         return
-    settings, tokens_used = meter
-    store = store_for(settings)
+    settings, meter = spent
     try:
-        atake = getattr(store, "atake", None)
-        now = time.time()
-        if atake is not None:
-            await atake((tokens_used,), now)
-        else:
-            store.take((tokens_used,), now)
+        await store_for(settings).atake((meter,), time.time())
     except Exception as exc:  # counted, never raised
-        names.current().store_errors.add(1, {names.ERROR_TYPE: type(exc).__qualname__})
+        names.count_store_error(exc)
 
 
-def _asked() -> tuple[Settings, str, tuple[Meter, ...]] | None:
+def _request() -> _Request | None:
+    """The request's settings and chain, or ``None`` outside a guarded hop or in ``off`` mode."""
     chain = current_chain()
     if chain is None:
         return None
     settings = current_settings()
-    if settings.for_agent(chain.hops[-1].agent).mode == "off":
-        return None
-    meters = usage_meters(settings, chain.root, chain.expires_at, 1)
-    return (settings, chain.root, meters) if meters else None
+    mode = settings.for_agent(chain.hops[-1].agent).mode
+    return None if mode == "off" else _Request(settings, chain, mode == "observe")
+
+
+def _request_meters(request: _Request | None) -> tuple[Meter, ...]:
+    if request is None:
+        return ()
+    chain = request.chain
+    return usage_meters(request.settings, chain.root, chain.expires_at, 1)
 
 
 def _tokens(tokens: int) -> tuple[Settings, Meter] | None:
@@ -110,33 +124,30 @@ def _tokens(tokens: int) -> tuple[Settings, Meter] | None:
     return settings, tokens_meter(settings, chain.root, chain.expires_at, tokens)
 
 
-def _verdict(
-    settings: Settings, root: str, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
-) -> str | None:
+def _verdict(request: _Request, meters: tuple[Meter, ...], taken: tuple[int, ...] | int) -> str | None:
     if not isinstance(taken, int):
         return None
     meter = meters[taken]
-    return _refused(settings, f"{usage_spent(meter, root)}; the model request is refused", meter.budget)
+    message = f"{usage_spent(meter, request.chain.root)}; the model request is refused"
+    return _refused(request, message, meter.budget)
 
 
-def _store_failed(settings: Settings, exc: Exception) -> str | None:
-    names.current().store_errors.add(1, {names.ERROR_TYPE: type(exc).__qualname__})
-    if settings.budget_on_error == "allow":
+def _store_failed(request: _Request, exc: Exception) -> str | None:
+    names.count_store_error(exc)
+    if request.settings.budget_on_error == "allow":
         return None
     message = (
         f"Delegation budget: the budget store could not be reached ({type(exc).__name__}) and "
         "budget_on_error is refuse; the model request is refused"
     )
-    return _refused(settings, message, None)
+    return _refused(request, message, None)
 
 
-def _refused(settings: Settings, message: str, exhausted: str | None) -> str | None:
+def _refused(request: _Request, message: str, exhausted: str | None) -> str | None:
     """Record the refusal (or, in observe mode, the would-refuse) on the current hop's span."""
-    chain = current_chain()
-    observe = chain is not None and settings.for_agent(chain.hops[-1].agent).mode == "observe"
     attributes: dict[str, str] = {names.REASON: "budget", names.EVENT_MESSAGE: message}
     if exhausted is not None:
         attributes[names.BUDGET_EXHAUSTED] = exhausted
-    event = names.EVENT_WOULD_REFUSE if observe else names.EVENT_REFUSED
+    event = names.EVENT_WOULD_REFUSE if request.observe else names.EVENT_REFUSED
     trace.get_current_span().add_event(event, attributes)
-    return None if observe else message
+    return None if request.observe else message

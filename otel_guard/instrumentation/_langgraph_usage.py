@@ -18,14 +18,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langgraph.errors import GraphRecursionError
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from otel_guard.policy import current_settings
 from otel_guard.usage import (
     aafter_model_request,
     abefore_model_request,
     after_model_request,
     before_model_request,
+    model_requests_counted,
 )
 
 Wrapped = Callable[..., Any]
@@ -35,14 +34,9 @@ class TreeBudgetExceeded(GraphRecursionError):
     """The run's delegation tree made its ``max_model_requests`` or spent its ``max_tokens``."""
 
 
-def _usage_on() -> bool:
-    settings = current_settings()
-    return bool(settings.max_model_requests or settings.max_tokens) and is_instrumentation_enabled()
-
-
 def model_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_chat_model_start`` / ``on_llm_start``: the request, checked first."""
-    if _usage_on():
+    if model_requests_counted():
         refused = before_model_request()
         if refused is not None:
             raise TreeBudgetExceeded(refused)
@@ -51,7 +45,7 @@ def model_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kw
 
 async def amodel_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_chat_model_start`` / ``on_llm_start``: as :func:`model_run_started`."""
-    if _usage_on():
+    if model_requests_counted():
         refused = await abefore_model_request()
         if refused is not None:
             raise TreeBudgetExceeded(refused)
@@ -61,7 +55,7 @@ async def amodel_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, .
 def model_run_ended(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManagerForLLMRun.on_llm_end(response)``: the response's tokens, counted."""
     result = wrapped(*args, **kwargs)
-    if _usage_on():
+    if model_requests_counted():
         after_model_request(tokens_of(args[0] if args else kwargs.get("response")))
     return result
 
@@ -71,7 +65,7 @@ async def amodel_run_ended(
 ) -> Any:
     """``AsyncCallbackManagerForLLMRun.on_llm_end(response)``: as :func:`model_run_ended`."""
     result = await wrapped(*args, **kwargs)
-    if _usage_on():
+    if model_requests_counted():
         await aafter_model_request(tokens_of(args[0] if args else kwargs.get("response")))
     return result
 

@@ -15,19 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from agents.exceptions import MaxTurnsExceeded
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from otel_guard.policy import current_settings
-from otel_guard.usage import aafter_model_request, abefore_model_request
+from otel_guard.usage import aafter_model_request, abefore_model_request, model_requests_counted
 
 
 class TreeBudgetExceeded(MaxTurnsExceeded):
     """The run's delegation tree made its ``max_model_requests`` or spent its ``max_tokens``."""
-
-
-def _usage_on() -> bool:
-    settings = current_settings()
-    return bool(settings.max_model_requests or settings.max_tokens) and is_instrumentation_enabled()
 
 
 def _tokens(usage: Any) -> int:
@@ -39,7 +32,7 @@ async def guard_get_response(
 ) -> Any:
     """``get_response_with_retry(*, get_response, ...)``: each attempt checked, its usage counted."""
     get_response = kwargs.get("get_response")
-    if get_response is None or not _usage_on():
+    if get_response is None or not model_requests_counted():
         return await wrapped(*args, **kwargs)
 
     async def counted() -> Any:
@@ -61,7 +54,7 @@ def guard_stream_response(
 ) -> AsyncIterator[Any]:
     """``stream_response_with_retry(*, get_stream, ...)``: as :func:`guard_get_response`, streamed."""
     get_stream = kwargs.get("get_stream")
-    if get_stream is None or not _usage_on():
+    if get_stream is None or not model_requests_counted():
         return wrapped(*args, **kwargs)
 
     async def counted() -> AsyncIterator[Any]:

@@ -117,7 +117,7 @@ def _guard_agent_run(
     settings = current_settings()
     if settings.situational_prompt:
         args, kwargs = _with_guidance(instance, name, args, kwargs)
-    if settings.max_model_requests or settings.max_tokens:
+    if settings.model_budgets_on:
         from otel_guard.instrumentation._pydantic_ai_usage import with_tree_budget
 
         kwargs = with_tree_budget(kwargs)
