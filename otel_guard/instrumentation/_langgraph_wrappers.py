@@ -101,19 +101,33 @@ def _with_pending(ctx: context.Context, event: str, hop: Delegation) -> context.
     return context.set_value(_PENDING_HOP, _Pending(event, hop), ctx)
 
 
-def _run_span(run_id: object) -> trace.Span | None:
-    """The span a LangChain tracer made for the run ``run_id`` (OpenInference's), if any."""
+def _openinference() -> Any:
+    """OpenInference's LangChain instrumentation module while it instruments, else ``None``."""
     module = sys.modules.get(_OPENINFERENCE_LANGCHAIN)
     if module is None:
         return None
     try:
-        instrumentor = module.LangChainInstrumentor()
-        if not instrumentor.is_instrumented_by_opentelemetry:
-            return None
-        span = instrumentor.get_span(run_id)
+        return module if module.LangChainInstrumentor().is_instrumented_by_opentelemetry else None
+    except Exception:  # another package's API: it never costs a hop
+        return None
+
+
+def _openinference_span(read: Callable[[Any], object]) -> trace.Span | None:
+    """The recording span ``read(OpenInference's module)`` gives, or ``None`` (not instrumenting, no
+    such span, or its API failed)."""
+    module = _openinference()
+    if module is None:
+        return None
+    try:
+        span = read(module)
     except Exception:  # another package's API: it never costs a hop
         return None
     return span if isinstance(span, trace.Span) and span.is_recording() else None
+
+
+def _run_span(run_id: object) -> trace.Span | None:
+    """The span a LangChain tracer made for the run ``run_id`` (OpenInference's), if any."""
+    return _openinference_span(lambda module: module.LangChainInstrumentor().get_span(run_id))
 
 
 def _open_pending(event: str, run_manager: object) -> context.Context | None:
@@ -184,16 +198,8 @@ def _in_langchain_run(ctx: context.Context) -> context.Context:
     trace where OpenInference shows the call. Instrumentations that make their spans current
     (Traceloop's) need nothing. Baggage, and with it the chain, stay those of ``ctx``.
     """
-    module = sys.modules.get(_OPENINFERENCE_LANGCHAIN)
-    if module is None:
-        return ctx
-    try:
-        if not module.LangChainInstrumentor().is_instrumented_by_opentelemetry:
-            return ctx
-        span = module.get_current_span()
-    except Exception:  # another package's API: it never costs a hop
-        return ctx
-    if not isinstance(span, trace.Span) or not span.is_recording():
+    span = _openinference_span(lambda module: module.get_current_span())
+    if span is None:
         return ctx
     current_span = trace.get_current_span(ctx)
     current = current_span.get_span_context()
@@ -205,21 +211,13 @@ def _in_langchain_run(ctx: context.Context) -> context.Context:
     return trace.set_span_in_context(span, ctx)
 
 
-def _start_in_run(hop: Delegation) -> context.Context:
-    """``hop.start()`` under the span of the LangChain run the call is made in (see above)."""
+def _in_run(step: Callable[[], context.Context]) -> context.Context:
+    """``step()`` (a hop's ``start`` or ``decide``) under the span of the LangChain run the call is
+    made in (see above). Decided only, an allowed hop's span waits for the call's own run
+    (:func:`_open_pending`); a refused hop's span goes there at once."""
     token = context.attach(_in_langchain_run(context.get_current()))
     try:
-        return hop.start()
-    finally:
-        context.detach(token)
-
-
-def _decide_in_run(hop: Delegation) -> context.Context:
-    """``hop.decide()`` under the span of the LangChain run the call is made in: a refused hop's
-    span goes there, and an allowed hop's span waits for the call's own run (:func:`_open_pending`)."""
-    token = context.attach(_in_langchain_run(context.get_current()))
-    try:
-        return hop.decide()
+        return step()
     finally:
         context.detach(token)
 
@@ -232,12 +230,10 @@ def _run_span_comes_after() -> bool:
     parent and the tree is one. Inside a run (a graph a tool runs) OpenInference, like Traceloop
     always, parents the run's span by the run tree, and the hop's span goes under it.
     """
-    module = sys.modules.get(_OPENINFERENCE_LANGCHAIN)
+    module = _openinference()
     if module is None:
         return True
     try:
-        if not module.LangChainInstrumentor().is_instrumented_by_opentelemetry:
-            return True
         return isinstance(module.get_current_span(), trace.Span)
     except Exception:  # another package's API: it never costs a hop
         return True
@@ -266,9 +262,9 @@ def _graph_step_context(
     if not remote and _run_span_comes_after():
         # Decided now (a refused graph never runs); the span starts with the graph's run, under
         # the tracer's span of that run. A remote graph's span starts now: its request carries it.
-        ctx = _with_pending(_decide_in_run(hop), "chain", hop)
+        ctx = _with_pending(_in_run(hop.decide), "chain", hop)
     else:
-        ctx = _start_in_run(hop)
+        ctx = _in_run(hop.start)
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -404,7 +400,7 @@ def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, s
 
 def _tool_context(hop: Delegation, name: str) -> context.Context:
     """Decide a tool hop (raises when refused); the context its call begins in, span to follow."""
-    ctx = _decide_in_run(hop)
+    ctx = _in_run(hop.decide)
     return _with_pending(_with_open_hop(ctx, "tool", name, hop.chain), "tool", hop)
 
 

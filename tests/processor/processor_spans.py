@@ -147,3 +147,18 @@ def varint(value: int) -> bytes:
 def length_delimited(number: int, payload: bytes) -> bytes:
     """Field ``number`` holding ``payload`` (wire type 2), encoded by hand."""
     return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def value_first(span: Span) -> bytes:
+    """The span's encoding with each of its attributes written value first, as the OpenTelemetry
+    Collector (Go's pdata) writes them; a protobuf library would write them back key first."""
+    rest = Span()
+    rest.CopyFrom(span)
+    del rest.attributes[:]
+    reordered = b"".join(
+        length_delimited(
+            9, length_delimited(2, kv.value.SerializeToString()) + length_delimited(1, kv.key.encode())
+        )
+        for kv in span.attributes
+    )
+    return rest.SerializeToString() + reordered

@@ -19,6 +19,7 @@ from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector, DetectorL
 from otel_guard_processor.otlp import parse_request
 from processor_helpers import ProcessorFactory, export, scrape, series
 from processor_spans import Trace, encode, guard_attributes, length_delimited
+from processor_spans import value_first as value_first_span
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate
@@ -194,18 +195,7 @@ def test_spans_without_a_count_hold_no_tree() -> None:
 def value_first(*spans: Span) -> bytes:
     """One request of ``spans`` in the guard's scope, each attribute written value first (as the
     OpenTelemetry Collector writes them)."""
-    encoded = b""
-    for span in spans:
-        rest = Span()
-        rest.CopyFrom(span)
-        del rest.attributes[:]
-        attributes = b"".join(
-            length_delimited(
-                9, length_delimited(2, kv.value.SerializeToString()) + length_delimited(1, kv.key.encode())
-            )
-            for kv in span.attributes
-        )
-        encoded += length_delimited(2, rest.SerializeToString() + attributes)
+    encoded = b"".join(length_delimited(2, value_first_span(span)) for span in spans)
     return length_delimited(
         1, length_delimited(2, length_delimited(1, length_delimited(1, b"otel_guard")) + encoded)
     )

@@ -17,26 +17,11 @@ from corpus_spans import CORPUS, read_spans, to_request, to_span
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_guard_processor.detector import Detector
 from otel_guard_processor.otlp import Attributes, attribute_key, parse_request
-from processor_spans import length_delimited, varint
+from processor_spans import length_delimited, value_first, varint
 from test_corpus import detect
 
 BESIDE = CORPUS / "beside"
 RECORDINGS = sorted(CORPUS.glob("*.spans.jsonl")) + sorted(BESIDE.glob("*.spans.jsonl"))
-
-
-def value_first(span: Span) -> bytes:
-    """The span's encoding with each of its attributes written value first, as pdata writes them."""
-    attributes = list(span.attributes)
-    rest = Span()
-    rest.CopyFrom(span)
-    del rest.attributes[:]
-    reordered = b"".join(
-        length_delimited(
-            9, length_delimited(2, kv.value.SerializeToString()) + length_delimited(1, kv.key.encode())
-        )
-        for kv in attributes
-    )
-    return rest.SerializeToString() + reordered
 
 
 def value_first_request(records: list[dict[str, Any]]) -> bytes:
