@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
 import statistics
 import sys
 import threading
@@ -216,12 +217,30 @@ def mcp_runtime() -> Runtime:
     return Runtime("mcp", run, MCPInstrumentor(), check, open_client, close_client)
 
 
+def runtime_of_its_own(module: str) -> Callable[[], Runtime]:
+    """A runtime that lives in an environment of its own (``.venv-runtimes/<extra>``): its run is in
+    ``bench/<module>.py``, whose ``runtime(Runtime)`` builds it. Run the bench with that
+    environment's interpreter and ``--runtime`` naming it."""
+
+    def build() -> Runtime:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        built: Runtime = importlib.import_module(module).runtime(Runtime)
+        return built
+
+    return build
+
+
 RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "pydantic-ai": pydantic_ai_runtime,
     "openai-agents": openai_agents_runtime,
     "langgraph": langgraph_runtime,
     "mcp": mcp_runtime,
+    "google-adk": runtime_of_its_own("_runtime_google_adk"),
+    "crewai": runtime_of_its_own("_runtime_crewai"),
+    "strands": runtime_of_its_own("_runtime_strands"),
 }
+# The runtimes measured when --runtime is not given: those of the main environment.
+MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp")
 
 
 def set_guarded(runtime: Runtime, guarded: bool) -> None:
@@ -322,7 +341,12 @@ def main() -> None:
     parser.add_argument(
         "--round-seconds", type=float, default=0.15, help="bare-arm time a round aims at (default 0.15)"
     )
-    parser.add_argument("--runtime", choices=sorted(RUNTIMES), action="append", help="default: all")
+    parser.add_argument(
+        "--runtime",
+        choices=sorted(RUNTIMES),
+        action="append",
+        help=f"default: those of the main environment ({', '.join(MAIN_ENVIRONMENT)})",
+    )
     args = parser.parse_args()
     if args.rounds < 1 or args.round_seconds <= 0:
         parser.error("--rounds must be >= 1 and --round-seconds > 0")
@@ -330,7 +354,7 @@ def main() -> None:
     print(f"Python {sys.version.split()[0]}; medians per run; CPU is time.process_time of the whole process")
 
     async def bench() -> None:
-        for name in args.runtime or RUNTIMES:
+        for name in args.runtime or MAIN_ENVIRONMENT:
             runtime = RUNTIMES[name]()
             report(
                 name, await measure(runtime, args.rounds, args.round_seconds, provider, exporter), args.rounds

@@ -1,4 +1,5 @@
-"""Situational guidance: tell the model inside an agentic function that it is inside it.
+"""Situational guidance: tell the model inside an agentic function that it is inside it, and how it
+got there.
 
 The guard refuses a re-entry; this text makes it rarer. It goes at the start of the *user* turn,
 never into the system prompt, so a shared system prefix stays constant and cached.
@@ -6,9 +7,19 @@ never into the system prompt, so a shared system prefix stays constant and cache
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 
-def situational_prefix(fn_name: str, fn_doc: str | None = "") -> str:
+from otel_guard.guard import current_chain
+
+_ARROW = " → "  # the same arrow as a refusal's path
+
+
+def situational_prefix(fn_name: str, fn_doc: str | None = "", *, path: Sequence[str] = ()) -> str:
     """The user-turn guidance for a model running inside ``fn_name``.
+
+    ``path`` is the call path that led to ``fn_name``, oldest first (``["planner", "budget"]``); it
+    may end with ``fn_name`` or leave it out. With a path longer than ``fn_name`` alone, the text
+    names the path and says that calling any agent on it is refused, not only ``fn_name``.
 
     The warning comes first; a non-empty docstring comes last, so the description that tempts the
     model to call the function never outweighs the warning. An empty docstring adds no job line.
@@ -16,10 +27,44 @@ def situational_prefix(fn_name: str, fn_doc: str | None = "") -> str:
     text = (
         f"[Execution context] You are currently running INSIDE the agentic function `{fn_name}`. "
         f"The tool list may include `{fn_name}` itself — do NOT call it. Calling `{fn_name}` "
-        "re-enters where you are now and causes infinite recursion. Use lower-level tools "
-        "(search / read-write files / run code) to do the work directly."
+        "re-enters where you are now and causes infinite recursion."
     )
+    names = list(path)
+    if not names or names[-1] != fn_name:
+        names.append(fn_name)
+    others = list(dict.fromkeys(name for name in names if name != fn_name))
+    if others:
+        listed = ", ".join(f"`{name}`" for name in others)
+        text += (
+            f" You were called along the path {_ARROW.join(names)}: calling an agent already on it "
+            f"re-enters it and is refused, so do NOT call {listed} either."
+        )
+    text += " Use lower-level tools (search / read-write files / run code) to do the work directly."
     doc = (fn_doc or "").strip()
     if doc:
         text += f"\n\nThis function's job: {doc}"
     return text
+
+
+def current_path(agent: str) -> list[str]:
+    """The call path that leads to ``agent`` in the current context: the agents of the chain in
+    force, oldest first, then ``agent`` unless the chain's last hop already is ``agent`` (inside its
+    own hop)."""
+    chain = current_chain()
+    names = [hop.agent for hop in chain.hops] if chain is not None else []
+    if not names or names[-1] != agent:
+        names.append(agent)
+    return names
+
+
+def guidance_for(agent: str, tool_docs: Mapping[str, str | None]) -> str | None:
+    """The situational prefix for a model running inside ``agent`` that sees the tools ``tool_docs``
+    (tool name -> description), or ``None`` when no tool is an agent on the current call path.
+
+    This is what every runtime's instrumentation calls: the path is read from the chain in force, so
+    a budget agent called by a planner is warned off a ``planner`` tool as well as a ``budget`` one.
+    """
+    path = current_path(agent)
+    if not any(name in tool_docs for name in path):
+        return None
+    return situational_prefix(agent, tool_docs.get(agent) or "", path=path)

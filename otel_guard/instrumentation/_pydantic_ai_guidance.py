@@ -1,10 +1,12 @@
-"""Situational guidance for pydantic-ai agents whose own name is among their tools.
+"""Situational guidance for pydantic-ai agents that can see a tool named after an agent on their path.
 
 With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, an agent that can see a tool with its own name (an agent
-exposed to itself as a tool, the usual way a self-delegation loop starts) is told at the start of its
-user turn that it is running inside that function and must not call it. The text goes into the user
-prompt of the run, never into the instructions or system prompt, so a shared, cached system prefix
-stays constant.
+exposed to itself as a tool, the usual way a self-delegation loop starts), or with the name of an agent
+on the call path that led to it (a budget agent called by a planner, with a ``planner`` tool), is told
+at the start of its user turn that it is running inside that function, the path that led to it, and
+that calling any agent on it is refused (:func:`otel_guard.prompt.guidance_for`). The text goes into
+the user prompt of the run, never into the instructions or system prompt, so a shared, cached system
+prefix stays constant.
 
 Only tools whose names are known before the run starts are considered: function tools registered with
 ``@agent.tool`` / ``@agent.tool_plain`` / ``tools=[...]`` and those of ``FunctionToolset``s passed to
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from otel_guard.prompt import situational_prefix
+from otel_guard import prompt
 
 if TYPE_CHECKING:
     from pydantic_ai.toolsets import AbstractToolset
@@ -44,11 +46,10 @@ def guidance_for(
     agent_toolsets: Sequence[AbstractToolset[Any]],
     run_toolsets: Sequence[AbstractToolset[Any]] | None,
 ) -> str | None:
-    """The situational prefix for ``agent_name``, or ``None`` when none of its tools has its name."""
+    """The situational prefix for ``agent_name``, or ``None`` when none of its tools is named after an
+    agent on its call path (itself included)."""
     docs = _function_tool_docs([*agent_toolsets, *(run_toolsets or ())])
-    if agent_name not in docs:
-        return None
-    return situational_prefix(agent_name, docs[agent_name])
+    return prompt.guidance_for(agent_name, docs)
 
 
 def prefixed_prompt(prefix: str, user_prompt: str | Sequence[Any] | None) -> str | list[Any] | None:

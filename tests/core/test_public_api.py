@@ -45,8 +45,12 @@ def test_the_contract_signatures() -> None:
     assert list(delegate.parameters)[:2] == ["agent", "skill"]
     assert delegate.parameters["skill"].default is None
     prefix = inspect.signature(otel_guard.situational_prefix)
-    assert list(prefix.parameters) == ["fn_name", "fn_doc"]
+    positional = [p.name for p in prefix.parameters.values() if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional == ["fn_name", "fn_doc"]
     assert prefix.parameters["fn_doc"].default == ""
+    # The call path came later, as a keyword: calls written to the contract's two parameters still work.
+    assert prefix.parameters["path"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert prefix.parameters["path"].default == ()
     assert list(inspect.signature(otel_guard.name_depth).parameters) == ["name"]
     assert list(inspect.signature(otel_guard.current_chain).parameters) == []
     configure = inspect.signature(otel_guard.configure)

@@ -11,6 +11,7 @@ every hop test would fail for a reason far from its cause), and uninstruments af
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
 import pytest
@@ -18,6 +19,21 @@ import pytest
 from otel_guard.instrumentation._base import GuardInstrumentor
 
 InstrumentorT = TypeVar("InstrumentorT", bound=GuardInstrumentor)
+
+# The runtimes whose tests run in an environment of their own (.venv-runtimes/<extra>,
+# tests/runtimes/<runtime>): their pins cannot share this one.
+OWN_ENVIRONMENT = {"otel_guard_google_adk", "otel_guard_crewai", "otel_guard_strands"}
+
+
+def our_entry_points(*, here_only: bool = True) -> list[EntryPoint]:
+    """otel-guard's instrumentor entry points, by name; with ``here_only``, those whose runtime is
+    tested in this environment."""
+    ours = [
+        ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.value.startswith("otel_guard.")
+    ]
+    if here_only:
+        ours = [ep for ep in ours if ep.name not in OWN_ENVIRONMENT]
+    return sorted(ours, key=lambda ep: ep.name)
 
 
 def instrumentor_fixture(make: Callable[[], InstrumentorT]) -> Any:

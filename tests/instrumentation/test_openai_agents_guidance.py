@@ -6,7 +6,12 @@ import openai_agents_helpers  # noqa: F401  (the SDK's tracing off)
 from agents import Agent, RunConfig, Runner
 from agents.run_config import CallModelData, ModelInputData
 from instrumentors import instrumentor_fixture
-from openai_agents_models import CallBudget, LoopModel, agents_as_tools_of_each_other
+from openai_agents_models import (
+    CallBudget,
+    LoopModel,
+    agents_as_tools_of_each_other,
+    agents_handing_off_to_each_other,
+)
 
 import otel_guard
 from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
@@ -97,6 +102,37 @@ async def test_guidance_in_the_agent_tool_run(instrumentor: OpenAIAgentsInstrume
 
     await Runner.run(planner, "Plan a trip to Lisbon.")
 
-    prefix = otel_guard.situational_prefix("budget", "Prices.")
+    prefix = otel_guard.situational_prefix("budget", "Prices.", path=["planner", "budget"])
     assert user_messages(budget_agent.model) == [f"{prefix}\n\nquestion from planner"]
+    assert "planner → budget" in prefix
+    assert user_messages(planner.model)[0] == "Plan a trip to Lisbon."
+
+
+async def test_guidance_names_the_path_to_an_agent_that_can_call_its_caller(
+    instrumentor: OpenAIAgentsInstrumentor,
+) -> None:
+    """budget runs as planner's tool and has planner as a tool: it is told the path planner → budget."""
+    otel_guard.configure(situational_prompt=True)
+    planner, budget_agent = agents_as_tools_of_each_other(CallBudget(1))
+
+    await Runner.run(planner, "Plan a trip to Lisbon.")
+
+    prefix = otel_guard.situational_prefix("budget", "", path=["planner", "budget"])
+    assert user_messages(budget_agent.model) == [f"{prefix}\n\nquestion from planner"]
+    assert "planner → budget" in prefix
+    assert "do NOT call `planner` either" in prefix
+    # planner, at the root, sees only budget, which is not on its path (yet).
+    assert user_messages(planner.model)[0] == "Plan a trip to Lisbon."
+
+
+async def test_guidance_names_the_path_across_a_handoff(instrumentor: OpenAIAgentsInstrumentor) -> None:
+    """planner hands off to budget, whose handoffs include planner: budget's model is told the path."""
+    otel_guard.configure(situational_prompt=True)
+    planner, budget_agent = agents_handing_off_to_each_other(CallBudget(1))
+
+    await Runner.run(planner, "Plan a trip to Lisbon.")
+
+    prefix = otel_guard.situational_prefix("budget", "", path=["planner", "budget"])
+    assert user_messages(budget_agent.model)[0] == f"{prefix}\n\nPlan a trip to Lisbon."
+    assert "do NOT call `planner` either" in prefix
     assert user_messages(planner.model)[0] == "Plan a trip to Lisbon."

@@ -7,27 +7,30 @@ upgrade fails here rather than by silently not guarding anything.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import distribution, entry_points
+from importlib.metadata import distribution
 
 import pytest
+from instrumentors import OWN_ENVIRONMENT, our_entry_points
 from packaging.requirements import Requirement
 
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, resolve
 
-OURS = sorted(
-    (ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.value.startswith("otel_guard.")),
-    key=lambda ep: ep.name,
-)
+# The runtimes installed here; the others check their patch targets in tests/runtimes/<runtime>.
+OURS = our_entry_points()
 
 
 def test_every_runtime_has_an_instrumentor_entry_point() -> None:
-    assert [ep.name for ep in OURS] == [
+    assert [ep.name for ep in our_entry_points(here_only=False)] == [
         "otel_guard_a2a",
+        "otel_guard_crewai",
+        "otel_guard_google_adk",
         "otel_guard_langgraph",
         "otel_guard_mcp",
         "otel_guard_openai_agents",
         "otel_guard_pydantic_ai",
+        "otel_guard_strands",
     ]
+    assert {ep.name for ep in OURS} | OWN_ENVIRONMENT == {ep.name for ep in our_entry_points(here_only=False)}
 
 
 @pytest.mark.parametrize("entry_point", OURS, ids=lambda ep: ep.name)
@@ -62,7 +65,7 @@ def test_instruments_any_extra_matches_the_instrumentors() -> None:
         if requirement.marker is not None and requirement.marker.evaluate({"extra": "instruments-any"}):
             declared.add(str(Requirement(text.split(";")[0])))
     instrumented = set()
-    for entry_point in OURS:
+    for entry_point in our_entry_points(here_only=False):
         for dependency in entry_point.load()().instrumentation_dependencies():
             instrumented.add(str(Requirement(dependency)))
     assert declared == instrumented

@@ -4,9 +4,9 @@ for every runtime's instrumentor, as OpenTelemetry instrumentors do."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 
 import pytest
+from instrumentors import our_entry_points
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -15,10 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_guard import delegate, telemetry
 
-OURS = sorted(
-    (ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.value.startswith("otel_guard.")),
-    key=lambda ep: ep.name,
-)
+# The runtimes installed here; the others are tested in tests/runtimes/<runtime>.
+OURS = our_entry_points()
 
 
 @pytest.fixture

@@ -513,3 +513,21 @@ async def test_a_raw_dispatch_gets_the_refusal_as_pydantic_ai_tool_failed(
     assert ran == []
     assert result.output.startswith("done: dispatch failed: Refused by otel-guard (a2a_delegation_cycle")
     assert decisions(spans)[-1] == ("execute_tool planner", "refuse", ("planner", "dispatch", "planner"))
+
+
+async def test_situational_prefix_names_the_path_to_an_agent_that_can_call_its_caller(
+    instrumented: PydanticAIInstrumentor,
+) -> None:
+    """budget runs in planner's `budget` tool and can see a `planner` tool: it is told the path
+    planner → budget and that calling planner is refused too."""
+    otel_guard.configure(situational_prompt=True)
+    loop = build_loop(planner_tool="budget", budget_tool="planner", max_tool_calls=1)
+
+    await loop.planner.run("Plan the team offsite")
+
+    prefix = otel_guard.situational_prefix("budget", "", path=["planner", "budget"])
+    assert "planner → budget" in prefix
+    assert "do NOT call `planner` either" in prefix
+    assert user_prompt_of(loop.budget_model.requests[0]) == f"{prefix}\n\nfrom planner"
+    # planner, at the root, can see only budget, which is not on its path.
+    assert user_prompt_of(loop.planner_model.requests[0]) == "Plan the team offsite"
