@@ -8,7 +8,10 @@ For each runtime, one run that makes one tool call, with an offline model (no ne
 * LangGraph: a named one-tool agent graph (model node + ``ToolNode``) driven by the scripted chat model
   of ``tests/instrumentation/langgraph_app.py``; run with ``invoke``;
 * MCP: ``call_tool`` of a trivial tool on an in-process ``MCPServer`` (``mcp.Client(server)``, direct
-  dispatch), the client opened once per round, outside the timing.
+  dispatch: the server runs in the caller's context, so the guard hands its hop over, one span), the
+  client opened once per round, outside the timing; ``mcp-streams`` is the same call over JSON-RPC on
+  memory streams (``mode="legacy"``), where the server reads ``_meta`` and checks the hop again, as
+  it does across processes (two spans).
 
 Unguarded means the runtime's otel-guard instrumentor is not instrumented; guarded means it is. The two
 arms alternate round by round (which arm goes first alternates too) under the same SDK: a global
@@ -184,7 +187,7 @@ def langgraph_runtime() -> Runtime:
     return Runtime("langgraph", run, LangGraphInstrumentor(), lambda out: "sunny" in out)
 
 
-def mcp_runtime() -> Runtime:
+def mcp_runtime(mode: str = "auto") -> Runtime:
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
 
@@ -201,7 +204,7 @@ def mcp_runtime() -> Runtime:
     session: dict[str, Any] = {}
 
     async def open_client() -> None:
-        client = Client(server)
+        client = Client(server, mode=mode)
         session["client"] = await client.__aenter__()
         session["cm"] = client
 
@@ -214,7 +217,8 @@ def mcp_runtime() -> Runtime:
     def check(result: Any) -> bool:
         return not result.is_error and "sunny" in result.content[0].text
 
-    return Runtime("mcp", run, MCPInstrumentor(), check, open_client, close_client)
+    name = "mcp" if mode == "auto" else "mcp-streams"
+    return Runtime(name, run, MCPInstrumentor(), check, open_client, close_client)
 
 
 def runtime_of_its_own(module: str) -> Callable[[], Runtime]:
@@ -235,12 +239,13 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "openai-agents": openai_agents_runtime,
     "langgraph": langgraph_runtime,
     "mcp": mcp_runtime,
+    "mcp-streams": lambda: mcp_runtime("legacy"),
     "google-adk": runtime_of_its_own("_runtime_google_adk"),
     "crewai": runtime_of_its_own("_runtime_crewai"),
     "strands": runtime_of_its_own("_runtime_strands"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
-MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp")
+MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")
 
 
 def set_guarded(runtime: Runtime, guarded: bool) -> None:

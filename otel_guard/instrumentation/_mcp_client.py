@@ -9,6 +9,10 @@ Every MCP client built on ``ClientSession`` goes through here: ``mcp.Client``, `
 and the MCP adapters of agent frameworks (the OpenAI Agents SDK's ``MCPServer*`` classes call
 ``session.call_tool``).
 
+In one process, through a direct dispatcher (``mcp.Client(server)``'s default), the server runs in
+the caller's own context: the hop is handed over (:mod:`._mcp_in_process`) instead of written into
+``_meta``, and the server runs the tool body inside it without deciding it again.
+
 One call is one hop. When the chain in force already ends with this tool -- an agent framework
 opened the ``execute_tool {tool}`` hop for this very call before handing it to its MCP adapter --
 the call joins that hop instead of adding the tool to the chain a second time (which would be a
@@ -24,9 +28,11 @@ from typing import Any
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
+from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import current_chain, delegate
 from otel_guard.instrumentation._mcp_carrier import meta_with_context
+from otel_guard.instrumentation._mcp_in_process import dispatches_directly, handed_over, handover_for
 from otel_guard.instrumentation._mcp_refusal import refusal_result
 from otel_guard.instrumentation._mcp_server import serving_chain
 
@@ -43,19 +49,37 @@ async def guard_call_tool(
     tool = args[0] if args else kwargs.get("name")
     if not isinstance(tool, str) or not tool:
         return await wrapped(*args, **kwargs)
+    direct = dispatches_directly(instance)
     if _joins_enclosing_hop(tool):
-        kwargs["meta"] = meta_with_context(kwargs.get("meta"))
-        return await wrapped(*args, **kwargs)
+        return await _send(wrapped, args, kwargs, tool, current_chain() if direct else None, direct)
     entered = False
     try:
-        async with delegate(tool, kind="tool", span_kind=SpanKind.CLIENT):
+        async with delegate(tool, kind="tool", span_kind=SpanKind.CLIENT) as hop:
             entered = True
-            kwargs["meta"] = meta_with_context(kwargs.get("meta"))
-            return await wrapped(*args, **kwargs)
+            return await _send(wrapped, args, kwargs, tool, hop.chain, direct)
     except DelegationRefused as err:
         if entered:
             raise  # not this hop's refusal: the session raised it, let it through unchanged
         return refusal_result(err)
+
+
+async def _send(
+    wrapped: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    tool: str,
+    chain: Chain | None,
+    direct: bool,
+) -> Any:
+    """Send the call inside its hop: handed over to a server in this context, else in ``_meta``."""
+    if direct:
+        handover = handed_over.set(handover_for(tool, chain))
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            handed_over.reset(handover)
+    kwargs["meta"] = meta_with_context(kwargs.get("meta"))
+    return await wrapped(*args, **kwargs)
 
 
 def _joins_enclosing_hop(tool: str) -> bool:

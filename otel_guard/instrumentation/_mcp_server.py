@@ -6,6 +6,10 @@ caller's context from the request's ``_meta``, checks the hop with
 ``delegate(tool, kind="tool", receiving=True, span_kind=SERVER)`` and only then runs the handler. A
 refusal becomes the tool error :func:`refusal_result`; the handler (and so the tool body) never runs.
 
+A call this process made through a direct dispatcher runs here in the caller's own context, inside
+the caller's hop (:mod:`._mcp_in_process`): the guard finds that hop handed over and runs the
+handler in it, with no second decision, span or reading of ``_meta``.
+
 ``MCPServer`` registers its tool dispatcher as that same ``tools/call`` handler, so its tools are
 guarded the same way. MCP's own ``OpenTelemetryMiddleware`` runs outside the handler: its
 ``tools/call {tool}`` span is the parent of the hop's ``execute_tool {tool}`` span.
@@ -35,6 +39,7 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
 from otel_guard.instrumentation._mcp_carrier import context_from_meta
+from otel_guard.instrumentation._mcp_in_process import Handover, handed_over, taken_over
 from otel_guard.instrumentation._mcp_refusal import refusal_result
 
 TOOLS_CALL: Final = "tools/call"
@@ -67,6 +72,9 @@ def _guarded(handler: Handler) -> Handler:
         if not isinstance(tool, str) or not tool:
             # Not a tool call this guard can name; the handler rejects it as it always would.
             return await handler(ctx, params)
+        handover = taken_over(tool)
+        if handover is not None:
+            return await _serve_handed_over(handler, ctx, params, handover)
         meta: Mapping[str, Any] | None = ctx.meta
         if meta is None:
             meta = getattr(params, "meta", None)
@@ -86,6 +94,21 @@ def _guarded(handler: Handler) -> Handler:
             context.detach(token)
 
     return guarded_call_tool
+
+
+async def _serve_handed_over(
+    handler: Handler, ctx: ServerRequestContext[Any, Any], params: Any, handover: Handover
+) -> HandlerResult:
+    """Run the handler in the caller's hop, which the caller decided and this context is in."""
+    taken = handed_over.set(None)  # the body's own calls are new calls
+    serving = serving_chain.set(handover.chain)
+    try:
+        return await handler(ctx, params)
+    except DelegationRefused as err:  # a deeper hop refused inside the body, which let it through
+        return refusal_result(err)
+    finally:
+        serving_chain.reset(serving)
+        handed_over.reset(taken)
 
 
 async def keep_refusal_text(

@@ -22,7 +22,7 @@ from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_app import ROUNDS, answer_text, build_server  # tests/instrumentation is on sys.path
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
@@ -34,6 +34,10 @@ from otel_guard.instrumentation._mcp_refusal import REFUSAL_META_KEY
 from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
 
 MODES = ["auto", "legacy"]
+# The spans of one hop in each in-process pairing: "auto" dispatches directly, the server running in
+# the caller's own context, so the caller's hop is handed over and the call is one CLIENT span;
+# "legacy" runs the server in its own task, which reads _meta and checks the hop again (SERVER).
+SIDES = {"auto": [SpanKind.CLIENT], "legacy": [SpanKind.SERVER, SpanKind.CLIENT]}
 
 
 instrumented = instrumentor_fixture(MCPInstrumentor)
@@ -85,16 +89,14 @@ async def test_loop_is_refused_at_the_first_bounce(
     # The refused hop: a CLIENT span in budget's body, refused before anything was sent.
     assert decisions(spans, "execute_tool planner") == [
         (SpanKind.CLIENT, "refuse", ("planner", "budget", "planner")),
-        (SpanKind.SERVER, "allow", ("planner",)),
-        (SpanKind.CLIENT, "allow", ("planner",)),
+        *((side, "allow", ("planner",)) for side in SIDES[mode]),
     ]
     refused = spans.named("execute_tool planner")[0]
     assert attributes(refused)["otel_guard.reason"] == "cycle"
     assert [e.name for e in refused.events] == ["otel_guard.refused"]
     assert dict(refused.events[0].attributes or {})["otel_guard.reason"] == "cycle"
     assert decisions(spans, "execute_tool budget") == [
-        (SpanKind.SERVER, "allow", ("planner", "budget")),
-        (SpanKind.CLIENT, "allow", ("planner", "budget")),
+        (side, "allow", ("planner", "budget")) for side in SIDES[mode]
     ]
 
 
@@ -112,13 +114,13 @@ async def test_observe_mode_lets_the_loop_run_and_records_would_refuse(
     assert "[tool error]" not in answer_text(result)
     assert answer_text(result).endswith("budget: out of rounds")
     would = [s for s in hop_spans(spans) if attributes(s)["otel_guard.decision"] == "would_refuse"]
-    # planner's second entry and budget's second entry, each on the client and again on the server.
-    assert sorted((s.name, s.kind.name, attributes(s)["otel_guard.chain.depth"]) for s in would) == [
-        ("execute_tool budget", "CLIENT", 4),
-        ("execute_tool budget", "SERVER", 4),
-        ("execute_tool planner", "CLIENT", 3),
-        ("execute_tool planner", "SERVER", 3),
-    ]
+    # planner's second entry and budget's second entry, each on the client and, where the server
+    # runs in a context of its own, again on the server.
+    assert sorted((s.name, s.kind.name, attributes(s)["otel_guard.chain.depth"]) for s in would) == sorted(
+        (name, side.name, depth)
+        for name, depth in (("execute_tool budget", 4), ("execute_tool planner", 3))
+        for side in SIDES[mode]
+    )
     for span in would:
         assert attributes(span)["otel_guard.reason"] == "cycle"
         assert attributes(span)["otel_guard.mode"] == "observe"
@@ -192,11 +194,10 @@ def meta_echo_server() -> MCPServer:
     return server
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_meta_carries_traceparent_and_chain_in_every_in_process_transport(
-    instrumented: MCPInstrumentor, spans: Any, mode: str
+async def test_meta_carries_traceparent_and_chain_over_memory_streams(
+    instrumented: MCPInstrumentor, spans: Any
 ) -> None:
-    async with Client(meta_echo_server(), mode=mode) as client:
+    async with Client(meta_echo_server(), mode="legacy") as client:
         result = await client.call_tool("show_meta", {}, meta={"app/key": "kept"})
     meta = result.structured_content
     assert isinstance(meta, dict)
@@ -211,6 +212,96 @@ async def test_meta_carries_traceparent_and_chain_in_every_in_process_transport(
     }
     assert int(match[2], 16) in inside_client_hop
     assert re.search(r"(^|,)otel_guard\.chain=[^,]+", meta["baggage"])
+
+
+def chain_echo_server() -> MCPServer:
+    server = MCPServer("echo")
+
+    @server.tool()
+    async def show_chain(ctx: Context) -> dict[str, Any]:
+        """Return the request's _meta and the chain in force in the tool body."""
+        chain = otel_guard.current_chain()
+        span = trace.get_current_span().get_span_context()
+        return {
+            "meta": dict(ctx.request_context.meta or {}),
+            "agents": list(chain.agents) if chain else None,
+            "root": chain.root if chain else None,
+            "span_id": span.span_id,
+        }
+
+    return server
+
+
+async def test_a_direct_dispatch_hands_the_hop_over_instead_of_writing_it_into_meta(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """Client(server) awaits the server in the caller's context: the body runs in the caller's hop,
+    one span for the call, with no second decision and nothing of the guard's in _meta."""
+    with otel_guard.delegate("planner") as outer:
+        async with Client(chain_echo_server()) as client:
+            result = await client.call_tool("show_chain", {}, meta={"app/key": "kept"})
+    seen = result.structured_content
+    assert isinstance(seen, dict)
+    # The application's key is kept (MCP adds its own io.modelcontextprotocol/* keys); no carrier.
+    assert seen["meta"]["app/key"] == "kept"
+    assert not {"traceparent", "tracestate", "baggage"} & set(seen["meta"])
+    assert seen["agents"] == ["planner", "show_chain"]
+    assert outer.chain is not None
+    assert seen["root"] == outer.chain.root
+    (client_span,) = spans.named("execute_tool show_chain")
+    assert client_span.kind is SpanKind.CLIENT
+    # MCP's server span nests under the hop by the shared context; the body runs under MCP's span.
+    (mcp_span,) = spans.named("tools/call show_chain")
+    assert mcp_span.parent is not None
+    assert mcp_span.parent.span_id == client_span.context.span_id
+    assert seen["span_id"] == mcp_span.context.span_id
+
+
+async def test_a_handover_is_taken_once_and_only_by_its_own_call(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """The body's own calls are new calls: a nested call to another tool is a hop of its own, and
+    a tool calling itself through the same direct client is a cycle."""
+    otel_guard.configure(cycle_rule="agent")
+    ran: list[str] = []
+    server = MCPServer("nested")
+    client_box: dict[str, Client] = {}
+
+    @server.tool()
+    async def outer() -> str:
+        ran.append("outer")
+        nested = await client_box["client"].call_tool("inner", {})
+        again = await client_box["client"].call_tool("outer", {})
+        return f"{answer_text(nested)} | {answer_text(again)}"
+
+    @server.tool()
+    async def inner() -> str:
+        ran.append("inner")
+        chain = otel_guard.current_chain()
+        return "inner in " + (chain.path() if chain else "no chain")
+
+    async with Client(server) as client:
+        client_box["client"] = client
+        result = await client.call_tool("outer", {})
+
+    assert ran == ["outer", "inner"]
+    text = answer_text(result)
+    assert text.startswith("inner in outer → inner | ")
+    assert "agent outer is already in chain outer" in text
+    assert decisions(spans, "execute_tool inner") == [(SpanKind.CLIENT, "allow", ("outer", "inner"))]
+    assert sorted(decisions(spans, "execute_tool outer")) == sorted(
+        [(SpanKind.CLIENT, "allow", ("outer",)), (SpanKind.CLIENT, "refuse", ("outer", "outer"))]
+    )
+
+
+async def test_a_direct_client_reads_its_dispatcher_where_the_instrumentor_looks() -> None:
+    """The handover hinges on ClientSession keeping its dispatcher as ``_dispatcher``; a version that
+    moves it makes every call go through _meta again (correct, slower), and this test names it."""
+    from otel_guard.instrumentation._mcp_in_process import dispatches_directly
+
+    async with Client(meta_echo_server()) as direct, Client(meta_echo_server(), mode="legacy") as streams:
+        assert dispatches_directly(direct.session)
+        assert not dispatches_directly(streams.session)
 
 
 async def test_the_chain_travels_without_a_baggage_propagator(instrumented: MCPInstrumentor) -> None:

@@ -1,0 +1,69 @@
+"""One process, both sides: an MCP call whose server runs in the caller's own context.
+
+``mcp.Client(server)`` in its default mode connects through a ``DirectDispatcher``: no transport, no
+JSON-RPC, the server's handler awaited by the caller itself, in the caller's context. There the
+client's hop is already in force around the server's handler, so the server side has nothing to
+read and nothing to decide again: the chain it would verify is the one this process decided a
+moment earlier, in the same context. The client hands the hop over instead of writing it into
+``_meta``, and the server, finding the very chain it was handed in force, runs the tool body inside
+the client's hop. One call, one hop, one span (the CLIENT one; MCP's own ``tools/call`` server span
+nests under it by the ambient context, as it does for any direct dispatch).
+
+Every other pairing -- JSON-RPC over memory streams, stdio, HTTP, another process -- runs the server
+in another context, never sees the handover, and reads ``_meta`` as before.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Final
+
+from opentelemetry import baggage
+
+from otel_guard.chain import Chain
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+
+try:  # where mcp 2.x keeps it; a version without it simply never hands over
+    from mcp.shared.direct_dispatcher import DirectDispatcher as _DirectDispatcher
+except ImportError:  # pragma: no cover - depends on the installed mcp
+    _DirectDispatcher = None  # type: ignore[assignment,misc]
+
+_DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
+
+
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """A ``call_tool`` in flight whose server may run in this same context."""
+
+    tool: str
+    chain_value: object  # the chain's baggage value in force for the call, compared by identity
+    chain: Chain | None
+
+
+handed_over: ContextVar[Handover | None] = ContextVar("otel_guard_mcp_handed_over", default=None)
+"""The call this context is making through a direct dispatcher, until its server takes it."""
+
+
+def dispatches_directly(session: object) -> bool:
+    """Whether ``session`` (a ``ClientSession``) awaits its server in the caller's own context."""
+    if _DirectDispatcher is None:
+        return False
+    return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
+
+
+def handover_for(tool: str, chain: Chain | None) -> Handover:
+    """The handover of a call of ``tool`` made in the current context, in the hop of ``chain``."""
+    return Handover(tool, baggage.get_baggage(CHAIN_BAGGAGE_KEY), chain)
+
+
+def taken_over(tool: str) -> Handover | None:
+    """The handover for a call of ``tool`` that a server is serving in the caller's context, or
+    ``None``: no call was handed over here, it was another tool's, or another chain is in force (a
+    context the call did not come from)."""
+    handover = handed_over.get()
+    if handover is None or handover.tool != tool:
+        return None
+    if baggage.get_baggage(CHAIN_BAGGAGE_KEY) is not handover.chain_value:
+        return None
+    return handover
