@@ -36,6 +36,9 @@ EXAMPLES = {
     "mcp": "mcp",
     "a2a": "a2a",
     "asgi": "asgi",
+    "google_adk": "google-adk",
+    "crewai": "crewai",
+    "strands": "strands",
 }
 # How each example runs without the guard: plainly, but for the ASGI middleware, which is the app's
 # own code (the example leaves it out when asked).

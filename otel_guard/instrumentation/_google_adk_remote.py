@@ -1,0 +1,28 @@
+"""Remote ADK agents (``RemoteA2aAgent``): their A2A send is the hop, not their ADK run.
+
+A ``RemoteA2aAgent`` stands in for an agent in another process: running it sends an A2A message
+through the a2a-sdk client. When otel-guard's A2A instrumentation is on, that send is already a hop
+``invoke_agent {agent card name}`` (kind CLIENT) that carries the chain to the server in the request's
+headers, and the server checks it again. Another hop of ours for the same call (the remote agent's run,
+or the ``AgentTool`` / transfer that leads to it) would put the agent in the chain twice for one call,
+a false cycle. So with the A2A instrumentation on, a remote agent's run and the calls into it make no
+hop here; with it off, they are hops like any agent's (the chain then stays in this process).
+"""
+
+from __future__ import annotations
+
+import sys
+
+_REMOTE_AGENT_MODULE = "google.adk.a2a.agent._remote_a2a_agent"
+_A2A_HOP_MODULE = "otel_guard.instrumentation._a2a_hop"
+
+
+def hopped_by_a2a(agent: object) -> bool:
+    """Whether ``agent`` is a ``RemoteA2aAgent`` whose A2A send otel-guard's A2A instrumentation guards."""
+    # Neither module is imported here: an agent can be a RemoteA2aAgent only once its module is
+    # loaded, and the A2A instrumentation is on only once it loaded its own (a2a-sdk may be absent).
+    remote = sys.modules.get(_REMOTE_AGENT_MODULE)
+    a2a = sys.modules.get(_A2A_HOP_MODULE)
+    if remote is None or a2a is None or not isinstance(agent, remote.RemoteA2aAgent):
+        return False
+    return bool(a2a.switch.active)

@@ -1,0 +1,120 @@
+"""The way a user runs it: ``opentelemetry-instrument python app.py``, configured by the environment.
+
+``crewai_app.py`` is an ordinary CrewAI program with no otel-guard code in it; the
+``opentelemetry_instrumentor`` entry point installs the guard. Spans go to the console exporter, and
+the program prints one ``RESULT {json}`` line of what its models saw and whether anything in it tried
+to reach another host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+APP = Path(__file__).with_name("crewai_app.py")
+OPENTELEMETRY_INSTRUMENT = Path(sys.executable).with_name("opentelemetry-instrument")
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_app(*args: str, **guard_env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run the app under opentelemetry-instrument; return its RESULT and the spans it exported."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "PYTHONPATH"))}
+    env |= {
+        "OTEL_SERVICE_NAME": "crewai-app",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        **guard_env,
+    }
+    done = subprocess.run(
+        [str(OPENTELEMETRY_INSTRUMENT), sys.executable, str(APP), *args],
+        env=env,
+        cwd=APP.parent,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    result: dict[str, Any] | None = None
+    exported = []
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line.removeprefix("RESULT "))
+        else:
+            exported.append(line)
+    assert result is not None, done.stdout + done.stderr
+    assert result["external_connections"] == []
+    return result, parse_console_spans("\n".join(exported))
+
+
+def parse_console_spans(text: str) -> list[dict[str, Any]]:
+    """The console exporter writes one indented JSON object per span, back to back."""
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    position = 0
+    while (start := text.find("{", position)) != -1:
+        span, position = decoder.raw_decode(text, start)
+        found.append(span)
+    return found
+
+
+def hops(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in spans if "otel_guard.decision" in s["attributes"]]
+
+
+def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument() -> None:
+    result, spans = run_app()
+
+    assert result["planner_runs"] == 1
+    assert result["tool_bodies"] == {"ask_budget": 1, "ask_planner": 1}
+    (seen,) = result["budget_saw"]
+    assert "reason: cycle" in seen
+    assert "planner → ask_budget → budget → ask_planner" in seen
+    assert result["output"].startswith("planner answers after ask_budget: budget answers after ask_planner")
+
+    (refused,) = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
+    assert refused["name"] == "invoke_agent planner"
+    assert refused["attributes"]["otel_guard.reason"] == "cycle"
+    assert refused["attributes"]["otel_guard.chain.agents"] == [
+        "planner",
+        "ask_budget",
+        "budget",
+        "ask_planner",
+        "planner",
+    ]
+    assert [e["name"] for e in refused["events"]] == ["otel_guard.refused"]
+    assert len({s["context"]["trace_id"] for s in hops(spans)}) == 1
+
+
+def test_a_crew_s_delegation_back_is_refused_under_opentelemetry_instrument() -> None:
+    result, spans = run_app("crew")
+
+    assert (result["planner_runs"], result["budget_runs"]) == (1, 1)
+    (seen,) = result["budget_saw"]
+    assert "agent planner is already in chain planner → budget" in seen
+    assert [(s["name"], s["attributes"]["otel_guard.decision"]) for s in hops(spans)] == [
+        ("invoke_agent planner", "refuse"),  # the console exporter writes a span when it ends
+        ("invoke_agent budget", "allow"),
+        ("invoke_agent planner", "allow"),
+    ]
+
+
+def test_observe_mode_from_the_environment_records_would_refuse() -> None:
+    result, spans = run_app(OTEL_GUARD_CYCLE_RULE="agent", OTEL_GUARD_MODE="observe")
+
+    # Let through: the scripted models bounded the loop (three tool calls each).
+    assert (result["planner_runs"], result["budget_runs"]) == (4, 3)
+    assert not any("Refused" in seen for seen in result["budget_saw"])
+    would = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "would_refuse"]
+    assert would
+    assert {s["attributes"]["otel_guard.mode"] for s in hops(spans)} == {"observe"}
+    assert all([e["name"] for e in s["events"]] == ["otel_guard.would_refuse"] for s in would)

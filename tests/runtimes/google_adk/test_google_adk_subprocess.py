@@ -1,0 +1,111 @@
+"""The way a user runs it: ``opentelemetry-instrument python app.py``, configured by the environment.
+
+``google_adk_app.py`` is an ordinary ADK program with no otel-guard code in it; the
+``opentelemetry_instrumentor`` entry point installs the guard. Spans go to the console exporter, and
+the program prints one ``RESULT {json}`` line of what its models saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+APP = Path(__file__).with_name("google_adk_app.py")
+OPENTELEMETRY_INSTRUMENT = Path(sys.executable).with_name("opentelemetry-instrument")
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_app(*args: str, **guard_env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run the app under opentelemetry-instrument; its RESULT and the spans it exported."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "PYTHONPATH"))}
+    env |= {
+        "OTEL_SERVICE_NAME": "google-adk-app",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        **guard_env,
+    }
+    done = subprocess.run(
+        [str(OPENTELEMETRY_INSTRUMENT), sys.executable, str(APP), *args],
+        env=env,
+        cwd=APP.parent,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    result: dict[str, Any] | None = None
+    exported = []
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line.removeprefix("RESULT "))
+        else:
+            exported.append(line)
+    assert result is not None, done.stdout + done.stderr
+    return result, parse_console_spans("\n".join(exported))
+
+
+def parse_console_spans(text: str) -> list[dict[str, Any]]:
+    """The console exporter writes one indented JSON object per span, back to back."""
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    position = 0
+    while (start := text.find("{", position)) != -1:
+        span, position = decoder.raw_decode(text, start)
+        found.append(span)
+    return found
+
+
+def hops(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in spans if "otel_guard.decision" in s["attributes"]]
+
+
+@pytest.mark.parametrize("how", ["agents-as-tools", "transfer"])
+def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument(how: str) -> None:
+    result, spans = run_app(*(["--transfer"] if how == "transfer" else []), OTEL_GUARD_CYCLE_RULE="agent")
+
+    assert result["tool_calls"] == 2
+    assert result["planner_requests"] == (1 if how == "transfer" else 2)
+    (error,) = result["budget_errors"]
+    assert "reason: cycle" in error
+    assert "planner → budget" in error
+    assert result["answer"] == (
+        "budget answers after transfer_to_agent error"
+        if how == "transfer"
+        else "planner answers after budget ok"
+    )
+    (refused,) = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
+    assert refused["name"] == "invoke_agent planner"
+    assert refused["attributes"]["otel_guard.reason"] == "cycle"
+    assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
+    assert [e["name"] for e in refused["events"]] == ["otel_guard.refused"]
+    # ADK's own spans of the calls nest under the guard's hops, in one trace.
+    assert len({s["context"]["trace_id"] for s in spans}) == 1
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    budget_hop = next(s for s in hops(spans) if s["name"] == "invoke_agent budget")
+    inside = [s["name"] for s in spans if s["parent_id"] == budget_hop["context"]["span_id"]]
+    assert "invoke_agent budget" in inside or "invoke_workflow budget" in inside, inside
+    assert by_id[budget_hop["parent_id"]]["name"] in ("execute_tool budget", "execute_tool transfer_to_agent")
+
+
+def test_observe_mode_and_guidance_from_the_environment() -> None:
+    result, spans = run_app(
+        OTEL_GUARD_MODE="observe", OTEL_GUARD_MAX_DEPTH="32", OTEL_GUARD_SITUATIONAL_PROMPT="true"
+    )
+
+    assert result["tool_calls"] == 6  # let through: the scripts bounded the loop
+    assert result["budget_errors"] == []
+    would = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "would_refuse"]
+    assert would
+    assert {s["attributes"]["otel_guard.mode"] for s in hops(spans)} == {"observe"}
+    assert all([e["name"] for e in s["events"]] == ["otel_guard.would_refuse"] for s in would)
+    assert result["budget_first_user_text"].startswith("[Execution context] You are currently running INSIDE")
