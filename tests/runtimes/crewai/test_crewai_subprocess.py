@@ -8,67 +8,22 @@ to reach another host.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from instrumented_app import hops, run_instrumented
 
 APP = Path(__file__).with_name("crewai_app.py")
-OPENTELEMETRY_INSTRUMENT = Path(sys.executable).with_name("opentelemetry-instrument")
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def run_app(*args: str, **guard_env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Run the app under opentelemetry-instrument; return its RESULT and the spans it exported."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "PYTHONPATH"))}
-    env |= {
-        "OTEL_SERVICE_NAME": "crewai-app",
-        "OTEL_TRACES_EXPORTER": "console",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        **guard_env,
-    }
-    done = subprocess.run(
-        [str(OPENTELEMETRY_INSTRUMENT), sys.executable, str(APP), *args],
-        env=env,
-        cwd=APP.parent,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    result: dict[str, Any] | None = None
-    exported = []
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line.removeprefix("RESULT "))
-        else:
-            exported.append(line)
-    assert result is not None, done.stdout + done.stderr
+    """Run the app under opentelemetry-instrument; its RESULT and the spans it exported."""
+    result, spans = run_instrumented(APP, *args, service="crewai-app", **guard_env)
     assert result["external_connections"] == []
-    return result, parse_console_spans("\n".join(exported))
-
-
-def parse_console_spans(text: str) -> list[dict[str, Any]]:
-    """The console exporter writes one indented JSON object per span, back to back."""
-    decoder = json.JSONDecoder()
-    found: list[dict[str, Any]] = []
-    position = 0
-    while (start := text.find("{", position)) != -1:
-        span, position = decoder.raw_decode(text, start)
-        found.append(span)
-    return found
-
-
-def hops(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for s in spans if "otel_guard.decision" in s["attributes"]]
+    return result, spans
 
 
 def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument() -> None:
