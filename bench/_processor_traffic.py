@@ -9,6 +9,8 @@ Traffic (``MIXES``):
   semantic-convention attributes. 13 spans a trace, 4 of them calls; spans are ordered as a
   BatchSpanProcessor exports them (children end first). Complete traces, parents in the same
   request, one scope, no links: the detector's best case.
+- ``budget``: the same traces with the guard's tree budget on (as it is by default): each guard
+  span also carries ``otel_guard.budget.hops``, each trace a delegation tree of its own.
 - ``dialects``: the same guarded traces among recorded third-party ones (OpenInference,
   OpenLLMetry, the openai-agents-v2 instrumentation, pydantic-ai), traces split so that parents
   arrive a request after their children, and trace roots that link to earlier traces
@@ -56,18 +58,23 @@ def _kv(key: str, value: object) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 
-def _guard(agents: list[str], operation: str, name_key: str) -> list[KeyValue]:
-    return [
+def _guard(agents: list[str], operation: str, name_key: str, root: str, hops: int) -> list[KeyValue]:
+    attributes = [
         _kv("gen_ai.operation.name", operation),
         _kv(name_key, agents[-1]),
         _kv("otel_guard.chain.agents", agents),
         _kv("otel_guard.chain.skills", [""] * len(agents)),
-        _kv("otel_guard.chain.root", "9f" * 16),
+        _kv("otel_guard.chain.root", root),
         _kv("otel_guard.chain.depth", len(agents)),
         _kv("otel_guard.name_depth", 1),
         _kv("otel_guard.decision", "allow"),
         _kv("otel_guard.mode", "enforce"),
     ]
+    if hops:
+        # In the order the guard writes them: the root after the mode, the tree budget's count last.
+        attributes.append(attributes.pop(4))
+        attributes.append(_kv("otel_guard.budget.hops", hops))
+    return attributes
 
 
 def _chat() -> list[KeyValue]:
@@ -94,10 +101,17 @@ def _http(server: bool) -> list[KeyValue]:
     return attributes
 
 
-def one_trace(trace_id: bytes) -> list[Span]:
-    """One trace's spans, children before parents."""
+def one_trace(trace_id: bytes, budget: bool = False) -> list[Span]:
+    """One trace's spans, children before parents; with ``budget``, the guard's spans carry the
+    tree budget's hop count (``otel_guard.budget.hops``, the guard's default), each trace a tree
+    of its own."""
     spans: list[Span] = []
     time = [1_700_000_000_000_000_000]
+    root = trace_id.hex() if budget else "9f" * 16
+    hops = iter(range(1, 5)) if budget else iter(lambda: 0, 1)
+
+    def guard(agents: list[str], operation: str, name_key: str) -> list[KeyValue]:
+        return _guard(agents, operation, name_key, root, next(hops))
 
     def span(name: str, parent: Span | None, kind: int, attributes: list[KeyValue]) -> Span:
         time[0] += 1_000_000
@@ -116,14 +130,14 @@ def one_trace(trace_id: bytes) -> list[Span]:
 
     internal, server, client = Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT
     planner = span(
-        "invoke_agent planner", None, internal, _guard(["planner"], "invoke_agent", "gen_ai.agent.name")
+        "invoke_agent planner", None, internal, guard(["planner"], "invoke_agent", "gen_ai.agent.name")
     )
     span("chat gpt-4o", planner, client, _chat())
     search = span(
         "execute_tool search",
         planner,
         internal,
-        _guard(["planner", "search"], "execute_tool", "gen_ai.tool.name"),
+        guard(["planner", "search"], "execute_tool", "gen_ai.tool.name"),
     )
     span("GET", search, client, _http(False))
     post = span("POST", planner, client, _http(False))
@@ -132,14 +146,14 @@ def one_trace(trace_id: bytes) -> list[Span]:
         "invoke_agent budget",
         route,
         server,
-        _guard(["planner", "budget"], "invoke_agent", "gen_ai.agent.name"),
+        guard(["planner", "budget"], "invoke_agent", "gen_ai.agent.name"),
     )
     span("chat gpt-4o", budget, client, _chat())
     lookup = span(
         "execute_tool lookup",
         budget,
         internal,
-        _guard(["planner", "budget", "lookup"], "execute_tool", "gen_ai.tool.name"),
+        guard(["planner", "budget", "lookup"], "execute_tool", "gen_ai.tool.name"),
     )
     span(
         "SELECT budgets",
@@ -241,6 +255,13 @@ def guarded(traces: int) -> Template:
     )
 
 
+def budgeted(traces: int) -> Template:
+    """The guard's traffic with its tree budget on (its default): the guarded traces, each a tree
+    of its own, every guard span with the tree's hop count (``otel_guard.budget.hops``)."""
+    spans = [span for _ in range(traces) for span in one_trace(os.urandom(16), budget=True)]
+    return Template([_request({"otel_guard": spans})])
+
+
 # The recorded third-party traces of the processor's tests: healthy runs, as they were exported.
 DIALECTS_TESTS = Path(__file__).resolve().parent.parent / "tests" / "processor" / "dialects"
 DIALECT_TRACES = ("oai_oi", "oai_otelv2", "lg_oi", "lg_tl", "pai_oi_same")
@@ -316,7 +337,7 @@ def mixed(traces: int) -> Template:
     return Template([_request(first), _request(second)])
 
 
-MIXES = {"guarded": guarded, "dialects": mixed}
+MIXES = {"guarded": guarded, "dialects": mixed, "budget": budgeted}
 
 
 # --- servers -----------------------------------------------------------------------------------

@@ -77,11 +77,14 @@ out because their trace is full are counted in ``dropped``. Paths keep their las
 Reading is lazy, because this runs once per span at line rate. A call span named in the GenAI form
 is read by its span name, its side from its kind. Attributes are read only when they are needed:
 for spans of scopes that name calls otherwise (and only in requests that hold a dialect's marker
-bytes at all), for a repeat directly under the same name, for a span that starts a trace or has to
-wait for its parent. Decisions are counted from the raw request when every
+bytes at all; those spans are searched in the bytes they were received as,
+:func:`otel_guard_processor.otlp.parse_encoded_spans`), for a repeat directly under the same name,
+for a span that starts a trace or has to wait for its parent (and of the guard's attributes, only
+on spans that hold ``otel_guard.`` bytes). Decisions are counted from the raw request when every
 ``otel_guard.decision`` in it is ``allow`` and their number is that of the guard's call spans, and
-read span by span otherwise. Ids are read as opaque keys and not checked: the request goes
-downstream unchanged, and a downstream that rejects an id answers for it.
+read span by span otherwise; the counts, and the check for tree hop counts, read the request
+between its first and its last ``otel_guard.``. Ids are read as opaque keys and not checked: the
+request goes downstream unchanged, and a downstream that rejects an id answers for it.
 
 Delegation trees
 ----------------
@@ -98,9 +101,10 @@ otherwise read when its decision is counted in bulk, and reading them would cost
 of the span's detection. Each ``otel_guard.budget.hops`` in the request (written key first or value
 first) is paired with the ``otel_guard.chain.root`` before it since the previous count: the guard
 writes the root before the count, and every span that carries a count carries its root. A request
-with no count costs one search of its bytes (about 1 % of the guarded traffic's detection, in
-instructions); one with counts, a split of its bytes and a few slices a count (about 8,000
-instructions a count: 16 % more on guarded traffic with the budget on, four counts in 13 spans).
+with no count costs one search of its bytes between its first and last ``otel_guard.`` (about 1 %
+of the guarded traffic's detection, in instructions); one with counts, a split of its bytes and a
+few slices a count (about 7,000 instructions a count: 17 % more on guarded traffic with the budget
+on, four counts in 13 spans: the ``budget`` mix of ``bench/processor_instructions.py``).
 
 The detector does no I/O and knows nothing of Prometheus or gRPC: it reads parsed requests
 (:mod:`otel_guard_processor.otlp`) and tallies into plain dicts that the metrics module exposes.
@@ -121,8 +125,8 @@ from otel_guard_processor.dialects import (
     FORM_NAME,
     MARKERS,
     TOOL,
-    call_by_attributes,
     name_of_named_call,
+    read_call,
 )
 from otel_guard_processor.otlp import (
     KIND_CLIENT,
@@ -130,11 +134,13 @@ from otel_guard_processor.otlp import (
     KIND_PRODUCER,
     KIND_SERVER,
     Attributes,
+    EncodedSpansView,
     RequestView,
     SpanView,
     _varint,
     attribute_key,
     encoded_attribute,
+    parse_encoded_spans,
 )
 
 __all__ = [
@@ -208,6 +214,9 @@ _CALLER: Final = CALLER_AGENT_NAME
 # The tree budget's hop count and the tree it counts (see "Delegation trees" above): the key fields
 # alone (tag, length, key), which a KeyValue holds in either field order.
 _HOPS_FIELD: Final = attribute_key("otel_guard.budget.hops")[:-1]
+# How far before its "otel_guard." a request's otel_guard.* key can start (a value written before
+# its key: tag, length, AnyValue, then the key's tag and length), and past it end: more than both.
+_GUARD_MARGIN: Final = 64
 _ROOT_FIELD: Final = attribute_key("otel_guard.chain.root")[:-1]
 _VALUE_TAG: Final = 0x12  # KeyValue.value
 _INT_TAG: Final = 0x18  # AnyValue.int_value
@@ -394,8 +403,14 @@ class Detector:
         request is ingested at a time, to its end.
         """
         countdown = step
-        guard = _GUARD_BYTES in raw
-        dialect_markers = any(marker in raw for marker in MARKERS)
+        # (find, not `in`: a bytes `in` tries its operand as an int first, at the cost of an error)
+        guard_at = raw.find(_GUARD_BYTES)
+        guard = guard_at >= 0
+        dialect_markers = False
+        for marker_bytes in MARKERS:
+            if raw.find(marker_bytes) >= 0:
+                dialect_markers = True
+                break
         per_trace = self.limits.max_spans_per_trace
         max_traces = self.limits.max_traces
         received = skipped = 0
@@ -417,13 +432,17 @@ class Detector:
         undecided_others: list[tuple[SpanView, str]] = []
         self._decided_here = 0
         guard_scope = False  # whether the request holds spans of the guard's scope
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
+        name: str | None  # a call span's name
+        # The spans' own bytes, read in the scopes whose spans are searched (parsed once).
+        encoded_spans: EncodedSpansView | None = None
+        for resource_index, resource_spans in enumerate(request.resource_spans):
+            for scope_index, scope_spans in enumerate(resource_spans.scope_spans):
                 # A list first: indexing upb's container span by span (as reversed() does) costs
                 # more than the rest of the loop.
                 spans = list(scope_spans.spans)
                 received += len(spans)
-                if len(spans) > 1 and spans[0].start_time_unix_nano > spans[-1].start_time_unix_nano:
+                backwards = len(spans) > 1 and spans[0].start_time_unix_nano > spans[-1].start_time_unix_nano
+                if backwards:
                     # Exporters send spans as they end, children before parents: read such a
                     # batch backwards and parents come first, so little has to wait.
                     spans.reverse()
@@ -435,7 +454,17 @@ class Detector:
                 agent_bits = scope_bits | _NAME_FORM_BITS | _AGENT_BITS  # of a span named in the
                 tool_bits = scope_bits | _NAME_FORM_BITS | _TOOL_BITS  # GenAI form, but its side
                 watch = dialect_markers and self._watch_scope(scope, now)
-                found_other_calls = False
+                attribute_calls = 0  # spans found to be calls by their attributes
+                if watch:
+                    # The spans' bytes, in the order of ``spans``: one is taken for each span read.
+                    if encoded_spans is None:
+                        encoded_spans = parse_encoded_spans(raw) or _NO_ENCODED_SPANS
+                    encodings = _encodings(encoded_spans, resource_index, scope_index, len(spans))
+                    if encodings is None:
+                        encodings = [span.SerializeToString() for span in spans]
+                    elif backwards:
+                        encodings.reverse()
+                    encoded_here = iter(encodings)
                 if step:
                     # Pause between chunks of ``step`` spans (and after a run of small scopes that
                     # adds up to as many), checked per chunk: nothing is added to the span loop.
@@ -474,15 +503,18 @@ class Detector:
                         if span_id in paths:
                             self.duplicates += 1
                             skipped += 1
+                            if watch:
+                                next(encoded_here)  # (each span's bytes go along with it)
                             continue
                         if full:
                             self.dropped["trace_full"] += 1
                             skipped += 1
+                            if watch:
+                                next(encoded_here)
                             continue
                         parent_id = span.parent_span_id
                         span_name = span.name
                         if span_name.startswith(call_prefixes):
-                            parent = paths.get(parent_id) if parent_id else None
                             name = span_name[
                                 _WORKFLOW_PREFIX_LENGTH if span_name[7] == "w" else _PREFIX_LENGTH :
                             ]
@@ -490,136 +522,156 @@ class Detector:
                                 name = self._cut(name)
                             tool = span_name[0] == "e"
                             marker = (tool_bits if tool else agent_bits) | sides.get(span.kind, 0)
-                            if parent is None or not name:
-                                self._call(trace, span, marker, name, guarded, guard, now,
-                                           undecided if guarded else undecided_others)  # fmt: skip
-                                continue
-                            # _call's common case, inlined: a named call under a settled parent.
-                            if guarded:
-                                undecided.append((span, name))
-                            elif guard:
-                                undecided_others.append((span, name))
-                            last = len(parent) - 1
-                            if (
-                                _HEAD <= last < MAX_PATH_NAMES
-                                and name not in parent
-                                # (an agent below a tool is the tool's run: _named handles it)
-                                and (tool or parent[1] & _KIND_BITS != _TOOL_BITS)  # type: ignore[operator]
-                            ):
-                                # _named's common case, inlined: a new name under a named ancestor.
-                                path = (
-                                    parent[0],
-                                    markers.get(marker) or self._marker(marker),
-                                    *parent[_HEAD:],
-                                    name,
-                                )
-                                if tool:
-                                    waiting_tools = trace.tools
-                                    if waiting_tools is None:
-                                        waiting_tools = trace.tools = []
-                                        tool_traces[trace_id] = trace
-                                    waiting_tools.append(path)
-                                    waiting_tools.append(now)
-                                else:
-                                    # _count_call's common case, inlined: every call of the trace so
-                                    # far is of this span's source.
-                                    calls = trace.calls
-                                    if calls is None or (
-                                        type(calls) is list and not (int(calls[0][1]) ^ marker) & _GUARDED
-                                    ):
-                                        if calls is None:
-                                            trace.calls = [path]
-                                        else:
-                                            calls.append(path)
-                                        edge = (str(parent[last]), name)
-                                        count = delegations.get(edge)
-                                        if count is None:
-                                            _count(delegations, edge, _OVERFLOW_EDGE)
-                                        else:
-                                            delegations[edge] = count + 1
-                                    else:
-                                        self._count_call(trace, path, marker)
-                            else:
-                                path = self._named(trace, name, marker, parent, span)
-                            paths[span_id] = path
-                            if waiting and span_id in waiting:
-                                self._release(trace, span_id, path)
-                            continue
-                        if watch:
-                            encoded = span.SerializeToString()
-                            call = call_by_attributes(span_name, scope, encoded)
-                            if call is not None:
-                                found_other_calls = True
-                                if call.conditional and parent_id:
-                                    parent = paths.get(parent_id)
-                                    if (
-                                        parent is not None
-                                        and len(parent) > _HEAD
-                                        and (
-                                            parent[1] & _KIND_BITS != _TOOL_BITS  # type: ignore[operator]
-                                        )
-                                    ):
-                                        # A call only first below a tool, and the nearest call above
-                                        # is none: a link, settled as unnamed spans are below.
-                                        call = None
-                            if call is not None:
-                                marker = (
-                                    scope_bits
-                                    | call.kind << _KIND_SHIFT
-                                    | call.form << _FORM_SHIFT
-                                    | (_CONDITIONAL if call.conditional else 0)
-                                    | sides.get(span.kind, 0)
-                                )
-                                attributes = Attributes.of(encoded)
-                                into = undecided if guarded else undecided_others
-                                self._call(
-                                    trace, span, marker, call.name, guarded, guard, now, into, attributes
-                                )
-                                continue
-                        if parent_id:
-                            parent = paths.get(parent_id)
-                            if parent is None:
-                                self._wait(
-                                    trace, parent_id, (trace_id, span_id, parent_id, None, 0, None, None)
-                                )
-                                continue
-                        elif span.links:
-                            waiter = (trace_id, span_id, parent_id, None, 0, None, None)
-                            linked = self._linked_path(span, waiter, now)
-                            if linked is None:
-                                continue
-                            parent = linked
+                            encoded = next(encoded_here) if watch else b""
                         else:
-                            parent = ROOT_PATH
-                        # The common case, kept inline: an unnamed span shares its parent's path.
-                        paths[span_id] = parent
+                            if watch:
+                                marker = 0  # not a call (unless its attributes say so)
+                                encoded = next(encoded_here)
+                                call = read_call(span_name, scope, encoded)
+                                if call is not None:
+                                    attribute_calls += 1
+                                    kind_of, name, form, conditional = call
+                                    if conditional and parent_id:
+                                        parent = paths.get(parent_id)
+                                        if (
+                                            parent is not None
+                                            and len(parent) > _HEAD
+                                            and parent[1] & _KIND_BITS != _TOOL_BITS  # type: ignore[operator]
+                                        ):
+                                            # A call only first below a tool, and the nearest call
+                                            # above is none: a link, settled as unnamed spans are.
+                                            kind_of = 0
+                                    if kind_of:
+                                        if name and len(name) > MAX_NAME_CHARS:
+                                            name = self._cut(name)
+                                        tool = kind_of == TOOL
+                                        marker = (
+                                            scope_bits
+                                            | kind_of << _KIND_SHIFT
+                                            | form << _FORM_SHIFT
+                                            | (_CONDITIONAL if conditional else 0)
+                                            | sides.get(span.kind, 0)
+                                        )
+                            if not watch or not marker:
+                                if parent_id:
+                                    parent = paths.get(parent_id)
+                                    if parent is None:
+                                        self._wait(
+                                            trace,
+                                            parent_id,
+                                            (trace_id, span_id, parent_id, None, 0, None, None),
+                                        )
+                                        continue
+                                elif span.links:
+                                    waiter = (trace_id, span_id, parent_id, None, 0, None, None)
+                                    linked = self._linked_path(span, waiter, now)
+                                    if linked is None:
+                                        continue
+                                    parent = linked
+                                else:
+                                    parent = ROOT_PATH
+                                # The common case, kept inline: an unnamed span shares its parent's path.
+                                paths[span_id] = parent
+                                if waiting and span_id in waiting:
+                                    self._release(trace, span_id, parent)
+                                continue
+                        parent = paths.get(parent_id) if parent_id else None
+                        if parent is None or not name:
+                            into = undecided if guarded else undecided_others
+                            self._call(trace, span, span_id, parent_id, parent, marker, name, guarded,
+                                       guard, now, into, encoded)  # fmt: skip
+                            continue
+                        # _call's common case, inlined: a named call under a settled parent.
+                        if guarded:
+                            undecided.append((span, name))
+                        elif guard:
+                            undecided_others.append((span, name))
+                        last = len(parent) - 1
+                        if (
+                            _HEAD <= last < MAX_PATH_NAMES
+                            and name not in parent
+                            # (an agent below a tool is the tool's run: _named handles it)
+                            and (tool or parent[1] & _KIND_BITS != _TOOL_BITS)  # type: ignore[operator]
+                        ):
+                            # _named's common case, inlined: a new name under a named ancestor.
+                            path = (
+                                parent[0],
+                                markers.get(marker) or self._marker(marker),
+                                *parent[_HEAD:],
+                                name,
+                            )
+                            if tool:
+                                waiting_tools = trace.tools
+                                if waiting_tools is None:
+                                    waiting_tools = trace.tools = []
+                                    tool_traces[trace_id] = trace
+                                waiting_tools.append(path)
+                                waiting_tools.append(now)
+                            else:
+                                # _count_call's common case, inlined: every call of the trace so
+                                # far is of this span's source.
+                                calls = trace.calls
+                                if calls is None or (
+                                    type(calls) is list and not (calls[0][1] ^ marker) & _GUARDED  # type: ignore[operator]
+                                ):
+                                    if calls is None:
+                                        trace.calls = [path]
+                                    else:
+                                        calls.append(path)
+                                    edge: tuple[str, str] = (parent[last], name)  # type: ignore[assignment]
+                                    count = delegations.get(edge)
+                                    if count is None:
+                                        _count(delegations, edge, _OVERFLOW_EDGE)
+                                    else:
+                                        delegations[edge] = count + 1
+                                else:
+                                    self._count_call(trace, path, marker)
+                        else:
+                            path = self._named(trace, name, marker, parent, span)
+                        paths[span_id] = path
                         if waiting and span_id in waiting:
-                            self._release(trace, span_id, parent)
+                            self._release(trace, span_id, path)
+                        continue
                 if watch:
-                    self._learn_scope(scope, found_other_calls, now)
-        if undecided or undecided_others:
-            self._count_decisions(undecided, undecided_others, raw)
+                    self._learn_scope(scope, attribute_calls > 0, now)
+        hops = False
+        if undecided or undecided_others or guard_scope:
+            # Every otel_guard.* key stands between the first and the last "otel_guard." of the
+            # request: where the guard's spans share a request with others (whose spans hold
+            # prompts), the keys are searched there, and the rest of the request is read once
+            # (backwards, for the last one), not once a search.
+            start = max(0, guard_at - _GUARD_MARGIN)
+            end = raw.rfind(_GUARD_BYTES) + _GUARD_MARGIN
+            if undecided or undecided_others:
+                self._count_decisions(undecided, undecided_others, raw, start, end)
+            hops = guard_scope and raw.find(_HOPS_FIELD, start, end) >= 0
         self._stored += received - skipped
         self._enforce_span_budget()
-        if guard_scope and _HOPS_FIELD in raw:
+        if hops:
             yield from self._read_trees(raw, now, step)
         return received
 
     def _count_decisions(
-        self, guards: list[tuple[SpanView, str]], others: list[tuple[SpanView, str]], raw: bytes
+        self,
+        guards: list[tuple[SpanView, str]],
+        others: list[tuple[SpanView, str]],
+        raw: bytes,
+        start: int,
+        end: int,
     ) -> None:
         """Count the decisions of call spans settled without reading their attributes.
 
-        When every decision in the request is ``allow`` and there are exactly as many as the
-        guard's spans here plus those already read, each guard span holds one: no span is read.
+        When every decision in the request (all within ``raw[start:end]``) is ``allow`` and there
+        are exactly as many as the guard's spans here plus those already read, each guard span
+        holds one: no span is read.
         """
         decisions = self.decisions
         # The key alone counts a decision in either field order; `allow` is looked for in both
         # (the OpenTelemetry Collector writes a KeyValue's value before its key).
-        total = raw.count(_DECISION_FIELD)
-        allowed = raw.count(_ALLOW)
+        total = raw.count(_DECISION_FIELD, start, end)
+        allowed = raw.count(_ALLOW, start, end)
         if allowed != total:
-            allowed += raw.count(_ALLOW_VALUE_FIRST)
+            allowed += raw.count(_ALLOW_VALUE_FIRST, start, end)
         if total == allowed == len(guards) + self._decided_here:
             for name, count in Counter([name for _, name in guards]).items():
                 key = ("allow", "", name)
@@ -747,30 +799,32 @@ class Detector:
         self,
         trace: _Trace,
         span: SpanView,
+        span_id: bytes,
+        parent_id: bytes,
+        parent: Path | None,
         marker: int,
         name: str | None,
         guarded: bool,
         guard: bool,
         now: float,
         undecided: list[tuple[SpanView, str]],
-        attributes: Attributes | None = None,
+        encoded: bytes,
     ) -> None:
         """Settle or park a call span, reading its attributes only where they are needed.
 
-        ``marker`` holds what the span is (scope, kind, form, side); ``name`` is its call name, or
-        None when the span's name does not give it.
+        ``span_id``, ``parent_id`` are the span's, ``parent`` its parent's path when it is settled;
+        ``marker`` holds what the span is (scope, kind, form, side); ``name`` is its call name (cut
+        to MAX_NAME_CHARS), or None or empty when the span's name does not give it; ``encoded``
+        the span's bytes, when they have been read (else empty).
         """
-        span_id = span.span_id
-        parent_id = span.parent_span_id
-        name = self._cut(name) if name and len(name) > MAX_NAME_CHARS else name or None
-        parent = trace.paths.get(parent_id) if parent_id else None
+        name = name or None
         decision = None
         chain: Path | None = None
-        if name is None or attributes is not None or (guard and parent is None):
+        attributes: Attributes | None = None
+        if name is None or (guard and parent is None):
             # The slow way, for spans that need it: a name from the attributes, a span that must
             # wait (its facts are kept, the span is not), a trace root that may continue a chain.
-            if attributes is None:
-                attributes = Attributes(span)
+            attributes = Attributes.of(encoded) if encoded else Attributes(span)
             if name is None and marker & _FORM_BITS == _NAME_FORM_BITS:
                 # A GenAI span name with no subject ("invoke_agent "): the attributes may name it.
                 name = self._cut(name_of_named_call(span.name, attributes))
@@ -780,16 +834,20 @@ class Detector:
                 return
             if guard:
                 if parent_id and parent is None:
-                    # It waits, and the span will be gone when it settles: keep what it says.
-                    decision = self._decision(attributes, name)
-                    if decision is not None:
-                        self._decided_here += 1
-                    marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
+                    # It waits, and the span will be gone when it settles: keep what it says (a
+                    # span of another scope with no otel_guard.* bytes has none of it).
+                    read = guarded or attributes.holds(_GUARD_BYTES)
+                    if read:
+                        decision = self._decision(attributes, name)
+                        if decision is not None:
+                            self._decided_here += 1
+                        marker |= max(attributes.integer(_NAME_DEPTH) or 0, 0) << _NAME_DEPTH_SHIFT
                 else:
+                    read = guarded or attributes.holds(_GUARD_BYTES)  # (a trace root)
                     undecided.append((span, name))
                 # A trace root continues its chain; a span that waits keeps it, in case its parent
                 # never comes (e.g. a tier that receives the guard's spans only).
-                if parent is None and (attributes.integer(_DEPTH) or 0) > 1:
+                if parent is None and read and (attributes.integer(_DEPTH) or 0) > 1:
                     agents = attributes.strings(_AGENTS)
                     chain = _chain_path([self._cut(a) for a in agents] if agents else None, name)
         elif guard:
@@ -808,8 +866,17 @@ class Detector:
         else:
             # A trace root that names the agent that called it continues that caller's path, as
             # a call from another trace.
-            caller = self._cut((attributes or Attributes(span)).string(_CALLER))
-            parent = (1, _CALLER_ENTRY | _AGENT_BITS, caller) if caller else ROOT_PATH
+            if attributes is None:
+                attributes = Attributes.of(encoded) if encoded else Attributes(span)
+            caller = self._cut(attributes.string(_CALLER))
+            if not caller:
+                # A root that starts a path (_named of ROOT_PATH, inlined): its name alone.
+                path: Path = (0, self._markers.get(marker) or self._marker(marker), name)
+                trace.paths[span_id] = path
+                if trace.waiting and span_id in trace.waiting:
+                    self._release(trace, span_id, path)
+                return
+            parent = (1, _CALLER_ENTRY | _AGENT_BITS, caller)
         # _settle, inlined: this runs for every call span.
         path = self._named(trace, name, marker, parent, span)
         if decision is not None:
@@ -886,7 +953,8 @@ class Detector:
     ) -> Path:
         """The path of a named span under ``parent``; counts its cycle and its delegation edge."""
         last = len(parent) - 1
-        below = int(parent[1]) & _KIND_BITS if last >= _HEAD else 0  # the nearest call's kind
+        # The nearest call's kind (the heads are ints: read as such, not converted).
+        below: int = parent[1] & _KIND_BITS if last >= _HEAD else 0  # type: ignore[operator]
         if marker & _CONDITIONAL and below not in (0, _TOOL_BITS):
             return parent  # a call only first below a tool, or at the top: here, a link
         if below == _TOOL_BITS and marker & _KIND_BITS == _AGENT_BITS:
@@ -924,7 +992,7 @@ class Detector:
         (Traceloop records a LangGraph agent twice) count one edge.
         """
         names = tool[_HEAD:-1]
-        base: Path = (min(int(tool[0]), len(names)), 0, *names)
+        base: Path = (min(tool[0], len(names)), 0, *names)
         if name in names:
             index = len(base) - 1
             while base[index] != name:
@@ -933,13 +1001,16 @@ class Detector:
         callees = trace.callees
         if callees is None:
             callees = trace.callees = {}
-        ran = callees.setdefault(id(tool), set())
+        key = id(tool)
+        ran = callees.get(key)
+        if ran is None:
+            ran = callees[key] = set()
         path = self._extended(base, marker, name)
         if name not in ran:
             if not ran:
                 # The tool call stands recorded at its own path as well, counting no edge: the
                 # other instrumentation's span of it, with no agent run below, must not add one.
-                self._count_call(trace, tool, int(tool[1]), edge=False)
+                self._count_call(trace, tool, tool[1], edge=False)  # type: ignore[arg-type]
             ran.add(name)
             if names:
                 self._count_call(trace, path, marker)
@@ -999,7 +1070,7 @@ class Detector:
         if calls is None:
             trace.calls = [path]
         elif type(calls) is list:
-            if (int(calls[0][1]) ^ marker) & _GUARDED:
+            if (calls[0][1] ^ marker) & _GUARDED:  # type: ignore[operator]
                 calls = trace.calls = _calls_by_path(calls)
                 self._count_mixed(calls, path, marker, edge)
                 return
@@ -1010,7 +1081,7 @@ class Detector:
         if edge:
             # _count_edge, inlined: this runs for every call.
             delegations = self.delegations
-            pair = (str(path[-2]), str(path[-1]))
+            pair: tuple[str, str] = (path[-2], path[-1])  # type: ignore[assignment]
             count = delegations.get(pair)
             if count is None:
                 _count(delegations, pair, _OVERFLOW_EDGE)
@@ -1079,9 +1150,23 @@ class Detector:
         young: list[Any] = []
         count_call = self._count_call
         if deadline is None:  # all of them (the trace is evicted)
+            delegations = self.delegations
             for path in tools[::2]:
-                if not callees or not callees.get(id(path)):
-                    count_call(trace, path, int(path[1]))
+                if callees and callees.get(id(path)):
+                    continue
+                marker: int = path[1]
+                calls = trace.calls
+                if type(calls) is list and not (calls[0][1] ^ marker) & _GUARDED:  # type: ignore[operator]
+                    # _count_call's common case, inlined: the calls so far are of this one's source.
+                    calls.append(path)
+                    pair: tuple[str, str] = (path[-2], path[-1])
+                    count = delegations.get(pair)
+                    if count is None:
+                        _count(delegations, pair, _OVERFLOW_EDGE)
+                    else:
+                        delegations[pair] = count + 1
+                else:
+                    count_call(trace, path, marker)
             return young
         for at in range(0, len(tools), 2):
             path = tools[at]
@@ -1193,7 +1278,8 @@ class Detector:
     def _evict(self, trace_id: bytes, reason: str) -> None:
         """Drop a trace, after settling as roots the spans that waited here in vain."""
         trace = self._traces.pop(trace_id)
-        self._settle_orphans(trace)
+        if trace.waiting:
+            self._settle_orphans(trace)
         self._stored -= len(trace.paths)
         # No agent run can take over its tool calls now: their edges count.
         if trace.tools:
@@ -1227,6 +1313,24 @@ class Detector:
             owner = self._take(trace, waiter)
             if owner is not None:
                 self._settle(owner, waiter, waiter[_CHAIN] or ROOT_PATH)
+
+
+class _NoEncodedSpans:
+    """Stands for a request whose spans' bytes could not be read apart (they are then encoded)."""
+
+    resource_spans: tuple[()] = ()
+
+
+_NO_ENCODED_SPANS: Final[EncodedSpansView] = _NoEncodedSpans()
+
+
+def _encodings(encoded_spans: EncodedSpansView, resource: int, scope: int, count: int) -> list[bytes] | None:
+    """The bytes of each span of one scope of a request, or None when they do not match its spans."""
+    try:
+        encodings = list(encoded_spans.resource_spans[resource].scope_spans[scope].spans)
+    except IndexError:
+        return None
+    return encodings if len(encodings) == count else None
 
 
 def _tree_count(before: bytes, after: bytes) -> tuple[bytes, int] | None:

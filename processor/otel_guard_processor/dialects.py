@@ -37,8 +37,9 @@ and ``AGENT`` spans are links. Rows marked "first below a tool" are *conditional
 such a span as a call only where its nearest named ancestor is a tool call, or where it has none.
 
 Reading stays lazy, because this runs at line rate: a span named in the GenAI form is a call by its
-name alone (:data:`CALL_PREFIXES`); attributes are read (:func:`call_by_attributes`) only for spans of
-requests that hold one of :data:`MARKERS` at all. A call span that starts a trace and names its caller
+name alone (:data:`CALL_PREFIXES`); attributes are read (:func:`call_by_attributes`, or
+:func:`read_call` for the detector: the same answer as a plain tuple) only for spans of requests
+that hold one of :data:`MARKERS` at all. A call span that starts a trace and names its caller
 (``gen_ai.caller.agent.name``, set by agent-to-agent servers) continues that caller's path.
 """
 
@@ -51,7 +52,14 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv_ai import SpanAttributes as TraceloopAttributes
 from opentelemetry.semconv_ai import TraceloopSpanKindValues
 
-from otel_guard_processor.otlp import Attributes, attribute_key, key_first, string_at
+from otel_guard_processor.otlp import (
+    Attributes,
+    attribute_key,
+    encoded_attribute,
+    key_first,
+    string_at,
+    string_of,
+)
 
 __all__ = [
     "AGENT",
@@ -62,6 +70,7 @@ __all__ = [
     "Call",
     "call_by_attributes",
     "name_of_named_call",
+    "read_call",
 ]
 
 AGENT: Final = 1
@@ -80,8 +89,9 @@ class Call(NamedTuple):
     conditional: bool = False
 
 
-# A Call made without the Python-level __new__ a NamedTuple has (the same object, made cheaper).
-_new_call: Final = tuple.__new__
+# What read_call answers: a Call's fields as a plain tuple (a NamedTuple costs four times as much
+# to make, and this runs for every span of the scopes that name calls otherwise).
+CallFields = tuple[int, str | None, int, bool]
 
 # Forms: one per row of the table (the span-name rows share one per kind).
 FORM_NAME: Final = 1
@@ -164,60 +174,160 @@ _OI_KIND_START: Final = len(_OI_KIND) - len(_KIND_ENDING)
 _TL_KIND_START: Final = len(_TL_KIND) - len(_KIND_ENDING)
 assert _OI_KIND.endswith(_KIND_ENDING)
 assert _TL_KIND.endswith(_KIND_ENDING)
+assert _OI_KIND_START > _TL_KIND_START
+
+# What a dialect's kind makes of a span, by the kind's whole KeyValue as encoders write it (key
+# first, the value a short string): (kind, form, conditional, naming), ``naming`` saying where the
+# call's name is (_BY_SPAN_NAME, _BY_TOOL_NAME: OpenInference's tool.name else the span name,
+# _BY_AGENT_NAME: agent.name else graph.node.id, _BY_ENTITY_NAME: Traceloop's entity name), or
+# _NOT_A_CALL for a kind that is no call (the span is then read by its GenAI operation). One table
+# for OpenInference's LangChain scope, one for every other scope. One slice of the encoding and one
+# lookup read the common cases; a kind written otherwise is read field by field (_call_by_kind).
+_BY_SPAN_NAME: Final = 0
+_BY_TOOL_NAME: Final = 1
+_BY_AGENT_NAME: Final = 2
+_BY_ENTITY_NAME: Final = 3
+_NOT_A_CALL: Final = (0, 0, False, 0)
+_OI_ROWS: Final = {
+    **{encoded_attribute(_OI_KIND_NAME, kind.value): _NOT_A_CALL for kind in OpenInferenceSpanKindValues},
+    encoded_attribute(_OI_KIND_NAME, _OI_TOOL): (TOOL, FORM_OPENINFERENCE, False, _BY_TOOL_NAME),
+}
+_TL_ROWS: Final = {
+    **{encoded_attribute(_TL_KIND_NAME, kind.value): _NOT_A_CALL for kind in TraceloopSpanKindValues},
+    **{
+        encoded_attribute(_TL_KIND_NAME, value): (kind_of, form, conditional, _BY_ENTITY_NAME)
+        for value, (kind_of, form, conditional) in _TL_FORMS.items()
+    },
+}
+_KIND_ROWS: Final[dict[bytes, tuple[int, int, bool, int]]] = {
+    **_OI_ROWS,
+    encoded_attribute(_OI_KIND_NAME, _OI_AGENT): (AGENT, FORM_OPENINFERENCE, False, _BY_AGENT_NAME),
+    **_TL_ROWS,
+}
+_LANGCHAIN_KIND_ROWS: Final[dict[bytes, tuple[int, int, bool, int]]] = {
+    **_OI_ROWS,
+    encoded_attribute(_OI_KIND_NAME, _OI_CHAIN): (AGENT, FORM_OPENINFERENCE_CHAIN, True, _BY_SPAN_NAME),
+    **_TL_ROWS,
+}
+_KIND_ENDING_LENGTH: Final = len(_KIND_ENDING)
+_OI_AGENT_NAME_FIELD: Final = _OI_AGENT_NAME[:-1]
 
 
 def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | None:
-    """The call a span records by its attributes (``encoded``: the span's encoding), or None.
+    """The call a span records by its attributes (``encoded``: the span's encoding), or None."""
+    fields = read_call(span_name, scope, encoded)
+    return None if fields is None else Call(*fields)
+
+
+def read_call(span_name: str, scope: str, encoded: bytes) -> CallFields | None:
+    """:func:`call_by_attributes`, its answer a plain tuple of the Call's fields.
 
     Runs for every span of the scopes that name calls otherwise, so it searches the encoding once
-    for either dialect's kind (their keys end alike) before anything else.
+    for either dialect's kind (their keys end alike) before anything else, and reads the kind's
+    common encodings by one lookup.
     """
     bare = _BARE_NAMES.get(span_name)
     if bare is not None:
-        return _new_call(
-            Call, (bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME, False)
-        )
+        return (bare, name_of_named_call(span_name, Attributes.of(encoded)), FORM_NAME, False)
     at = encoded.find(_KIND_ENDING)
-    operation_at: int | None = None  # not searched yet
     if at < 0:
+        return _call_by_operation(span_name, scope, encoded)
+    end = at + _KIND_ENDING_LENGTH
+    try:
+        stop = end + 1 + encoded[end]  # the KeyValue's end, when its value is short
+    except IndexError:
+        stop = end
+    rows = _LANGCHAIN_KIND_ROWS if scope == OPENINFERENCE_LANGCHAIN_SCOPE else _KIND_ROWS
+    row = rows.get(encoded[at - _OI_KIND_START : stop]) if at >= _OI_KIND_START else None
+    if row is None and at >= _TL_KIND_START:
+        row = rows.get(encoded[at - _TL_KIND_START : stop])
+    if row is None:
+        return _call_by_kind(span_name, scope, encoded, at)
+    kind_of, form, conditional, naming = row
+    if not kind_of:
         operation_at = encoded.find(_OPERATION)
-        if operation_at < 0 and (_KIND_TEXT in encoded or _OPERATION_FIELD in encoded):
-            # Written value first (the OpenTelemetry Collector's encoding): read it key first.
-            encoded = key_first(encoded)
-            at = encoded.find(_KIND_ENDING)
-            operation_at = encoded.find(_OPERATION)
+        return None if operation_at < 0 else _call_by_genai_operation(encoded, operation_at)
+    if naming == _BY_SPAN_NAME:
+        name = span_name or None
+    elif naming == _BY_ENTITY_NAME:
+        name = string_of(encoded, _TL_NAME) or None
+    elif naming == _BY_TOOL_NAME:
+        name = string_of(encoded, _OI_TOOL_NAME) or span_name or None
+    else:
+        name = _oi_agent_name(encoded) or None
+    return (kind_of, name, form, conditional)
+
+
+def _oi_agent_name(encoded: bytes) -> str | None:
+    """An OpenInference agent's ``agent.name``, else its ``graph.node.id``."""
+    at = encoded.find(_OI_AGENT_NAME)
+    if at >= 0:
+        agent = string_at(encoded, at + len(_OI_AGENT_NAME))
+        if agent:
+            return agent
+        # The name was found written key first: so is the node id looked for, as Attributes does.
+        at = encoded.find(_OI_GRAPH_NODE)
+        return string_at(encoded, at + len(_OI_GRAPH_NODE)) if at >= 0 else None
+    if encoded.find(_OI_AGENT_NAME_FIELD) >= 0:  # written value first
+        attributes = Attributes.of(encoded)
+        return attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
+    return string_of(encoded, _OI_GRAPH_NODE)
+
+
+def _call_by_operation(span_name: str, scope: str, encoded: bytes) -> CallFields | None:
+    """:func:`call_by_attributes` of a span with no dialect's kind written key first."""
+    operation_at = encoded.find(_OPERATION)
+    if operation_at < 0 and (encoded.find(_KIND_TEXT) >= 0 or encoded.find(_OPERATION_FIELD) >= 0):
+        # Written value first (the OpenTelemetry Collector's encoding): read it key first.
+        encoded = key_first(encoded)
+        at = encoded.find(_KIND_ENDING)
+        if at >= 0:
+            return _call_by_kind(span_name, scope, encoded, at, encoded.find(_OPERATION))
+        operation_at = encoded.find(_OPERATION)
+    return _call_by_genai_operation(encoded, operation_at)
+
+
+def _call_by_kind(
+    span_name: str, scope: str, encoded: bytes, at: int, operation_at: int | None = None
+) -> CallFields | None:
+    """:func:`call_by_attributes` from the first dialect's kind at ``at``, field by field."""
     while at >= 0:
         end = at + len(_KIND_ENDING)
         if encoded.startswith(_OI_KIND, at - _OI_KIND_START):
             kind = string_at(encoded, end)
             if kind == _OI_TOOL:
                 tool = Attributes.of(encoded).string(_OI_TOOL_NAME) or span_name
-                return _new_call(Call, (TOOL, tool or None, FORM_OPENINFERENCE, False))
+                return (TOOL, tool or None, FORM_OPENINFERENCE, False)
             if scope == OPENINFERENCE_LANGCHAIN_SCOPE:
                 if kind == _OI_CHAIN:
-                    return _new_call(Call, (AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, True))
+                    return (AGENT, span_name or None, FORM_OPENINFERENCE_CHAIN, True)
             elif kind == _OI_AGENT:
                 attributes = Attributes.of(encoded)
                 agent = attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
-                return _new_call(Call, (AGENT, agent or None, FORM_OPENINFERENCE, False))
+                return (AGENT, agent or None, FORM_OPENINFERENCE, False)
             break
         if encoded.startswith(_TL_KIND, at - _TL_KIND_START):
             row = _TL_FORMS.get(string_at(encoded, end) or "")
             if row is not None:
                 kind_of, form, conditional = row
-                return _new_call(Call, (kind_of, _name(encoded, _TL_NAME), form, conditional))
+                return (kind_of, _name(encoded, _TL_NAME), form, conditional)
             break
         at = encoded.find(_KIND_ENDING, end)
-    if operation_at is None:
-        operation_at = encoded.find(_OPERATION)
+    return _call_by_genai_operation(
+        encoded, encoded.find(_OPERATION) if operation_at is None else operation_at
+    )
+
+
+def _call_by_genai_operation(encoded: bytes, operation_at: int) -> CallFields | None:
+    """The call of a span by its ``gen_ai.operation.name`` (its KeyValue at ``operation_at``)."""
     if operation_at >= 0:
         operation = string_at(encoded, operation_at + len(_OPERATION)) or ""
         key = _NAME_KEYS.get(operation)
         if key is not None:
-            return _new_call(Call, (_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI, False))
+            return (_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI, False)
     return None
 
 
 def _name(encoded: bytes, key: bytes) -> str | None:
     """A call's name from one attribute of the span's encoding; empty or absent is no name."""
-    return Attributes.of(encoded).string(key) or None
+    return string_of(encoded, key) or None

@@ -9,8 +9,10 @@ fields, checking only its framing. Parsing so costs a quarter of a full parse.
 
 The few spans whose attributes matter (call spans, when the request holds ``otel_guard.``
 attributes) are read with :class:`Attributes`: the span's own encoding, searched for the
-``KeyValue`` of one key. Attribute values that are never read are never checked: a downstream that
-decodes them answers for them.
+``KeyValue`` of one key. Where every span of a scope is searched (the dialects that name calls by
+attributes), the spans are read in the bytes they were received as, which a second view of the
+request gives (:func:`parse_encoded_spans`), rather than encoded again. Attribute values that are
+never read are never checked: a downstream that decodes them answers for them.
 
 OTLP/JSON (``Content-Type: application/json``) is converted to the protobuf form first: ids are hex
 in OTLP/JSON (not base64 as in the protobuf JSON mapping), unknown fields are ignored as the OTLP
@@ -39,8 +41,10 @@ __all__ = [
     "RequestView",
     "SpanView",
     "json_to_protobuf",
+    "parse_encoded_spans",
     "parse_request",
     "string_at",
+    "string_of",
 ]
 
 TRACE_ID_BYTES = 16
@@ -100,6 +104,23 @@ class RequestView(Protocol):
     def resource_spans(self) -> Sequence[ResourceSpansView]: ...
 
 
+class EncodedScopeSpansView(Protocol):
+    @property
+    def spans(self) -> Sequence[bytes]: ...
+
+
+class EncodedResourceSpansView(Protocol):
+    @property
+    def scope_spans(self) -> Sequence[EncodedScopeSpansView]: ...
+
+
+class EncodedSpansView(Protocol):
+    """A request's spans as the bytes they were received as (see :func:`parse_encoded_spans`)."""
+
+    @property
+    def resource_spans(self) -> Sequence[EncodedResourceSpansView]: ...
+
+
 def _view_file() -> descriptor_pb2.FileDescriptorProto:
     """The view schema: OTLP's trace messages cut down to what detection reads."""
     field = descriptor_pb2.FieldDescriptorProto
@@ -148,6 +169,15 @@ def _view_file() -> descriptor_pb2.FileDescriptorProto:
     request = file.message_type.add(name="ExportTraceServiceRequest")
     add(request, "resource_spans", 1, field.TYPE_MESSAGE, repeated,
         ".otel_guard_processor.view.ResourceSpans")  # fmt: skip
+    # The request's spans left encoded, each its bytes as received (see parse_encoded_spans).
+    encoded_scope_spans = file.message_type.add(name="EncodedScopeSpans")
+    add(encoded_scope_spans, "spans", 2, field.TYPE_BYTES, repeated)
+    encoded_resource_spans = file.message_type.add(name="EncodedResourceSpans")
+    add(encoded_resource_spans, "scope_spans", 2, field.TYPE_MESSAGE, repeated,
+        ".otel_guard_processor.view.EncodedScopeSpans")  # fmt: skip
+    encoded_request = file.message_type.add(name="EncodedSpans")
+    add(encoded_request, "resource_spans", 1, field.TYPE_MESSAGE, repeated,
+        ".otel_guard_processor.view.EncodedResourceSpans")  # fmt: skip
     # A span's own attributes alone (see key_first), as OTLP's KeyValues.
     file.dependency.append(common_pb2.DESCRIPTOR.name)
     attributes = file.message_type.add(name="SpanAttributes")
@@ -170,6 +200,9 @@ _RequestViewClass: Any = _view_request_class()
 _SpanAttributesClass: Any = message_factory.GetMessageClass(
     descriptor_pool.Default().FindMessageTypeByName("otel_guard_processor.view.SpanAttributes")
 )
+_EncodedSpansClass: Any = message_factory.GetMessageClass(
+    descriptor_pool.Default().FindMessageTypeByName("otel_guard_processor.view.EncodedSpans")
+)
 
 
 def parse_request(raw: bytes) -> RequestView:
@@ -180,16 +213,33 @@ def parse_request(raw: bytes) -> RequestView:
         raise MalformedRequest(f"not an OTLP ExportTraceServiceRequest: {exc}") from None
 
 
+def parse_encoded_spans(raw: bytes) -> EncodedSpansView | None:
+    """The spans of a request as the bytes they were received as, or None when it does not parse.
+
+    The same spans in the same order as :func:`parse_request`'s (both read the same repeated
+    fields), each span's bytes left as they are, so that reading one costs a copy, not the encoding
+    that ``SerializeToString()`` makes of a span of the view. The fields stand in the order the
+    sender wrote them: an OTLP encoder writes a span's attributes (field 9) before its events and
+    links, so a search finds the span's own attribute first.
+    """
+    try:
+        return cast(EncodedSpansView, _EncodedSpansClass.FromString(raw))
+    except DecodeError:
+        return None
+
+
 class Attributes:
     """The attributes of one span, looked up in the span's own encoding.
 
     A lookup finds the first ``KeyValue`` with that key (tag, length, key, then the value's tag)
-    and decodes just its ``AnyValue``. The view re-encodes the fields it declares first (ids,
-    name, kind, start time, and the links, whose own attributes come along), then the rest as
-    received: the span's attributes, then its events, in the field order OTLP encoders write. So
-    the span's own attribute is the one found unless a link carries the same key (the keys read
-    here -- ``gen_ai.*`` names and the guard's ``otel_guard.*`` -- are not link attributes). A value
-    of an unexpected type, or bytes that do not decode, read as absent.
+    and decodes just its ``AnyValue``. In the bytes a span was received as
+    (:func:`parse_encoded_spans`), OTLP encoders write its attributes before its events and links.
+    The view re-encodes the fields it declares first (ids, name, kind, start time, and the links,
+    whose own attributes come along), then the rest as received: the span's attributes, then its
+    events. So the span's own attribute is the one found, in its encoding by the view unless a
+    link carries the same key (the keys read here -- ``gen_ai.*`` names, the dialects' kinds and
+    names, the guard's ``otel_guard.*`` -- are not link attributes). A value of an unexpected type,
+    or bytes that do not decode, read as absent.
     """
 
     __slots__ = ("_blob", "_key_first")
@@ -205,6 +255,11 @@ class Attributes:
         attributes._blob = encoded
         attributes._key_first = False
         return attributes
+
+    def holds(self, text: bytes) -> bool:
+        """Whether ``text`` stands anywhere in the encoding searched (a key absent from it is
+        absent in either field order)."""
+        return self._blob.find(text) >= 0  # (`in` costs more: it tries the text as an int first)
 
     def _find(self, key: bytes) -> int:
         """Where the KeyValue of ``key`` starts in the blob, or -1.
@@ -344,15 +399,25 @@ def string_at(encoded: bytes, at: int) -> str | None:
     try:
         # The common encoding, read without a loop: short AnyValue, string tag, short string.
         if encoded[at] < 0x80 and encoded[at + 1] == 0x0A and encoded[at + 2] < 0x80:
-            return encoded[at + 3 : at + 3 + encoded[at + 2]].decode("utf-8")
+            return encoded[at + 3 : at + 3 + encoded[at + 2]].decode()
         length, start = _varint(encoded, at)
         value = encoded[start : start + length]
         if value[:1] != b"\n":
             return None
         length, start = _varint(value, 1)
-        return value[start : start + length].decode("utf-8")
+        return value[start : start + length].decode()
     except (IndexError, UnicodeDecodeError):
         return None
+
+
+def string_of(encoded: bytes, key: bytes) -> str | None:
+    """``Attributes.of(encoded).string(key)``, the same answer without the object."""
+    at = encoded.find(key)
+    if at >= 0:
+        return string_at(encoded, at + len(key))
+    if encoded.find(key[:-1]) >= 0:  # written value first (find: `in` tries an int first)
+        return Attributes.of(encoded).string(key)
+    return None
 
 
 def attribute_key(name: str) -> bytes:
