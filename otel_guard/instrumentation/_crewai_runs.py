@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from opentelemetry import context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard.errors import DelegationRefused
@@ -54,22 +53,16 @@ def guard_run(
     if hop is None:
         with inside_run(run):
             return wrapped(*args, **kwargs)
+    entered = False
     try:
-        hop_context = hop.start()
+        with hop:  # the hop's context attached around the run, its span ended with the run's outcome
+            entered = True
+            with inside_run(run):
+                return wrapped(*args, **kwargs)
     except DelegationRefused as err:
-        note_refusal(err)
+        if not entered:  # this run's own hop was refused (a refusal from inside the run passes as is)
+            note_refusal(err)
         raise
-    token = context.attach(hop_context)
-    try:
-        with inside_run(run):
-            result = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        context.detach(token)
-        hop.finish(exc)
-        raise
-    context.detach(token)
-    hop.finish()
-    return result
 
 
 def guard_kickoff(
@@ -92,22 +85,16 @@ async def guard_run_async(
     if hop is None:
         with inside_run(run):
             return await wrapped(*args, **kwargs)
+    entered = False
     try:
-        hop_context = await hop.astart()
+        async with hop:  # as guard_run, the budget store awaited
+            entered = True
+            with inside_run(run):
+                return await wrapped(*args, **kwargs)
     except DelegationRefused as err:
-        note_refusal(err)
+        if not entered:
+            note_refusal(err)
         raise
-    token = context.attach(hop_context)
-    try:
-        with inside_run(run):
-            result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        context.detach(token)
-        hop.finish(exc)
-        raise
-    context.detach(token)
-    hop.finish()
-    return result
 
 
 def _in_event_loop() -> bool:
