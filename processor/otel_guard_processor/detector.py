@@ -359,6 +359,7 @@ class Detector:
         self._tool_traces: OrderedDict[bytes, _Trace] = OrderedDict()
         self._now = 0.0  # the time of the request being read, or of the sweep under way
         self._decided_here = 0  # decisions read span by span in the request being ingested
+        self._marker_hint = MARKERS[0]  # the dialect marker the last request that held one held
         self._stored = 0  # spans held, settled or waiting, over all traces
         self._pending = 0  # of which waiting
 
@@ -406,11 +407,15 @@ class Detector:
         # (find, not `in`: a bytes `in` tries its operand as an int first, at the cost of an error)
         guard_at = raw.find(_GUARD_BYTES)
         guard = guard_at >= 0
-        dialect_markers = False
-        for marker_bytes in MARKERS:
-            if raw.find(marker_bytes) >= 0:
-                dialect_markers = True
-                break
+        # The marker the last request held first: a pipeline's traffic is mostly of one kind, and
+        # each marker not there costs a search of the whole request.
+        dialect_markers = raw.find(self._marker_hint) >= 0
+        if not dialect_markers:
+            for marker_bytes in MARKERS:
+                if marker_bytes is not self._marker_hint and raw.find(marker_bytes) >= 0:
+                    self._marker_hint = marker_bytes
+                    dialect_markers = True
+                    break
         per_trace = self.limits.max_spans_per_trace
         max_traces = self.limits.max_traces
         received = skipped = 0

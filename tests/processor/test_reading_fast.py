@@ -302,3 +302,59 @@ def test_each_span_of_a_searched_scope_is_read_in_its_own_bytes_past_skipped_spa
     assert detector.dropped == {"trace_full": 1}
     assert detector.delegations == {("planner", "budget"): 2, ("budget", "planner"): 1}
     assert detector.cycles == {("cross_function", "planner>budget>planner"): 1}
+
+
+# --- the request's markers ----------------------------------------------------------------------
+
+
+class _CountedSearches(bytes):
+    """A request's bytes that count the whole-request searches for the dialects' markers."""
+
+    searches = 0
+
+    def find(self, sub: object, *args: object) -> int:  # type: ignore[override]
+        if sub in dialects.MARKERS and not args:
+            type(self).searches += 1
+        return super().find(sub, *args)  # type: ignore[arg-type]
+
+
+def _searches(detector: Detector, *spans: Span) -> int:
+    raw = _CountedSearches(encode(*spans))
+    _CountedSearches.searches = 0
+    detector.ingest(parse_request(raw), raw, 0.0)
+    return _CountedSearches.searches
+
+
+def test_a_request_of_other_spans_is_searched_once_a_marker_and_a_run_of_one_dialect_once() -> None:
+    """Most of a pipeline's spans are no calls (HTTP, databases): such a request costs one search
+    of its bytes a marker. A run of requests of one dialect finds its marker at the first search,
+    and the calls of a request of another are still read."""
+    detector = Detector()
+    plain = Trace()
+    root = plain.span("GET /orders", kind=Span.SPAN_KIND_SERVER)
+    plain.span("SELECT orders", root, kind=Span.SPAN_KIND_CLIENT)
+    assert _searches(detector, *plain.spans) == len(dialects.MARKERS) == 3
+
+    def oi_loop() -> list[Span]:
+        trace = Trace()
+        oi = {"openinference.span.kind": "AGENT"}
+        planner = trace.span("planner run", attributes={**oi, "agent.name": "planner"}, scope="oi.x")
+        budget = trace.span("budget run", planner, attributes={**oi, "agent.name": "budget"}, scope="oi.x")
+        trace.span("planner again", budget, attributes={**oi, "agent.name": "planner"}, scope="oi.x")
+        return trace.spans
+
+    assert _searches(detector, *oi_loop()) == 3  # the kind's marker is the last one tried
+    assert _searches(detector, *oi_loop()) == 1  # then the first
+    assert detector.cycles == {("cross_function", "planner>budget>planner"): 2}
+    genai = Trace()
+    planner = genai.span(
+        "chat", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}
+    )
+    budget = genai.span(
+        "chat", planner, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "budget"}
+    )
+    genai.span(
+        "chat", budget, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}
+    )
+    assert _searches(detector, *genai.spans) == 2  # the hint, then invoke_
+    assert detector.cycles == {("cross_function", "planner>budget>planner"): 3}
