@@ -11,6 +11,7 @@ reference measured in the same test, never with a fixed figure.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -100,8 +101,11 @@ async def test_small_requests_are_answered_while_a_100k_span_trace_is_detected(
     assert len(during) >= SMALL_REQUESTS_AT_LEAST, (len(during), reference)
     # The large trace was detected (it holds one trace, whose spans were all kept) ...
     assert processor.detector.stored_spans >= LARGE_SPANS
-    # ... and no small request waited for it: on the event loop, one waited about all of `reference`.
-    assert max(during) < reference / 2, (max(during), reference)
+    # ... and no small request waited for it: on the event loop, one would have waited about all
+    # of `reference` (and no other been sent meanwhile). Most wait a slice or two; the slowest,
+    # under a machine's other load, may wait more, never the whole detection.
+    assert statistics.median(during) < reference / 10, (sorted(during), reference)
+    assert max(during) < reference, (max(during), reference)
 
 
 async def test_a_full_detection_queue_answers_retry_later_and_forwards_nothing(
