@@ -45,6 +45,7 @@ that hold one of :data:`MARKERS` at all. A call span that starts a trace and nam
 
 from __future__ import annotations
 
+from types import EllipsisType
 from typing import Final, NamedTuple
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
@@ -58,6 +59,7 @@ from otel_guard_processor.otlp import (
     encoded_attribute,
     key_first,
     string_at,
+    string_before,
     string_of,
 )
 
@@ -180,6 +182,7 @@ assert _OI_KIND.endswith(_KIND_ENDING)
 assert _TL_KIND.endswith(_KIND_ENDING)
 assert _OI_KIND_START > _TL_KIND_START
 
+
 # What a dialect's kind makes of a span, by the kind's whole KeyValue as encoders write it (key
 # first, the value a short string): (kind, form, conditional, naming), ``naming`` saying where the
 # call's name is (_BY_SPAN_NAME, _BY_TOOL_NAME: OpenInference's tool.name else the span name,
@@ -187,6 +190,12 @@ assert _OI_KIND_START > _TL_KIND_START
 # _NOT_A_CALL for a kind that is no call (the span is then read by its GenAI operation). One table
 # for OpenInference's LangChain scope, one for every other scope. One slice of the encoding and one
 # lookup read the common cases; a kind written otherwise is read field by field (_call_by_kind).
+def _value_first(key_value: bytes) -> bytes:
+    """A KeyValue of :func:`encoded_attribute`'s (a short string) written value first."""
+    key_end = key_value.index(b"\x12")  # the value's tag: a short key's field holds no 0x12
+    return key_value[key_end:] + key_value[:key_end]
+
+
 _BY_SPAN_NAME: Final = 0
 _BY_TOOL_NAME: Final = 1
 _BY_AGENT_NAME: Final = 2
@@ -213,6 +222,13 @@ _LANGCHAIN_KIND_ROWS: Final[dict[bytes, tuple[int, int, bool, int]]] = {
     encoded_attribute(_OI_KIND_NAME, _OI_CHAIN): (AGENT, FORM_OPENINFERENCE_CHAIN, True, _BY_SPAN_NAME),
     **_TL_ROWS,
 }
+# The same tables by each kind's KeyValue written value first (the OpenTelemetry Collector's
+# encoding): found by the kind's text, which ends it, and the value's tag before it.
+_KIND_ROWS_VALUE_FIRST: Final = {_value_first(kv): row for kv, row in _KIND_ROWS.items()}
+_LANGCHAIN_KIND_ROWS_VALUE_FIRST: Final = {_value_first(kv): row for kv, row in _LANGCHAIN_KIND_ROWS.items()}
+_LONGEST_VALUE_FIRST_KIND: Final = max(map(len, _KIND_ROWS_VALUE_FIRST | _LANGCHAIN_KIND_ROWS_VALUE_FIRST))
+_KIND_TEXT_LENGTH: Final = len(_KIND_TEXT)
+_ATTRIBUTE_TAG: Final = 0x4A  # a span's attribute: field 9, length-delimited
 _KIND_ENDING_LENGTH: Final = len(_KIND_ENDING)
 _OI_AGENT_NAME_FIELD: Final = _OI_AGENT_NAME[:-1]
 
@@ -281,14 +297,65 @@ def _oi_agent_name(encoded: bytes) -> str | None:
 def _call_by_operation(span_name: str, scope: str, encoded: bytes) -> CallFields | None:
     """:func:`call_by_attributes` of a span with no dialect's kind written key first."""
     operation_at = encoded.find(_OPERATION)
-    if operation_at < 0 and (encoded.find(_KIND_TEXT) >= 0 or encoded.find(_OPERATION_FIELD) >= 0):
-        # Written value first (the OpenTelemetry Collector's encoding): read it key first.
+    if operation_at >= 0:
+        return _call_by_genai_operation(encoded, operation_at)
+    # Written value first (the OpenTelemetry Collector's encoding): read so where the layout is
+    # the common one, else re-encoded key first.
+    at = encoded.find(_KIND_TEXT)
+    read = _value_first_kind(span_name, scope, encoded, at) if at >= 0 else _value_first_operation(encoded)
+    if read is not ...:
+        return read
+    if at >= 0 or encoded.find(_OPERATION_FIELD) >= 0:
         encoded = key_first(encoded)
         at = encoded.find(_KIND_ENDING)
         if at >= 0:
             return _call_by_kind(span_name, scope, encoded, at, encoded.find(_OPERATION))
         operation_at = encoded.find(_OPERATION)
     return _call_by_genai_operation(encoded, operation_at)
+
+
+def _value_first_kind(
+    span_name: str, scope: str, encoded: bytes, at: int
+) -> CallFields | EllipsisType | None:
+    """:func:`read_call` of a span whose first dialect's kind text, at ``at``, ends a KeyValue
+    written value first; ``...`` when that is not the common layout of a known kind."""
+    end = at + _KIND_TEXT_LENGTH
+    tag = encoded.rfind(b"\x12", max(2, end - _LONGEST_VALUE_FIRST_KIND), at)
+    if tag < 0 or encoded[tag - 1] != end - tag or encoded[tag - 2] != _ATTRIBUTE_TAG:
+        return ...  # not an attribute's whole KeyValue (the text in another value, say)
+    rows = (
+        _LANGCHAIN_KIND_ROWS_VALUE_FIRST if scope == OPENINFERENCE_LANGCHAIN_SCOPE else _KIND_ROWS_VALUE_FIRST
+    )
+    row = rows.get(encoded[tag:end])
+    if row is None:
+        return ...
+    kind_of, form, conditional, naming = row
+    if not kind_of:
+        return _value_first_operation(encoded)  # (the caller found none written key first)
+    if naming == _BY_SPAN_NAME:
+        name = span_name or None
+    elif naming == _BY_ENTITY_NAME:
+        name = string_of(encoded, _TL_NAME) or None
+    elif naming == _BY_TOOL_NAME:
+        name = string_of(encoded, _OI_TOOL_NAME) or span_name or None
+    else:  # agent.name, else graph.node.id
+        name = string_of(encoded, _OI_AGENT_NAME) or string_of(encoded, _OI_GRAPH_NODE) or None
+    return (kind_of, name, form, conditional)
+
+
+def _value_first_operation(encoded: bytes) -> CallFields | EllipsisType | None:
+    """The call of a span by its ``gen_ai.operation.name`` written value first, as
+    :func:`_call_by_genai_operation` reads it key first; ``...`` when not in the common layout."""
+    at = encoded.find(_OPERATION_FIELD)
+    if at < 0:
+        return None
+    operation = string_before(encoded, at, at + len(_OPERATION_FIELD))
+    if operation is ...:
+        return ...
+    key = _NAME_KEYS.get(operation or "")
+    if key is None:
+        return None
+    return (_BARE_NAMES[operation], _name(encoded, key), FORM_GENAI, False)  # type: ignore[index]
 
 
 def _call_by_kind(

@@ -28,6 +28,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Sequence
+from types import EllipsisType
 from typing import Any, Final, Protocol, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
@@ -44,6 +45,7 @@ __all__ = [
     "parse_encoded_spans",
     "parse_request",
     "string_at",
+    "string_before",
     "string_of",
 ]
 
@@ -328,6 +330,8 @@ class Attributes:
 
 
 _SPAN_ATTRIBUTES: Final = 9  # Span.attributes
+_ATTRIBUTE_TAG: Final = _SPAN_ATTRIBUTES << 3 | 2  # its field's tag (length-delimited)
+_STRING: Final = 0x0A  # AnyValue.string_value's tag
 _KEY: Final = 1  # KeyValue.key
 _VALUE: Final = 2  # KeyValue.value
 
@@ -415,9 +419,41 @@ def string_of(encoded: bytes, key: bytes) -> str | None:
     at = encoded.find(key)
     if at >= 0:
         return string_at(encoded, at + len(key))
-    if encoded.find(key[:-1]) >= 0:  # written value first (find: `in` tries an int first)
-        return Attributes.of(encoded).string(key)
+    at = encoded.find(key[:-1])  # (find: `in` tries an int first)
+    if at >= 0:  # written value first
+        value = string_before(encoded, at, at + len(key) - 1)
+        return Attributes.of(encoded).string(key) if value is ... else value
     return None
+
+
+def string_before(encoded: bytes, key_at: int, key_end: int) -> str | EllipsisType | None:
+    """The string value of the attribute whose key field (tag, length, key) stands at
+    ``key_at:key_end`` of a span's encoding, written after its value, as the OpenTelemetry
+    Collector writes a KeyValue; None for a value of another type; ``...`` when the layout is not
+    the short one read here, and only :func:`key_first` can tell.
+
+    The short layout, all lengths one byte: the attribute's field-9 tag and length, the value's
+    tag and length, the AnyValue's string tag and length, the text, then the key field. Every
+    length is checked against where the key stands, so a ``0x12`` byte in the text is not taken
+    for the value's tag.
+    """
+    low = max(2, key_at - 127)
+    tag = encoded.rfind(b"\x12", low, key_at - 3)
+    while tag >= 0:
+        text = key_at - tag - 4
+        if (
+            encoded[tag + 3] == text
+            and encoded[tag + 2] == _STRING
+            and encoded[tag + 1] == text + 2
+            and encoded[tag - 1] == key_end - tag
+            and encoded[tag - 2] == _ATTRIBUTE_TAG
+        ):
+            try:
+                return encoded[tag + 4 : key_at].decode()
+            except UnicodeDecodeError:
+                return None
+        tag = encoded.rfind(b"\x12", low, tag)
+    return ...
 
 
 def attribute_key(name: str) -> bytes:
@@ -431,6 +467,14 @@ def encoded_attribute(name: str, value: str) -> bytes:
     text = value.encode("utf-8")
     any_value = b"\n" + _encode_varint(len(text)) + text
     return attribute_key(name) + _encode_varint(len(any_value)) + any_value
+
+
+def encoded_attribute_value_first(name: str, value: str) -> bytes:
+    """:func:`encoded_attribute` as the OpenTelemetry Collector writes it: the value, then the key."""
+    text = value.encode("utf-8")
+    any_value = b"\n" + _encode_varint(len(text)) + text
+    key = attribute_key(name)[:-1]
+    return b"\x12" + _encode_varint(len(any_value)) + any_value + key
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:

@@ -134,11 +134,13 @@ def span_encodings(draw: st.DrawFn) -> tuple[str, bytes]:
     """A span's name and encoding: its header, then attributes in any order and field order."""
     name = draw(st.sampled_from(NAMES))
     encoded = Span(trace_id=b"t" * 16, span_id=b"s" * 8, name=name).SerializeToString()
+    order = draw(st.sampled_from(["key first", "value first", "mixed"]))
     for _ in range(draw(st.integers(0, 6))):
         name_of_key = draw(st.sampled_from(sorted(KEYS)))
         key = length_delimited(1, name_of_key.encode())
         value = length_delimited(2, any_value(draw(st.sampled_from(KEYS[name_of_key] + OTHER))))
-        encoded += length_delimited(9, value + key if draw(st.booleans()) else key + value)
+        value_first = order == "value first" or (order == "mixed" and draw(st.booleans()))
+        encoded += length_delimited(9, value + key if value_first else key + value)
     if draw(st.booleans()):  # something else after the attributes: an event's attributes, say
         encoded += length_delimited(11, length_delimited(3, length_delimited(1, b"tool.name")))
     return name, encoded
@@ -175,6 +177,34 @@ CASES = [
     kv("input.value", "span.kind") + kv("gen_ai.operation.name", "invoke_agent"),
     kv(OI, "x" * 200),
     kv(OI, "TOOL")[:-3],  # cut short
+    # Written value first throughout, as the OpenTelemetry Collector writes spans.
+    kv(OI, "AGENT", value_first=True) + kv("agent.name", "a", value_first=True),
+    kv(OI, "AGENT", value_first=True)
+    + kv("agent.name", "", value_first=True)
+    + kv("graph.node.id", "n", True),
+    kv(OI, "AGENT", value_first=True) + kv("agent.name", "a\x12b", value_first=True),  # the value's tag in it
+    kv(OI, "AGENT", value_first=True)
+    + kv("agent.name", "\x12\x03\n\x01x", value_first=True),  # a layout in it
+    kv(OI, "AGENT", value_first=True) + kv("agent.name", "x" * 150, value_first=True),  # lengths of two bytes
+    kv(OI, "AGENT", value_first=True) + kv("agent.name", "plänner", value_first=True),
+    kv(OI, "AGENT", value_first=True) + kv("agent.name", b"\xff", value_first=True),
+    kv(OI, "AGENT", value_first=True) + kv("agent.name", 7, value_first=True),
+    kv(OI, "TOOL", value_first=True) + kv("tool.name", "t", value_first=True),
+    kv(OI, "TOOL", value_first=True),
+    kv(OI, "CHAIN", value_first=True)
+    + kv("gen_ai.operation.name", "invoke_agent", value_first=True)
+    + kv("gen_ai.agent.name", "a", value_first=True),
+    kv(OI, "LLM", value_first=True),
+    kv(OI, "LLM", value_first=True) + kv("gen_ai.operation.name", "chat", value_first=True),
+    kv(OI, "x" * 200, value_first=True),
+    kv(TL, "task", value_first=True) + kv("traceloop.entity.name", "e", value_first=True),
+    kv(TL, "workflow", value_first=True) + kv("traceloop.entity.name", "w", value_first=True),
+    kv("input.value", "\x12\x07\n\x05CHAIN\n\x17openinference.span.kind", True) + kv(OI, "TOOL", True),
+    kv("gen_ai.operation.name", "execute_tool", value_first=True)
+    + kv("gen_ai.tool.name", "t", value_first=True),
+    kv("gen_ai.operation.name", "chat", value_first=True),
+    kv("gen_ai.operation.name", 7, value_first=True),
+    kv("gen_ai.operation.name", "x" * 150, value_first=True),
 ]
 
 
