@@ -49,10 +49,21 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def config_for_test(tmp_path: Path, name: str, grpc_port: int, http_port: int, hosts: dict[str, str]) -> Path:
+def config_for_test(
+    tmp_path: Path,
+    name: str,
+    grpc_port: int,
+    http_port: int,
+    hosts: dict[str, str],
+    compression: str | None = None,
+) -> Path:
     """The shipped config ``name`` with the test's addresses in place of the deployment's (``hosts``:
-    the config's host:port -> the test's)."""
+    the config's host:port -> the test's), and ``compression`` on the hop to the processors instead
+    of the shipped ``none``, if given."""
     text = (ROOT / "processor" / "collector" / f"{name}.yaml").read_text(encoding="utf-8")
+    if compression is not None:
+        assert "compression: none" in text
+        text = text.replace("compression: none", f"compression: {compression}")
     text = text.replace("0.0.0.0:4317", f"127.0.0.1:{grpc_port}").replace(
         "0.0.0.0:4318", f"127.0.0.1:{http_port}"
     )
@@ -117,9 +128,10 @@ class Pipeline:
 
     INSTANCES: ClassVar[dict[str, int]] = {"inline": 1, "fanout": 1, "scaleout": 3, "scaleout-by-chain": 3}
 
-    def __init__(self, tmp_path: Path, name: str = "inline") -> None:
+    def __init__(self, tmp_path: Path, name: str = "inline", compression: str | None = None) -> None:
         self.tmp_path = tmp_path
         self.name = name
+        self.compression = compression
         self.sink = Sink()
         self.processors: list[Processor] = []
         self.process: subprocess.Popen[str] | None = None
@@ -154,7 +166,7 @@ class Pipeline:
             },
         }[self.name]
         self.port, http_port = free_port(), free_port()
-        config = config_for_test(self.tmp_path, self.name, self.port, http_port, hosts)
+        config = config_for_test(self.tmp_path, self.name, self.port, http_port, hosts, self.compression)
         self.process = subprocess.Popen(
             [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -206,9 +218,17 @@ async def test_third_party_loops_through_the_collector_count_as_they_do_directly
         assert detector.delegations == {edge: count * len(loops) for edge, count in LOOP_EDGES.items()}
 
 
-@pytest.mark.parametrize("config", sorted(Pipeline.INSTANCES))
-async def test_agents_to_the_collector_to_the_processor_to_the_store(tmp_path: Path, config: str) -> None:
-    async with Pipeline(tmp_path, config) as pipeline:
+@pytest.mark.parametrize(
+    ("config", "compression"),
+    [*((name, None) for name in sorted(Pipeline.INSTANCES)), ("inline", "gzip")],
+    ids=[*sorted(Pipeline.INSTANCES), "inline-gzip"],
+)
+async def test_agents_to_the_collector_to_the_processor_to_the_store(
+    tmp_path: Path, config: str, compression: str | None
+) -> None:
+    """Each shipped config as it is (its hop to the processors uncompressed), and inline with the
+    Collector's default gzip on that hop, as a config that leaves compression out has it."""
+    async with Pipeline(tmp_path, config, compression) as pipeline:
         sent: Counter[bytes] = Counter()
         for _ in range(TRACES):
             raw, span_ids = loop_trace()

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from otel_guard_processor.service import Processor
-from processor_helpers import ProcessorFactory, export, grpc_address, http_url, scrape, series
+from processor_helpers import EXPORT, ProcessorFactory, Sink, export, grpc_address, http_url, scrape, series
 from processor_spans import Trace, encode, request
 
 CYCLES = "otel_guard_cycles_total"
@@ -118,6 +118,27 @@ async def test_http_gzip_body_is_accepted(start_processor: ProcessorFactory) -> 
     assert response.status_code == 200
     await processor.detection.settled()  # detection runs after the answer
     assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
+
+
+async def test_a_grpc_request_compressed_with_gzip_is_read_and_forwarded_as_received(
+    start_processor: ProcessorFactory,
+) -> None:
+    """The OpenTelemetry Collector's OTLP exporter compresses with gzip unless told otherwise."""
+    sink = Sink()
+    await sink.start()
+    try:
+        processor = await start_processor(forward=sink.address)
+        raw = encode(*cycle_trace().spans)
+        async with grpc.aio.insecure_channel(
+            grpc_address(processor), compression=grpc.Compression.Gzip
+        ) as channel:
+            call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            await call(raw, timeout=10)
+        await processor.detection.settled()
+        assert processor.detector.cycles == {("cross_function", "planner>budget>planner"): 1}
+        assert sink.received == [raw]  # the spans as sent, uncompressed
+    finally:
+        await sink.stop()
 
 
 async def test_a_gzip_body_of_several_members_is_read_whole(start_processor: ProcessorFactory) -> None:
