@@ -267,15 +267,20 @@ def read_call(span_name: str, scope: str, encoded: bytes) -> CallFields | None:
     if not kind_of:
         operation_at = encoded.find(_OPERATION)
         return None if operation_at < 0 else _call_by_genai_operation(encoded, operation_at)
+    if naming == _BY_SPAN_NAME:  # (the most common row, read here without a call)
+        return (kind_of, span_name or None, form, conditional)
+    return (kind_of, _name_by(naming, span_name, encoded), form, conditional)
+
+
+def _name_by(naming: int, span_name: str, encoded: bytes) -> str | None:
+    """A call's name where its row of the table says it is (``naming``), in either field order."""
     if naming == _BY_SPAN_NAME:
-        name = span_name or None
-    elif naming == _BY_ENTITY_NAME:
-        name = string_of(encoded, _TL_NAME) or None
-    elif naming == _BY_TOOL_NAME:
-        name = string_of(encoded, _OI_TOOL_NAME) or span_name or None
-    else:
-        name = _oi_agent_name(encoded) or None
-    return (kind_of, name, form, conditional)
+        return span_name or None
+    if naming == _BY_ENTITY_NAME:
+        return string_of(encoded, _TL_NAME) or None
+    if naming == _BY_TOOL_NAME:
+        return string_of(encoded, _OI_TOOL_NAME) or span_name or None
+    return _oi_agent_name(encoded) or None
 
 
 def _oi_agent_name(encoded: bytes) -> str | None:
@@ -289,8 +294,7 @@ def _oi_agent_name(encoded: bytes) -> str | None:
         at = encoded.find(_OI_GRAPH_NODE)
         return string_at(encoded, at + len(_OI_GRAPH_NODE)) if at >= 0 else None
     if encoded.find(_OI_AGENT_NAME_FIELD) >= 0:  # written value first
-        attributes = Attributes.of(encoded)
-        return attributes.string(_OI_AGENT_NAME) or attributes.string(_OI_GRAPH_NODE)
+        return string_of(encoded, _OI_AGENT_NAME) or string_of(encoded, _OI_GRAPH_NODE)
     return string_of(encoded, _OI_GRAPH_NODE)
 
 
@@ -332,15 +336,7 @@ def _value_first_kind(
     kind_of, form, conditional, naming = row
     if not kind_of:
         return _value_first_operation(encoded)  # (the caller found none written key first)
-    if naming == _BY_SPAN_NAME:
-        name = span_name or None
-    elif naming == _BY_ENTITY_NAME:
-        name = string_of(encoded, _TL_NAME) or None
-    elif naming == _BY_TOOL_NAME:
-        name = string_of(encoded, _OI_TOOL_NAME) or span_name or None
-    else:  # agent.name, else graph.node.id
-        name = string_of(encoded, _OI_AGENT_NAME) or string_of(encoded, _OI_GRAPH_NODE) or None
-    return (kind_of, name, form, conditional)
+    return (kind_of, _name_by(naming, span_name, encoded), form, conditional)
 
 
 def _value_first_operation(encoded: bytes) -> CallFields | EllipsisType | None:
