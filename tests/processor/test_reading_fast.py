@@ -377,14 +377,9 @@ def test_a_request_of_other_spans_is_searched_once_a_marker_and_a_run_of_one_dia
     assert _searches(detector, *oi_loop()) == 1  # then the first
     assert detector.cycles == {("cross_function", "planner>budget>planner"): 2}
     genai = Trace()
-    planner = genai.span(
-        "chat", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}
-    )
-    budget = genai.span(
-        "chat", planner, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "budget"}
-    )
-    genai.span(
-        "chat", budget, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}
-    )
+    parent: Span | None = None
+    for agent in ("planner", "budget", "planner"):
+        operation = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent}
+        parent = genai.span("chat", parent, attributes=operation)
     assert _searches(detector, *genai.spans) == 2  # the hint, then invoke_
     assert detector.cycles == {("cross_function", "planner>budget>planner"): 3}
