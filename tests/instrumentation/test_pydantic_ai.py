@@ -34,6 +34,7 @@ from pydantic_ai_app import build_loop
 import otel_guard
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.pydantic_ai import PATCH_TARGETS, PydanticAIInstrumentor
+from tests.hop_spans import assert_observe_mode_recorded_the_loop
 
 GUARD_ATTRIBUTES = "otel_guard.decision"
 
@@ -152,22 +153,7 @@ async def test_observe_mode_lets_the_loop_through_and_records_would_refuse(
     assert all(part.outcome == "success" for part in loop.budget_model.tool_results)
     assert result.output == "planner answers after ask_budget success"
 
-    would = [s for s in guard_spans(spans) if s.attributes["otel_guard.decision"] == "would_refuse"]
-    assert would, decisions(spans)
-    first = min(would, key=lambda s: s.start_time or 0)
-    assert first.name == "invoke_agent planner"
-    assert first.attributes["otel_guard.reason"] == "cycle"
-    assert first.attributes["otel_guard.mode"] == "observe"
-    assert [e.name for e in first.events] == ["otel_guard.would_refuse"]
-    assert not [s for s in guard_spans(spans) if s.attributes["otel_guard.decision"] == "refuse"]
-
-    points = metric_reader.points("otel_guard.decisions")
-    assert any(
-        attrs.get("otel_guard.decision") == "would_refuse"
-        and attrs.get("gen_ai.agent.name") == "planner"
-        and attrs.get("otel_guard.reason") == "cycle"
-        for attrs, _ in points
-    ), points
+    assert_observe_mode_recorded_the_loop(spans, metric_reader)
 
 
 # -- spans --------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import wrapt
 from crewai import Agent, Crew, Task
 from crewai.tools import BaseTool
 from crewai_app import Question, ScriptedLLM, agent, build_loop
-from crewai_spans import decisions, guard_spans
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from pydantic import Field
 
 import otel_guard
+from tests.hop_spans import decisions, guard_spans
 
 
 class Lookup(BaseTool):

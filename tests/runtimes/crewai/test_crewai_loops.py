@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from crewai_app import build_crew, build_loop
-from crewai_spans import decisions, guard_spans, refused
 
 import otel_guard
+from tests.hop_spans import assert_observe_mode_recorded_the_loop, decisions, guard_spans, refused
 
 PATH = "planner → ask_budget → budget → ask_planner"
 
@@ -136,26 +136,7 @@ def test_observe_mode_lets_the_loop_through_and_records_would_refuse(
     assert (loop.planner_model.runs, loop.budget_model.runs) == (3, 2)
     assert loop.tool_bodies == {"ask_budget": 2, "ask_planner": 2}
     assert not any("Refused" in seen for seen in loop.budget_model.tool_results)
-    would = [
-        s
-        for s in guard_spans(spans)
-        if s.attributes and s.attributes["otel_guard.decision"] == "would_refuse"
-    ]
-    assert would, decisions(spans)
-    first = would[0]
-    assert first.name == "invoke_agent planner"
-    assert first.attributes is not None
-    assert first.attributes["otel_guard.reason"] == "cycle"
-    assert first.attributes["otel_guard.mode"] == "observe"
-    assert [e.name for e in first.events] == ["otel_guard.would_refuse"]
-    assert refused(spans) == []
-    points = metric_reader.points("otel_guard.decisions")
-    assert any(
-        attrs.get("otel_guard.decision") == "would_refuse"
-        and attrs.get("gen_ai.agent.name") == "planner"
-        and attrs.get("otel_guard.reason") == "cycle"
-        for attrs, _ in points
-    ), points
+    assert_observe_mode_recorded_the_loop(spans, metric_reader)
 
 
 # -- CrewAI's delegation tools ------------------------------------------------------------------

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from crewai.hooks import HookAborted
 from crewai_app import Loop, ScriptedLLM, build_crew, build_loop
-from crewai_spans import guard_spans
 
 import otel_guard
 from otel_guard.instrumentation._crewai_usage import TreeBudgetExceeded
+from tests.hop_spans import guard_spans
 
 
 def tree(max_tool_calls: int = 1) -> Loop:

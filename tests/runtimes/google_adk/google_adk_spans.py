@@ -1,4 +1,5 @@
-"""What the Google ADK tests read from the recorded spans: the guard's hop spans and their decisions."""
+"""What the Google ADK tests read from the recorded spans: the guard's hop spans (``tests.hop_spans``,
+shared by every runtime's tests) and a span's parent."""
 
 from __future__ import annotations
 
@@ -6,22 +7,9 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from tests.hop_spans import decisions, guard_spans
 
-def guard_spans(spans: Any) -> list[ReadableSpan]:
-    """The hop spans (those carrying the contract's attributes), in the order the hops started."""
-    found = [s for s in spans.all() if s.attributes and "otel_guard.decision" in s.attributes]
-    return sorted(found, key=lambda s: s.start_time or 0)
-
-
-def decisions(spans: Any) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(span name, decision, chain agents) of every hop, in the order the hops started."""
-    found = []
-    for span in guard_spans(spans):
-        attributes = dict(span.attributes or {})
-        agents = attributes["otel_guard.chain.agents"]
-        assert isinstance(agents, tuple)
-        found.append((span.name, str(attributes["otel_guard.decision"]), tuple(str(a) for a in agents)))
-    return found
+__all__ = ["decisions", "guard_spans", "parent_of"]
 
 
 def parent_of(span: ReadableSpan, spans: Any) -> ReadableSpan:

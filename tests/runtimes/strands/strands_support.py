@@ -14,8 +14,9 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_guard.instrumentation.strands import StrandsInstrumentor
+from tests.hop_spans import DECISION, decisions, guard_spans
 
-DECISION = "otel_guard.decision"
+__all__ = ["decisions", "guard_spans", "instrumented_fixture", "parent_of", "strands_spans"]
 
 
 def instrumented_fixture() -> Any:
@@ -33,23 +34,9 @@ def instrumented_fixture() -> Any:
     return instrumented
 
 
-def guard_spans(spans: Any) -> list[ReadableSpan]:
-    """The guard's hop spans, in the order the hops started."""
-    found = [s for s in spans.all() if s.attributes and DECISION in s.attributes]
-    return sorted(found, key=lambda s: s.start_time or 0)
-
-
 def strands_spans(spans: Any) -> list[ReadableSpan]:
     """Strands' own spans (every span without the guard's attributes)."""
     return [s for s in spans.all() if not (s.attributes and DECISION in s.attributes)]
-
-
-def decisions(spans: Any) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(span name, decision, chain agents) of every hop, in the order the hops started."""
-    return [
-        (s.name, str(s.attributes[DECISION]), tuple(s.attributes["otel_guard.chain.agents"]))  # type: ignore[index, arg-type]
-        for s in guard_spans(spans)
-    ]
 
 
 def parent_of(span: ReadableSpan, spans: Any) -> ReadableSpan | None:

@@ -1,0 +1,56 @@
+"""The guard's hop spans as the runtimes' tests read them, and the check of observe mode they share.
+
+``spans`` is the session's in-memory span exporter and ``metric_reader`` its metric reader
+(``tests/conftest.py``). Every runtime's environment imports this module (``tests`` is a package).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+DECISION = "otel_guard.decision"
+
+
+def guard_spans(spans: Any) -> list[ReadableSpan]:
+    """The hop spans (those carrying the contract's attributes), in the order the hops started."""
+    found = [s for s in spans.all() if s.attributes and DECISION in s.attributes]
+    return sorted(found, key=lambda s: s.start_time or 0)
+
+
+def decisions(spans: Any) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(span name, decision, chain agents) of every hop, in the order the hops started."""
+    found = []
+    for span in guard_spans(spans):
+        attributes = dict(span.attributes or {})
+        agents = attributes["otel_guard.chain.agents"]
+        assert isinstance(agents, tuple), agents
+        found.append((span.name, str(attributes[DECISION]), tuple(str(agent) for agent in agents)))
+    return found
+
+
+def refused(spans: Any) -> list[ReadableSpan]:
+    """The hop spans of refused hops."""
+    return [s for s in guard_spans(spans) if s.attributes and s.attributes[DECISION] == "refuse"]
+
+
+def assert_observe_mode_recorded_the_loop(spans: Any, metric_reader: Any, agent: str = "planner") -> None:
+    """Observe mode let a loop through and recorded it: the first would-refuse is the hop back into
+    ``agent``, for a cycle, with its event; no hop was refused; the decisions metric counted it."""
+    would = [s for s in guard_spans(spans) if s.attributes and s.attributes[DECISION] == "would_refuse"]
+    assert would, decisions(spans)
+    first = would[0]
+    assert first.name == f"invoke_agent {agent}", decisions(spans)
+    assert first.attributes is not None
+    assert first.attributes["otel_guard.reason"] == "cycle"
+    assert first.attributes["otel_guard.mode"] == "observe"
+    assert [event.name for event in first.events] == ["otel_guard.would_refuse"]
+    assert refused(spans) == []
+    points = metric_reader.points("otel_guard.decisions")
+    assert any(
+        attributes.get(DECISION) == "would_refuse"
+        and attributes.get("gen_ai.agent.name") == agent
+        and attributes.get("otel_guard.reason") == "cycle"
+        for attributes, _ in points
+    ), points
