@@ -68,6 +68,7 @@ import httpx
 import psutil
 import yaml
 from _processor_traffic import COUNT, EXPORT, MIXES, Template, guarded
+from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
@@ -195,13 +196,25 @@ def caught_up(metrics_url: str | None) -> str:
     return response.text
 
 
+def _samples(metrics: str, name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` whose labels include ``labels``, in a /metrics scrape."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
+
+
 def refused_spans(metrics: str) -> float:
     """The spans a processor refused (RESOURCE_EXHAUSTED or UNAVAILABLE: its sender sends them again)."""
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in metrics.splitlines()
-        if line.startswith('otel_guard_processor_spans_total{outcome="rejected"}')
-    )
+    return _samples(metrics, "otel_guard_processor_spans_total", outcome="rejected")
+
+
+def busy_requests(metrics: str) -> float:
+    """The requests a processor refused as busy (``max_pending_bytes``): their sender sends them
+    again, so the processor received their bytes more than once."""
+    return _samples(metrics, "otel_guard_processor_requests_total", outcome="busy")
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -272,7 +285,9 @@ def measure(
     processes = {label: psutil.Process(pid) for label, pid in arm.pids.items()}
     cpu_before = {label: cpu_seconds(process) for label, process in processes.items()}
     sink_before = cpu_seconds(sink.process)
-    refused_before = sum(refused_spans(caught_up(url)) for url in arm.metrics_urls)
+    scrapes = [caught_up(url) for url in arm.metrics_urls]
+    refused_before = sum(map(refused_spans, scrapes))
+    busy_before = sum(map(busy_requests, scrapes))
     before = sink.spans()
     started = time.perf_counter()
     sent = asyncio.run(load(arm.target, template, seconds, concurrency, sink.address, arm.window))
@@ -282,13 +297,16 @@ def measure(
     elapsed = time.perf_counter() - started
     drain = drained(sink, before, sent, patience)
     # and what came during the drain is detected too
-    refused = sum(refused_spans(caught_up(url)) for url in arm.metrics_urls) - refused_before
+    scrapes = [caught_up(url) for url in arm.metrics_urls]
+    refused = sum(map(refused_spans, scrapes)) - refused_before
+    busy = sum(map(busy_requests, scrapes)) - busy_before
     cpu = {label: (cpu_seconds(p) - cpu_before[label]) / sent * 1e6 for label, p in processes.items()}
     sink_cpu = (cpu_seconds(sink.process) - sink_before) / sent * 1e6
     rate = delivered / elapsed
     shown = " + ".join(f"{label} {value:.2f}" for label, value in cpu.items())
     total = f" = {sum(cpu.values()):.2f}" if len(cpu) > 1 else ""
     tail = f"   refused {refused:,.0f} spans (sent again)" if refused else ""
+    tail += f"   {busy:,.0f} requests refused as busy (sent again)" if busy else ""
     tail += (
         f"   backlog {sent - delivered:,} spans, at the sink {drain:.1f} s later" if sent > delivered else ""
     )
