@@ -41,6 +41,11 @@ name alone (:data:`CALL_PREFIXES`); attributes are read (:func:`call_by_attribut
 :func:`read_call` for the detector: the same answer as a plain tuple) only for spans of requests
 that hold one of :data:`MARKERS` at all. A call span that starts a trace and names its caller
 (``gen_ai.caller.agent.name``, set by agent-to-agent servers) continues that caller's path.
+
+Encoders write a KeyValue's key before its value, except the OpenTelemetry Collector (Go's pdata
+writes the value first). Both are read in place where the KeyValue has the common short layout (a
+kind by one lookup of its whole KeyValue, a string by its one-byte lengths, every length checked);
+any other layout is re-encoded key first (:func:`~otel_guard_processor.otlp.key_first`) and read so.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from opentelemetry.semconv_ai import SpanAttributes as TraceloopAttributes
 from opentelemetry.semconv_ai import TraceloopSpanKindValues
 
 from otel_guard_processor.otlp import (
+    ATTRIBUTE_TAG,
     Attributes,
     attribute_key,
     encoded_attribute,
@@ -183,6 +189,12 @@ assert _TL_KIND.endswith(_KIND_ENDING)
 assert _OI_KIND_START > _TL_KIND_START
 
 
+def _value_first(key_value: bytes) -> bytes:
+    """A KeyValue of :func:`encoded_attribute`'s (a short string) written value first."""
+    key_end = key_value.index(b"\x12")  # the value's tag: a short key's field holds no 0x12
+    return key_value[key_end:] + key_value[:key_end]
+
+
 # What a dialect's kind makes of a span, by the kind's whole KeyValue as encoders write it (key
 # first, the value a short string): (kind, form, conditional, naming), ``naming`` saying where the
 # call's name is (_BY_SPAN_NAME, _BY_TOOL_NAME: OpenInference's tool.name else the span name,
@@ -190,12 +202,6 @@ assert _OI_KIND_START > _TL_KIND_START
 # _NOT_A_CALL for a kind that is no call (the span is then read by its GenAI operation). One table
 # for OpenInference's LangChain scope, one for every other scope. One slice of the encoding and one
 # lookup read the common cases; a kind written otherwise is read field by field (_call_by_kind).
-def _value_first(key_value: bytes) -> bytes:
-    """A KeyValue of :func:`encoded_attribute`'s (a short string) written value first."""
-    key_end = key_value.index(b"\x12")  # the value's tag: a short key's field holds no 0x12
-    return key_value[key_end:] + key_value[:key_end]
-
-
 _BY_SPAN_NAME: Final = 0
 _BY_TOOL_NAME: Final = 1
 _BY_AGENT_NAME: Final = 2
@@ -228,7 +234,6 @@ _KIND_ROWS_VALUE_FIRST: Final = {_value_first(kv): row for kv, row in _KIND_ROWS
 _LANGCHAIN_KIND_ROWS_VALUE_FIRST: Final = {_value_first(kv): row for kv, row in _LANGCHAIN_KIND_ROWS.items()}
 _LONGEST_VALUE_FIRST_KIND: Final = max(map(len, _KIND_ROWS_VALUE_FIRST | _LANGCHAIN_KIND_ROWS_VALUE_FIRST))
 _KIND_TEXT_LENGTH: Final = len(_KIND_TEXT)
-_ATTRIBUTE_TAG: Final = 0x4A  # a span's attribute: field 9, length-delimited
 _KIND_ENDING_LENGTH: Final = len(_KIND_ENDING)
 _OI_AGENT_NAME_FIELD: Final = _OI_AGENT_NAME[:-1]
 
@@ -325,7 +330,7 @@ def _value_first_kind(
     written value first; ``...`` when that is not the common layout of a known kind."""
     end = at + _KIND_TEXT_LENGTH
     tag = encoded.rfind(b"\x12", max(2, end - _LONGEST_VALUE_FIRST_KIND), at)
-    if tag < 0 or encoded[tag - 1] != end - tag or encoded[tag - 2] != _ATTRIBUTE_TAG:
+    if tag < 0 or encoded[tag - 1] != end - tag or encoded[tag - 2] != ATTRIBUTE_TAG:
         return ...  # not an attribute's whole KeyValue (the text in another value, say)
     rows = (
         _LANGCHAIN_KIND_ROWS_VALUE_FIRST if scope == OPENINFERENCE_LANGCHAIN_SCOPE else _KIND_ROWS_VALUE_FIRST

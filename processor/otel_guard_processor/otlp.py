@@ -37,6 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1 import common_pb2
 
 __all__ = [
+    "ATTRIBUTE_TAG",
     "Attributes",
     "MalformedRequest",
     "RequestView",
@@ -330,7 +331,7 @@ class Attributes:
 
 
 _SPAN_ATTRIBUTES: Final = 9  # Span.attributes
-_ATTRIBUTE_TAG: Final = _SPAN_ATTRIBUTES << 3 | 2  # its field's tag (length-delimited)
+ATTRIBUTE_TAG: Final = _SPAN_ATTRIBUTES << 3 | 2  # its field's tag (length-delimited): 0x4A
 _STRING: Final = 0x0A  # AnyValue.string_value's tag
 _KEY: Final = 1  # KeyValue.key
 _VALUE: Final = 2  # KeyValue.value
@@ -429,8 +430,9 @@ def string_of(encoded: bytes, key: bytes) -> str | None:
 def string_before(encoded: bytes, key_at: int, key_end: int) -> str | EllipsisType | None:
     """The string value of the attribute whose key field (tag, length, key) stands at
     ``key_at:key_end`` of a span's encoding, written after its value, as the OpenTelemetry
-    Collector writes a KeyValue; None for a value of another type; ``...`` when the layout is not
-    the short one read here, and only :func:`key_first` can tell.
+    Collector writes a KeyValue; None for text that is not UTF-8; ``...`` when the layout is not
+    the short string one read here (a value of another type included), and only
+    :func:`key_first` can tell.
 
     The short layout, all lengths one byte: the attribute's field-9 tag and length, the value's
     tag and length, the AnyValue's string tag and length, the text, then the key field. Every
@@ -446,7 +448,7 @@ def string_before(encoded: bytes, key_at: int, key_end: int) -> str | EllipsisTy
             and encoded[tag + 2] == _STRING
             and encoded[tag + 1] == text + 2
             and encoded[tag - 1] == key_end - tag
-            and encoded[tag - 2] == _ATTRIBUTE_TAG
+            and encoded[tag - 2] == ATTRIBUTE_TAG
         ):
             try:
                 return encoded[tag + 4 : key_at].decode()
@@ -467,14 +469,6 @@ def encoded_attribute(name: str, value: str) -> bytes:
     text = value.encode("utf-8")
     any_value = b"\n" + _encode_varint(len(text)) + text
     return attribute_key(name) + _encode_varint(len(any_value)) + any_value
-
-
-def encoded_attribute_value_first(name: str, value: str) -> bytes:
-    """:func:`encoded_attribute` as the OpenTelemetry Collector writes it: the value, then the key."""
-    text = value.encode("utf-8")
-    any_value = b"\n" + _encode_varint(len(text)) + text
-    key = attribute_key(name)[:-1]
-    return b"\x12" + _encode_varint(len(any_value)) + any_value + key
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
