@@ -437,6 +437,9 @@ class Detector:
         undecided_others: list[tuple[SpanView, str]] = []
         self._decided_here = 0
         guard_scope = False  # whether the request holds spans of the guard's scope
+        # Where those are, (resource, scope, spans) each, and whether spans of other scopes are there too.
+        guard_groups: list[tuple[int, int, int]] = []
+        other_scopes = False
         name: str | None  # a call span's name
         # The spans' own bytes, read in the scopes whose spans are searched (parsed once).
         encoded_spans: EncodedSpansView | None = None
@@ -455,6 +458,9 @@ class Detector:
                 guarded = guard and scope == GUARD_SCOPE
                 if guarded:
                     guard_scope = True
+                    guard_groups.append((resource_index, scope_index, len(spans)))
+                else:
+                    other_scopes = True
                 scope_bits = self._scope_bits(scope) | (_GUARDED if guarded else 0)
                 agent_bits = scope_bits | _NAME_FORM_BITS | _AGENT_BITS  # of a span named in the
                 tool_bits = scope_bits | _NAME_FORM_BITS | _TOOL_BITS  # GenAI form, but its side
@@ -640,20 +646,30 @@ class Detector:
                 if watch:
                     self._learn_scope(scope, attribute_calls > 0, now)
         hops = False
+        guard_bytes = raw
         if undecided or undecided_others or guard_scope:
-            # Every otel_guard.* key stands between the first and the last "otel_guard." of the
-            # request: where the guard's spans share a request with others (whose spans hold
-            # prompts), the keys are searched there, and the rest of the request is read once
-            # (backwards, for the last one), not once a search.
-            start = max(0, guard_at - _GUARD_MARGIN)
-            end = raw.rfind(_GUARD_BYTES) + _GUARD_MARGIN
+            joined = None
+            if guard_scope and other_scopes:
+                # The guard's spans share the request with others' (whose spans hold prompts, and
+                # which a Collector's batches put between the guard's): its keys are searched in
+                # the guard's spans' own bytes alone, not across the request.
+                if encoded_spans is None:
+                    encoded_spans = parse_encoded_spans(raw) or _NO_ENCODED_SPANS
+                joined = _joined_encodings(encoded_spans, guard_groups)
+            if joined is not None:
+                guard_bytes, start, end = joined, 0, len(joined)
+            else:
+                # Every otel_guard.* key stands between the first and the last "otel_guard." of
+                # the request: the keys are searched there.
+                start = max(0, guard_at - _GUARD_MARGIN)
+                end = raw.rfind(_GUARD_BYTES) + _GUARD_MARGIN
             if undecided or undecided_others:
-                self._count_decisions(undecided, undecided_others, raw, start, end)
-            hops = guard_scope and raw.find(_HOPS_FIELD, start, end) >= 0
+                self._count_decisions(undecided, undecided_others, guard_bytes, start, end)
+            hops = guard_scope and guard_bytes.find(_HOPS_FIELD, start, end) >= 0
         self._stored += received - skipped
         self._enforce_span_budget()
         if hops:
-            yield from self._read_trees(raw, now, step)
+            yield from self._read_trees(guard_bytes, now, step)
         return received
 
     def _count_decisions(
@@ -1336,6 +1352,18 @@ def _encodings(encoded_spans: EncodedSpansView, resource: int, scope: int, count
     except IndexError:
         return None
     return encodings if len(encodings) == count else None
+
+
+def _joined_encodings(encoded_spans: EncodedSpansView, groups: list[tuple[int, int, int]]) -> bytes | None:
+    """The bytes of the spans of these (resource, scope, spans) groups of a request, one after
+    another, or None when they cannot be read apart."""
+    pieces: list[bytes] = []
+    for resource, scope, count in groups:
+        encodings = _encodings(encoded_spans, resource, scope, count)
+        if encodings is None:
+            return None
+        pieces += encodings
+    return b"".join(pieces)
 
 
 def _tree_count(before: bytes, after: bytes) -> tuple[bytes, int] | None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector, DetectorLimits
 from otel_guard_processor.otlp import parse_request
@@ -309,3 +311,65 @@ async def test_the_processor_lets_go_of_its_trees_at_stop(start_processor: Proce
     await processor.stop()
     assert processor.detector.active_trees == 0
     assert observed(processor.detector) == {20: 1}
+
+
+def test_the_guards_spans_between_others_across_resources_count_as_they_do_alone() -> None:
+    """A Collector's batch puts two processes' spans in one request, a resource each: the guard's
+    spans of each stand between other instrumentations' spans, whose prompts hold ``otel_guard.``
+    text, and quote a guard span's decision, root and count byte for byte. Decisions, loops and
+    tree hops count as they do when the guard's spans come alone."""
+
+    def loop(root: str) -> list[Span]:
+        trace = Trace()
+        planner = hop(trace, "planner", None, ["planner"], root, 1)
+        budget = hop(trace, "budget", planner, ["planner", "budget"], root, 2)
+        hop(trace, "planner", budget, ["planner", "budget", "planner"], root, 3, "refuse", "cycle")
+        return trace.spans
+
+    # What a prompt may quote: a guard span's decision and its tree's root and count, as encoded.
+    quoted = b"".join(
+        KeyValue(key=key, value=value).SerializeToString()
+        for key, value in (
+            ("otel_guard.decision", AnyValue(string_value="allow")),
+            ("otel_guard.chain.root", AnyValue(string_value="d4" * 16)),
+            ("otel_guard.budget.hops", AnyValue(int_value=99)),
+        )
+    ).decode()
+
+    def chatter() -> list[Span]:
+        trace = Trace()
+        prompt = f"the guard writes {quoted} on its spans " * 20
+        run = trace.span("chain run", attributes={"openinference.span.kind": "CHAIN", "input.value": prompt})
+        trace.span("llm call", run, attributes={"openinference.span.kind": "LLM", "output.value": prompt})
+        return trace.spans
+
+    loops, others = [loop(ROOTS[0]), loop(ROOTS[1])], [chatter() for _ in range(4)]
+    batched = ExportTraceServiceRequest()
+    for number, guard_spans in enumerate(loops):  # a resource a process: others, the guard's, others
+        resource_spans = batched.resource_spans.add()
+        for scope, spans in (
+            ("oi.x", others[2 * number]),
+            ("otel_guard", guard_spans),
+            ("oi.x", others[2 * number + 1]),
+        ):
+            scope_spans = resource_spans.scope_spans.add()
+            scope_spans.scope.name = scope
+            scope_spans.spans.extend(spans)
+    together, alone = Detector(), Detector()
+    ingest(together, batched.SerializeToString())
+    for guard_spans in loops:
+        ingest(alone, encode(*guard_spans))
+    for detector in (together, alone):
+        detector.expire(1000.0)
+    assert (
+        together.decisions
+        == alone.decisions
+        == {
+            ("allow", "", "planner"): 2,
+            ("allow", "", "budget"): 2,
+            ("refuse", "cycle", "planner"): 2,
+        }
+    )
+    assert together.cycles == alone.cycles == {("cross_function", "planner>budget>planner"): 2}
+    assert observed(together) == observed(alone) == {5: 2}
+    assert together.tree_hops_sum == alone.tree_hops_sum == 6
