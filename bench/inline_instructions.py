@@ -25,11 +25,10 @@ Usage: python bench/inline_instructions.py [--count 400] [--arm NAME ...]   (abo
 from __future__ import annotations
 
 import argparse
-import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+import _callgrind as callgrind
 
 HERE = Path(__file__).resolve().parent
 ARMS = (
@@ -50,7 +49,6 @@ RATIOS = (
     ("nested_budget", "nested"),
     ("extract_hop", "extract"),
 )
-COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 def child(arm: str, count: int, tokens: int) -> None:
@@ -120,24 +118,8 @@ def child(arm: str, count: int, tokens: int) -> None:
 
 
 def instructions(arm: str, count: int, tokens: int) -> int:
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--child",
-        arm,
-        "--count",
-        str(count),
-        "--tokens",
-        str(tokens),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=True)
-    found = COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    arguments = ["--child", arm, "--count", str(count), "--tokens", str(tokens)]
+    return callgrind.instructions(__file__, arguments, 900)
 
 
 def main() -> None:
@@ -152,8 +134,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.count, args.tokens)
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    callgrind.require_valgrind()
     per: dict[str, float] = {}
     for arm in args.arm or ARMS:
         base = instructions(arm, 0, args.count)

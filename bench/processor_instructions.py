@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _callgrind as callgrind
+
 HERE = Path(__file__).resolve().parent
 MIX_NAMES = ("guarded", "dialects", "budget")
-COLLECTED = re.compile(r"Collected : (\d+)")
 SECONDS_A_REQUEST = 0.002
 
 
@@ -79,29 +77,9 @@ def child(mix: str, count: int, args: argparse.Namespace) -> None:
 
 
 def instructions(mix: str, count: int, args: argparse.Namespace) -> int:
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--child",
-        mix,
-        "--count",
-        str(count),
-        "--requests",
-        str(args.requests),
-        "--warm",
-        str(args.warm),
-        "--max-traces",
-        str(args.max_traces),
-    ]
-    environment = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=True, env=environment)
-    found = COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    arguments = ["--child", mix, "--count", str(count), "--requests", str(args.requests), "--warm",
+                 str(args.warm), "--max-traces", str(args.max_traces)]  # fmt: skip
+    return callgrind.instructions(__file__, arguments, 1800, {**os.environ, "PYTHONHASHSEED": "0"})
 
 
 def nanoseconds(mix: str, args: argparse.Namespace) -> float:
@@ -132,8 +110,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.count, args)
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    callgrind.require_valgrind()
     for mix in args.mix or MIX_NAMES:
         base = instructions(mix, 0, args)
         total = instructions(mix, args.requests, args)

@@ -82,9 +82,11 @@ bytes at all; those spans are searched in the bytes they were received as,
 for a span that starts a trace or has to wait for its parent (and of the guard's attributes, only
 on spans that hold ``otel_guard.`` bytes). Decisions are counted from the raw request when every
 ``otel_guard.decision`` in it is ``allow`` and their number is that of the guard's call spans, and
-read span by span otherwise; the counts, and the check for tree hop counts, read the request
-between its first and its last ``otel_guard.``. Ids are read as opaque keys and not checked: the
-request goes downstream unchanged, and a downstream that rejects an id answers for it.
+read span by span otherwise; the counts, and the check for tree hop counts, read the guard's spans'
+own bytes where spans of other scopes share the request (a Collector's batches put them between
+the guard's), else the request between its first and its last ``otel_guard.``. Ids are read as
+opaque keys and not checked: the request goes downstream unchanged, and a downstream that rejects
+an id answers for it.
 
 Delegation trees
 ----------------
@@ -96,12 +98,13 @@ hop span, at capacity (as many trees as ``max_traces``, least recently active fi
 ``tree_evictions`` by reason), and at :meth:`Detector.release_trees` (the processor's stop). A tree
 idle for longer than the TTL that then goes on is observed again, as a new tree.
 
-The counts are read from the raw request, not span by span: a hop span's attributes are not
-otherwise read when its decision is counted in bulk, and reading them would cost more than the rest
-of the span's detection. Each ``otel_guard.budget.hops`` in the request (written key first or value
+The counts are read from the bytes of the guard's spans (as above: the guard's spans' own bytes, or
+the request between its first and last ``otel_guard.``), not span by span: a hop span's attributes
+are not otherwise read when its decision is counted in bulk, and reading them would cost more than
+the rest of the span's detection. Each ``otel_guard.budget.hops`` there (written key first or value
 first) is paired with the ``otel_guard.chain.root`` before it since the previous count: the guard
 writes the root before the count, and every span that carries a count carries its root. A request
-with no count costs one search of its bytes between its first and last ``otel_guard.`` (about 1 %
+with no count costs one search of those bytes (about 1 %
 of the guarded traffic's detection, in instructions); one with counts, a split of its bytes and a
 few slices a count (about 7,000 instructions a count: 17 % more on guarded traffic with the budget
 on, four counts in 13 spans: the ``budget`` mix of ``bench/processor_instructions.py``).

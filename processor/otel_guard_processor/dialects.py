@@ -67,6 +67,7 @@ from otel_guard_processor.otlp import (
     string_at,
     string_before,
     string_of,
+    string_of_value_first,
 )
 
 __all__ = [
@@ -235,7 +236,6 @@ _LANGCHAIN_KIND_ROWS_VALUE_FIRST: Final = {_value_first(kv): row for kv, row in 
 _LONGEST_VALUE_FIRST_KIND: Final = max(map(len, _KIND_ROWS_VALUE_FIRST | _LANGCHAIN_KIND_ROWS_VALUE_FIRST))
 _KIND_TEXT_LENGTH: Final = len(_KIND_TEXT)
 _KIND_ENDING_LENGTH: Final = len(_KIND_ENDING)
-_OI_AGENT_NAME_FIELD: Final = _OI_AGENT_NAME[:-1]
 
 
 def call_by_attributes(span_name: str, scope: str, encoded: bytes) -> Call | None:
@@ -298,9 +298,7 @@ def _oi_agent_name(encoded: bytes) -> str | None:
         # The name was found written key first: so is the node id looked for, as Attributes does.
         at = encoded.find(_OI_GRAPH_NODE)
         return string_at(encoded, at + len(_OI_GRAPH_NODE)) if at >= 0 else None
-    if encoded.find(_OI_AGENT_NAME_FIELD) >= 0:  # written value first
-        return string_of(encoded, _OI_AGENT_NAME) or string_of(encoded, _OI_GRAPH_NODE)
-    return string_of(encoded, _OI_GRAPH_NODE)
+    return string_of_value_first(encoded, _OI_AGENT_NAME) or string_of(encoded, _OI_GRAPH_NODE)
 
 
 def _call_by_operation(span_name: str, scope: str, encoded: bytes) -> CallFields | None:

@@ -48,6 +48,7 @@ __all__ = [
     "string_at",
     "string_before",
     "string_of",
+    "string_of_value_first",
 ]
 
 TRACE_ID_BYTES = 16
@@ -420,11 +421,16 @@ def string_of(encoded: bytes, key: bytes) -> str | None:
     at = encoded.find(key)
     if at >= 0:
         return string_at(encoded, at + len(key))
+    return string_of_value_first(encoded, key)
+
+
+def string_of_value_first(encoded: bytes, key: bytes) -> str | None:
+    """:func:`string_of` of a key that ``encoded`` is known not to hold written key first."""
     at = encoded.find(key[:-1])  # (find: `in` tries an int first)
-    if at >= 0:  # written value first
-        value = string_before(encoded, at, at + len(key) - 1)
-        return Attributes.of(encoded).string(key) if value is ... else value
-    return None
+    if at < 0:
+        return None
+    value = string_before(encoded, at, at + len(key) - 1)
+    return Attributes.of(encoded).string(key) if value is ... else value
 
 
 def string_before(encoded: bytes, key_at: int, key_end: int) -> str | EllipsisType | None:
