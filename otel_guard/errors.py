@@ -21,6 +21,7 @@ REASON_CODES: Final[dict[str, str]] = {
     "depth": "a2a_delegation_depth",
     "name_depth": "a2a_delegation_depth",
     "chain_size": "a2a_delegation_depth",
+    "observe_ceiling": "a2a_delegation_depth",
     "expired": "a2a_delegation_invalid",
     "bad_signature": "a2a_delegation_invalid",
     "foreign_workspace": "a2a_delegation_invalid",

@@ -43,6 +43,7 @@ ENV: Final[dict[str, str]] = {
     "cycle_rule": "OTEL_GUARD_CYCLE_RULE",
     "max_depth": "OTEL_GUARD_MAX_DEPTH",
     "max_name_depth": "OTEL_GUARD_MAX_NAME_DEPTH",
+    "observe_max_depth": "OTEL_GUARD_OBSERVE_MAX_DEPTH",
     "ttl": "OTEL_GUARD_TTL_SECONDS",
     "keys": "OTEL_GUARD_KEYS",
     "workspace": "OTEL_GUARD_WORKSPACE",
@@ -60,6 +61,10 @@ ENV: Final[dict[str, str]] = {
 
 INTEGRITY_REASONS: Final = frozenset({"bad_signature", "expired", "foreign_workspace"})
 """Reasons that mean the chain itself cannot be trusted: refused in observe mode too (fail closed)."""
+
+DEFAULT_OBSERVE_MAX_DEPTH: Final = 32
+"""Observe mode's hard stop: a loop it lets through ends at this depth. A 32-hop chain whose agent
+names and skills run to 20 characters each signs to 2.3 KB, inside the 4 KB a baggage member may hold."""
 
 CLOCK_SKEW: Final = 30.0
 """Seconds of clock difference between hosts a chain's times may show (see :func:`integrity`)."""
@@ -83,6 +88,7 @@ class Settings:
     cycle_rule: CycleRule = "agent_skill"
     max_depth: int = 8
     max_name_depth: int = 5
+    observe_max_depth: int = DEFAULT_OBSERVE_MAX_DEPTH
     ttl: float = 300.0
     keys: Keyring | None = None
     workspace: str = "default"
@@ -260,6 +266,7 @@ _VALIDATORS: Final[dict[str, Any]] = {
     "cycle_rule": lambda v: _choice("cycle_rule", v, CYCLE_RULES),
     "max_depth": lambda v: _int("max_depth", v, 1),
     "max_name_depth": lambda v: _int("max_name_depth", v, 1),
+    "observe_max_depth": lambda v: _int("observe_max_depth", v, 1),
     "ttl": lambda v: _seconds("ttl", v),
     "keys": _keys,
     "workspace": _workspace,
@@ -275,6 +282,20 @@ _VALIDATORS: Final[dict[str, Any]] = {
 }
 
 
+def _consistent(settings: Settings) -> Settings:
+    """``settings``, if observe mode's ceiling stands at or above every depth limit it backs."""
+    ceiling = settings.observe_max_depth
+    deepest = max(
+        [settings.max_depth] + [o.max_depth for o in settings.overrides.values() if o.max_depth is not None]
+    )
+    if deepest > ceiling:
+        raise ValueError(
+            f"observe_max_depth: {ceiling} is less than max_depth {deepest}; observe mode's ceiling "
+            f"must be at least every max_depth (set observe_max_depth to {deepest} or more)"
+        )
+    return settings
+
+
 def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings the environment asks for; a bad value raises ``ValueError`` naming its variable."""
     environ = os.environ if environ is None else environ
@@ -287,7 +308,10 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
             values[name] = _VALIDATORS[name](raw)
         except ValueError as exc:
             raise ValueError(f"{variable}: {exc}") from None
-    return Settings(**values)
+    try:
+        return _consistent(Settings(**values))
+    except ValueError as exc:
+        raise ValueError(f"{ENV['observe_max_depth']}: {exc}") from None
 
 
 _lock = threading.Lock()
@@ -350,7 +374,7 @@ def configure(**settings: Any) -> Settings:
             base = Settings()  # every setting given: the environment has nothing left to say
         else:
             base = settings_from_env()
-        _current = replace(base, **validated)
+        _current = _consistent(replace(base, **validated))
         return _current
 
 
@@ -361,7 +385,8 @@ def decide(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> V
     """Decide whether ``hop`` may run, given the chain it arrives with.
 
     Checks, in order: the chain's workspace and lifetime (integrity: refused in observe mode too),
-    then the cycle rule, the per-name depth and the chain depth. In ``off`` mode everything is allowed.
+    then the cycle rule, the per-name depth and the chain depth. Observe mode lets those last three
+    through, up to ``observe_max_depth`` hops. In ``off`` mode everything is allowed.
     """
     settings = settings.for_agent(hop.agent)
     if settings.mode == "off":
@@ -370,9 +395,17 @@ def decide(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> V
     if verdict is None:
         return ALLOW
     reason, message = verdict
-    if settings.mode == "observe" and reason not in INTEGRITY_REASONS:
-        return Verdict("would_refuse", reason, message)
-    return Verdict("refuse", reason, message)
+    if settings.mode != "observe" or reason in INTEGRITY_REASONS:
+        return Verdict("refuse", reason, message)
+    if arrival is not None and len(arrival.hops) >= settings.observe_max_depth:
+        return Verdict(
+            "refuse",
+            "observe_ceiling",
+            f"Delegation observe ceiling: calling agent {hop.agent} would make chain {arrival.path()} "
+            f"{len(arrival.hops) + 1} hops long; observe mode refuses past observe_max_depth "
+            f"{settings.observe_max_depth} (enforce mode would have refused it for {reason})",
+        )
+    return Verdict("would_refuse", reason, message)
 
 
 def integrity(

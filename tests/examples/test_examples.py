@@ -79,11 +79,27 @@ def tool_calls(stdout: str) -> int:
     return int(found[-1])
 
 
+VENV_BIN = re.compile(r"(?<![\w/])\.venv[\w-]*/bin/")
+
+
+def readme_lines(example: str) -> tuple[str, str]:
+    """The README's install line and run line for ``example``, as written."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    install = [line for line in lines if f"pip install -q '.[{EXAMPLES[example]}]'" in line]
+    runs = [line for line in lines if line.startswith(".venv") and f"examples/{example}/app.py" in line]
+    assert len(install) == 1, install
+    assert len(runs) == 1, runs
+    return install[0], runs[0]
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_the_readme_shows_how_to_run_the_example(example: str) -> None:
-    text = README.read_text(encoding="utf-8")
-    assert f"pip install '.[{EXAMPLES[example]}]'" in text
-    assert f"opentelemetry-instrument python examples/{example}/app.py" in text
+def test_the_readme_shows_how_to_run_the_example_without_an_activated_environment(example: str) -> None:
+    install, command = readme_lines(example)
+    # Every program named lives in one environment the README made: no activated venv is needed.
+    venvs = set(VENV_BIN.findall(command)) | {VENV_BIN.findall(install)[-1]}
+    assert len(venvs) == 1, (install, command)
+    assert command.split() == [f"{next(iter(venvs))}opentelemetry-instrument", f"{next(iter(venvs))}python",
+                               f"examples/{example}/app.py"]  # fmt: skip
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
@@ -95,8 +111,13 @@ def test_without_the_guard_the_example_loops_until_its_script_gives_up(example: 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
 def test_under_the_guard_the_first_bounce_is_refused_and_the_model_answers(example: str) -> None:
-    env = {**environment(EXAMPLES[example]), **CONSOLE}
-    result = run(["opentelemetry-instrument", "python", f"examples/{example}/app.py"], env)
+    # The README's command as written, its environment put where scripts/bootstrap made it, run from
+    # a shell whose PATH holds no environment at all.
+    venv = ROOT / ".venv-examples" / EXAMPLES[example]
+    environment(EXAMPLES[example])  # says how to make it if it is missing
+    command = VENV_BIN.sub(f"{venv}/bin/", readme_lines(example)[1]).split()
+    env = {**environment(EXAMPLES[example]), **CONSOLE, "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    result = run(command, env)
     assert tool_calls(result.stdout) == GUARDED_TOOL_CALLS
     # The console exporter's spans: the guard's refusal is among them, with its reason.
     assert '"otel_guard.decision": "refuse"' in result.stdout
