@@ -1,8 +1,9 @@
 """The Collector configurations otel-guard ships (processor/collector/*.yaml), loaded by a real Collector.
 
-The Collector is built from its own upstream Go modules at one pinned release by
-``scripts/build-collector`` (which ``scripts/bootstrap`` runs): the OTLP receiver and exporter, the
-batch, memory_limiter and filter processors, the debug and loadbalancing exporters. A config the Collector
+The Collector is built as distributions are made, by the Collector Builder (ocb) from the manifest
+``processor/collector/ocb/manifest.yaml`` at one pinned release (``scripts/build-collector``, which
+``scripts/bootstrap`` runs): the OTLP receiver and exporter, the batch, memory_limiter and filter
+processors, the debug and loadbalancing exporters. A config the Collector
 refuses to load would meet the first user who deploys it; ``otelcol validate`` is the Collector's own
 check of every component's settings.
 """
