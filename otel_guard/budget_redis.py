@@ -6,6 +6,11 @@ count a hop touches and adds one to each only if none would go past its limit, s
 racing for a tree's last hop never both get it. A count expires with its chain (``PEXPIREAT``), a
 workspace count with its window.
 
+A key that holds no count (overwritten by anyone who can write to the Redis: ``abc``, ``1.5``, a list)
+is that key's error alone: the take raises :class:`~otel_guard.budget.BadCount` (its tree gets
+``budget_on_error``), the store is not taken for down for the other trees, and the key is left as it
+is -- evidence, not repaired -- but given the expiry its count would have had.
+
 Async code (``async with delegate(...)``, ``@agentic`` coroutines, the instrumentors' async paths)
 goes through the client's asyncio API, one client per event loop, so the loop never blocks on the
 round trip.
@@ -34,7 +39,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from otel_guard.budget import Meter, StoreError
+from otel_guard.budget import MAX_COUNT, BadCount, Meter, StoreError
 
 TIMEOUT: Final = 0.25
 """Seconds to connect to Redis, and to wait for an answer."""
@@ -43,34 +48,65 @@ DOWN_FOR: Final = 1.0
 """Seconds the store is taken for down after a failure (every take fails at once meanwhile)."""
 
 # KEYS: the counts. ARGV: for each, its limit (0: none), its expiry (unix milliseconds) and what the
-# take adds (0: it only checks that the count is below its limit). Returns the counts after the take,
-# or -i when the i-th count (1-based) is spent.
+# take adds (0: it only checks that the count is below its limit), each at most MAX_COUNT. Returns the
+# counts after the take; -i when the i-th count (1-based) is spent; {error type, i} when the i-th key
+# holds no count. Every key is read and checked before any is written, so a take that does not count
+# leaves every count as it was (a script runs alone: nothing comes between the check and the write).
+# A key that holds no count (another type, or a string that is not a whole number from 0 to
+# MAX_COUNT, as INCRBY writes them) is left as it is but gets the expiry its count would have had.
 TAKE_SCRIPT: Final = """
-local used = {}
+local most = 'MAX_COUNT'
+local counts = {}
+local bad = nil
 for i, key in ipairs(KEYS) do
-  local count = tonumber(redis.call('GET', key) or '0')
+  local value = redis.pcall('GET', key)
+  local kind = nil
+  if type(value) == 'table' then
+    kind = 'bad_type'
+  elseif not value then
+    counts[i] = 0
+  elseif (value == '0' or string.find(value, '^[1-9]%d*$'))
+      and (#value < #most or (#value == #most and value <= most)) then
+    counts[i] = tonumber(value)
+  else
+    kind = 'bad_value'
+  end
+  if kind then
+    redis.call('PEXPIREAT', key, ARGV[3 * i - 1])
+    bad = bad or {kind, i}
+  end
+end
+if bad then
+  return bad
+end
+for i = 1, #KEYS do
   local limit = tonumber(ARGV[3 * i - 2])
-  local amount = tonumber(ARGV[3 * i])
-  local need = amount
+  local need = tonumber(ARGV[3 * i])
   if need == 0 then
     need = 1
   end
-  if limit > 0 and count + need > limit then
+  if limit > 0 and counts[i] + need > limit then
     return -i
   end
-  used[i] = count
 end
+local used = {}
 for i, key in ipairs(KEYS) do
   local amount = tonumber(ARGV[3 * i])
+  used[i] = counts[i]
   if amount > 0 then
-    used[i] = redis.call('INCRBY', key, amount)
-    if used[i] == amount then
+    if counts[i] + amount > tonumber(most) then
+      redis.call('SET', key, most)
+      used[i] = tonumber(most)
+    else
+      used[i] = redis.call('INCRBY', key, amount)
+    end
+    if counts[i] == 0 or redis.call('PTTL', key) < 0 then
       redis.call('PEXPIREAT', key, ARGV[3 * i - 1])
     end
   end
 end
 return used
-"""
+""".replace("MAX_COUNT", str(MAX_COUNT))
 
 
 _TAKE_SHA: Final = hashlib.sha1(TAKE_SCRIPT.encode()).hexdigest()
@@ -109,7 +145,7 @@ class RedisStore:
                 result = client.eval(TAKE_SCRIPT, len(meters), *command)
         except redis.RedisError as exc:
             raise self._failed(exc) from exc
-        return _taken(result)
+        return _taken(result, meters)
 
     async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         """:meth:`take` through the asyncio client of the running event loop."""
@@ -127,7 +163,7 @@ class RedisStore:
                 result = await client.eval(TAKE_SCRIPT, len(meters), *command)
         except redis.RedisError as exc:
             raise self._failed(exc) from exc
-        return _taken(result)
+        return _taken(result, meters)
 
     def _ask(self, meters: Sequence[Meter]) -> list[str]:
         """The script's keys and arguments; raises at once while the store is taken for down."""
@@ -135,7 +171,8 @@ class RedisStore:
             raise StoreError("the Redis budget store failed a moment ago; not asking again yet")
         command = [meter.key for meter in meters]
         for meter in meters:
-            command += (str(meter.limit), str(int(meter.expires_at * 1000)), str(meter.amount))
+            limit, amount = min(meter.limit, MAX_COUNT), min(meter.amount, MAX_COUNT)
+            command += (str(limit), str(int(meter.expires_at * 1000)), str(amount))
         return command
 
     def _failed(self, exc: Exception) -> StoreError:
@@ -152,8 +189,12 @@ class RedisStore:
         self._client.close()
 
 
-def _taken(result: Any) -> tuple[int, ...] | int:
-    """The script's answer: the counts, or the index of the spent meter (the script says -i)."""
+def _taken(result: Any, meters: Sequence[Meter]) -> tuple[int, ...] | int:
+    """The script's answer: the counts, or the index of the spent meter (the script says -i); raises
+    :class:`~otel_guard.budget.BadCount` when a key holds no count (the script says which)."""
     if isinstance(result, int):
         return -result - 1
+    if result and isinstance(result[0], bytes | str):
+        kind = result[0].decode() if isinstance(result[0], bytes) else result[0]
+        raise BadCount(meters[int(result[1]) - 1].key, kind)
     return tuple(int(count) for count in result)
