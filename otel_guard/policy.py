@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -95,6 +96,20 @@ class Settings:
     workspace_window: float = 3600.0
     budget_store: str = "memory"
     budget_on_error: OnError = "allow"
+
+    def __repr__(self) -> str:
+        # Written here, so the dataclass keeps it: every field as the dataclass would show it, but the
+        # store URL without its password, and the keys by their ids: no secret in a log or an error.
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "budget_store":
+                value = redacted_url(value)
+            if isinstance(value, Keyring):
+                shown.append(f"{f.name}=<Keyring {', '.join(value.kids)}>")
+            else:
+                shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
 
     @property
     def model_budgets_on(self) -> bool:
@@ -175,29 +190,58 @@ def _bool(name: str, value: object) -> bool:
     raise ValueError(f"{name}: {value!r} is not true or false")
 
 
+_QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as logs and errors show it: its password (``user:password@``, or a user part alone, or
+    ``?password=``) as ``***``. Everything up to the last ``@`` counts as the user part, so a password
+    that was not URL-encoded is hidden too."""
+    head, at, tail = url.rpartition("@")
+    if at:
+        scheme, found, userinfo = head.partition("://")
+        user, colon, _ = userinfo.partition(":")
+        head = f"{scheme}://{user}:***" if found and colon else f"{scheme}://***" if found else "***"
+        url = f"{head}@{tail}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
 def _budget_store(value: object) -> str:
-    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``) with the client installed."""
+    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``) with the client installed.
+
+    An error shows the URL without its password (:func:`redacted_url`)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"budget_store: {value!r} is not 'memory' or a Redis URL (redis://host:6379/0)")
     text = value.strip()
     if text.lower() == "memory":
         return "memory"
-    from urllib.parse import urlsplit
+    from urllib.parse import unquote, urlsplit
 
+    shown = redacted_url(text)
     try:
         parts = urlsplit(text)
         scheme, host, _ = parts.scheme.lower(), parts.hostname, parts.port
     except ValueError:
         scheme, host = "", None
     if scheme not in ("redis", "rediss", "unix") or (scheme != "unix" and not host):
-        # The value is not repeated: a Redis URL may hold a password.
         raise ValueError(
-            "budget_store: not 'memory' or a Redis URL (redis://host:6379/0, rediss://..., unix:///path)"
+            f"budget_store: {shown!r} is not 'memory' or a Redis URL "
+            "(redis://host:6379/0, rediss://..., unix:///path)"
         )
+    text = scheme + text[len(scheme) :]  # the Redis client reads only a lower-case scheme
+    database = unquote(parts.path).replace("/", "")
+    if scheme != "unix" and database and not database.isdigit():  # the client would take it for 0
+        raise ValueError(f"budget_store: {shown!r}: the database is not a number (redis://host:6379/0)")
     import importlib.util
 
     if importlib.util.find_spec("redis") is None:
         raise ValueError("budget_store: a Redis URL needs the Redis client: pip install 'otel-guard[redis]'")
+    from redis.connection import parse_url
+
+    try:
+        parse_url(text)  # type: ignore[no-untyped-call]  # what the store reads: the query too
+    except ValueError as exc:  # its message never repeats the URL
+        raise ValueError(f"budget_store: {shown!r}: {exc}") from None
     return text
 
 
