@@ -25,15 +25,18 @@ when one key of the take holds no count); ``budget_on_error`` decides what the h
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Final, NamedTuple, Protocol
 
-from otel_guard.policy import CLOCK_SKEW, Settings
+from otel_guard.policy import CLOCK_SKEW, Settings, redacted_url
 
 HOPS: Final = "hops"
 WORKSPACE_HOPS: Final = "workspace_hops"
 """What ``otel_guard.budget.exhausted`` names: the tree's hops, or the workspace's."""
+
+_log = logging.getLogger("otel_guard")
 
 MAX_COUNT: Final = 2**53 - 1
 """The largest count, on every store: a count that would go past it stays at it, and a limit or an
@@ -283,6 +286,27 @@ def store_for(settings: Settings) -> BudgetStore:
                 store = RedisStore(location)
             _stores[location] = store
     return store
+
+
+def probe_store(settings: Settings) -> None:
+    """Ask the store ``settings`` count in once, where the guard starts (an instrumentor, the ASGI
+    middleware): a Redis that cannot be reached logs one warning now, within its timeout, instead of
+    at the first hop. Nothing to ask for the memory store, or with every budget off."""
+    if settings.budget_store == "memory" or not settings.budgets_on:
+        return
+    try:
+        store = store_for(settings)
+    except Exception as exc:  # the URL passed validation; the client refused it all the same
+        _log.warning(
+            "otel-guard: the budget store %s cannot be made (%s); budget_on_error is %s for every hop",
+            redacted_url(settings.budget_store),
+            type(exc).__name__,
+            settings.budget_on_error,
+        )
+        return
+    probe = getattr(store, "probe", None)
+    if probe is not None:
+        probe()
 
 
 def reset_stores() -> None:

@@ -18,7 +18,11 @@ round trip.
 A hop never waits long for Redis: the client connects and reads with a short timeout
 (:data:`TIMEOUT`), and after a failure the store is taken for down for :data:`DOWN_FOR` seconds, in
 which every take fails at once instead of waiting again. A take that fails raises
-:class:`~otel_guard.budget.StoreError`; ``budget_on_error`` decides what the hop gets.
+:class:`~otel_guard.budget.StoreError`; ``budget_on_error`` decides what the hop gets. An outage is
+never silent (with ``budget_on_error=allow`` it turns budgets off): the store logs one warning when
+it cannot be reached where the guard starts (:meth:`RedisStore.probe`) or at its first take, one when
+it stops answering after it did (at most one each :data:`WARN_EVERY` seconds), and an info line when
+it answers again -- naming the URL without its password.
 
 The keys of one take are a tree's and its workspace's: a Redis Cluster would refuse a script over
 two slots, so use one Redis (with replicas or Sentinel), not a cluster.
@@ -28,24 +32,33 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import math
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import redis
 import redis.asyncio
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.retry import Retry
 
 from otel_guard.budget import MAX_COUNT, BadCount, Meter, StoreError
+from otel_guard.policy import current_settings, redacted_url
 
 TIMEOUT: Final = 0.25
 """Seconds to connect to Redis, and to wait for an answer."""
 
 DOWN_FOR: Final = 1.0
 """Seconds the store is taken for down after a failure (every take fails at once meanwhile)."""
+
+WARN_EVERY: Final = 60.0
+"""Seconds at least between two warnings that the store stopped answering (a Redis that comes and goes)."""
+
+_log = logging.getLogger("otel_guard")
 
 # KEYS: the counts. ARGV: for each, its limit (0: none), its expiry (unix milliseconds) and what the
 # take adds (0: it only checks that the count is below its limit), each at most MAX_COUNT. Returns the
@@ -113,10 +126,26 @@ _TAKE_SHA: Final = hashlib.sha1(TAKE_SCRIPT.encode()).hexdigest()
 
 
 class RedisStore:
-    """The counts in Redis at ``url``, through one client (and its connection pool) per process."""
+    """The counts in Redis at ``url``, through one client (and its connection pool) per process.
 
-    def __init__(self, url: str, *, timeout: float = TIMEOUT, down_for: float = DOWN_FOR) -> None:
+    It says when it cannot be reached, on the ``otel_guard`` logger: one warning the first time (at
+    :meth:`probe`, where the guard starts, or at the first take), one when it stops answering after it
+    did, at most one a ``warn_every`` seconds, and an info line when it answers again after a warning.
+    ``clock`` (monotonic seconds) is for tests.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float | None = None,
+        down_for: float | None = None,
+        warn_every: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._url = url
+        self.name = redacted_url(url)
+        timeout = TIMEOUT if timeout is None else timeout
         self._options: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
@@ -128,9 +157,15 @@ class RedisStore:
         self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
-        self._down_for = down_for
-        self._down_until = 0.0
+        self._down_for = DOWN_FOR if down_for is None else down_for
+        self._down_until = -math.inf
+        self._warn_every = WARN_EVERY if warn_every is None else warn_every
+        self._clock = clock
         self._lock = threading.Lock()
+        self._answering: bool | None = None  # None: not asked yet
+        self._warned_at = -math.inf
+        self._quiet = False  # this outage was not told (rate limit): nor will its end be
+        self._password = str(parse_url(url).get("password") or "")  # type: ignore[no-untyped-call]
 
     # EVALSHA by hand, EVAL when Redis does not hold the script yet (which also loads it): redis-py's
     # Script object costs twice the round trip itself on every call (measured: 133 µs against 60).
@@ -143,8 +178,10 @@ class RedisStore:
                 result = client.evalsha(_TAKE_SHA, len(meters), *command)
             except redis.exceptions.NoScriptError:
                 result = client.eval(TAKE_SCRIPT, len(meters), *command)
-        except redis.RedisError as exc:
+        except Exception as exc:  # a RedisError, or a client the URL's options broke (TypeError)
             raise self._failed(exc) from exc
+        if self._answering is not True:
+            self._answered()
         return _taken(result, meters)
 
     async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
@@ -161,13 +198,27 @@ class RedisStore:
                 result = await client.evalsha(_TAKE_SHA, len(meters), *command)
             except redis.exceptions.NoScriptError:
                 result = await client.eval(TAKE_SCRIPT, len(meters), *command)
-        except redis.RedisError as exc:
+        except Exception as exc:
             raise self._failed(exc) from exc
+        if self._answering is not True:
+            self._answered()
         return _taken(result, meters)
+
+    def probe(self) -> None:
+        """Ask Redis once (``PING``, within the store's timeout) if nothing has asked it yet: where the
+        guard starts, so a store that cannot be reached says so then, before any hop."""
+        if self._answering is not None:
+            return
+        try:
+            self._client.ping()
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._answered()
 
     def _ask(self, meters: Sequence[Meter]) -> list[str]:
         """The script's keys and arguments; raises at once while the store is taken for down."""
-        if self._down_until > time.monotonic():
+        if self._down_until > self._clock():
             raise StoreError("the Redis budget store failed a moment ago; not asking again yet")
         command = [meter.key for meter in meters]
         for meter in meters:
@@ -177,8 +228,41 @@ class RedisStore:
 
     def _failed(self, exc: Exception) -> StoreError:
         with self._lock:
-            self._down_until = time.monotonic() + self._down_for
+            now = self._clock()
+            self._down_until = now + self._down_for
+            was, self._answering = self._answering, False
+            if was is None:
+                self._warn(exc, "cannot be reached", now)
+            elif was and now - self._warned_at >= self._warn_every:
+                self._warn(exc, "stopped answering", now)
+            elif was:
+                self._quiet = True
         return StoreError(f"the Redis budget store did not answer: {type(exc).__name__}")
+
+    def _answered(self) -> None:
+        with self._lock:
+            was, self._answering = self._answering, True
+            if was is False and not self._quiet:
+                _log.info("otel-guard: the budget store %s answers again; hops are counted", self.name)
+            self._quiet = False
+
+    def _warn(self, exc: Exception, what: str, now: float) -> None:
+        self._warned_at = now
+        self._quiet = False
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self._password:  # a client's error never repeats it, but a line that can leak one is not
+            reason = reason.replace(self._password, "***")  # written
+        on_error = current_settings().budget_on_error
+        then = "allowed uncounted" if on_error == "allow" else "refused (reason budget)"
+        _log.warning(
+            "otel-guard: the budget store %s %s (%s); budget_on_error is %s: hops will be %s until it "
+            "answers",
+            self.name,
+            what,
+            reason,
+            on_error,
+            then,
+        )
 
     def used(self, key: str, now: float) -> int:
         """The count under ``key`` now (0 when none): for tests and ``inspect``."""

@@ -348,10 +348,10 @@ def settings_at_start() -> Settings:
     """The settings in force, checked where the guard starts (an instrumentor, the ASGI middleware,
     the CLI): a bad ``OTEL_GUARD_*`` value ends the program there, with one line on stderr naming the
     variable and what it accepts and exit status 2 -- never a traceback, and never a server that
-    starts and then refuses every request.
+    starts and then refuses every request. A budget store that cannot be reached is one warning there.
     """
     try:
-        return current_settings()
+        settings = current_settings()
     except ValueError as exc:
         sys.stderr.write(f"otel-guard: {exc}\n")
         sys.stderr.flush()
@@ -360,6 +360,10 @@ def settings_at_start() -> Settings:
             # fatal error with a traceback: end the process as SystemExit would have.
             os._exit(2)
         raise SystemExit(2) from None
+    from otel_guard.budget import probe_store
+
+    probe_store(settings)
+    return settings
 
 
 def _in_sitecustomize() -> bool:
