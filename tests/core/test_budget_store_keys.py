@@ -209,3 +209,28 @@ def test_a_response_of_more_tokens_than_redis_can_add_is_counted(
         refused = before_model_request()
     assert refused is not None
     assert "has spent its 1000 model tokens" in refused
+
+
+async def test_an_async_hop_meets_a_poisoned_key_as_a_sync_one_does(
+    redis_server: RedisServer, client: redis.Redis, metric_reader: Any
+) -> None:
+    otel_guard.configure(max_hops=5, budget_store=redis_server.url, budget_on_error="refuse")
+    async with delegate("planner") as planner:
+        assert planner.chain is not None
+        key = f"tree:default:{planner.chain.root}"
+        client.set(key, "abc")
+        before = store_errors(metric_reader)
+        with pytest.raises(DelegationRefused) as refused:
+            async with delegate("budget"):
+                pass
+        assert f"the budget store's key {key} does not hold a count (bad_value)" in str(refused.value)
+        token = context.attach(context.Context())
+        try:
+            async with delegate("other") as other:  # another tree, at once: counted
+                pass
+        finally:
+            context.detach(token)
+    assert other.span.attributes is not None
+    assert other.span.attributes[BUDGET_HOPS] == 1
+    assert store_errors_since(before, metric_reader) == {"bad_value": 1}
+    assert client.pttl(key) > 0
