@@ -250,8 +250,8 @@ class RedisStore:
         self._warned_at = now
         self._quiet = False
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if self._password:  # a client's error never repeats it, but a line that can leak one is not
-            reason = reason.replace(self._password, "***")  # written
+        if self._password:  # redis-py's errors do not repeat it; this makes sure no line of ours does
+            reason = reason.replace(self._password, "***")
         on_error = current_settings().budget_on_error
         then = "allowed uncounted" if on_error == "allow" else "refused (reason budget)"
         _log.warning(
