@@ -14,29 +14,61 @@ A count lives in a *store* under a key, with a limit and an expiry:
 
 :meth:`BudgetStore.take` adds one hop to every count a hop touches, *all or none*, and only if none
 of them would go past its limit: two branches racing for the last hop never both get it. A refused
-or would-refuse hop, or one in ``off`` mode, takes nothing.
+or would-refuse hop, or one in ``off`` mode, takes nothing. Every store counts the same numbers: a
+count stops at :data:`MAX_COUNT`.
 
 Stores: :class:`MemoryStore` (this process: the embedded default) and, for a fleet,
 :class:`otel_guard.budget_redis.RedisStore` (``budget_store = "redis://..."``), where the check and the
-count are one Lua script. A store that cannot answer raises :class:`StoreError`; ``budget_on_error``
-decides what the hop gets then.
+count are one Lua script. A store that cannot answer raises :class:`StoreError` (:class:`BadCount`
+when one key of the take holds no count); ``budget_on_error`` decides what the hop gets then.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Final, NamedTuple, Protocol
 
-from otel_guard.policy import CLOCK_SKEW, Settings
+from otel_guard.policy import CLOCK_SKEW, Settings, redacted_url
 
 HOPS: Final = "hops"
 WORKSPACE_HOPS: Final = "workspace_hops"
 """What ``otel_guard.budget.exhausted`` names: the tree's hops, or the workspace's."""
 
+_log = logging.getLogger("otel_guard")
+
+MAX_COUNT: Final = 2**53 - 1
+"""The largest count, on every store: a count that would go past it stays at it, and a limit or an
+amount above it is taken as it. The Redis store's script compares counts as Lua numbers (doubles),
+exact up to here; no real budget comes near (9 * 10^15 tokens)."""
+
 
 class StoreError(Exception):
     """The budget store could not be reached, or did not answer in time."""
+
+    error_type = "StoreError"
+    """What ``otel_guard.budget.store_errors`` counts it as (its ``error.type``)."""
+
+
+class BadCount(StoreError):
+    """A key of the take holds no count (``error_type`` ``bad_type``: another Redis type, such as a
+    list; ``bad_value``: a string that is not a whole number from 0 to :data:`MAX_COUNT`).
+
+    That take's error alone: nothing of the take is counted, and the store answers every other key.
+    """
+
+    def __init__(self, key: str, error_type: str) -> None:
+        super().__init__(f"the budget store's key {key} does not hold a count ({error_type})")
+        self.key = key
+        self.error_type = error_type
+
+
+def store_failure(exc: BaseException) -> str:
+    """What a refusal says of a take that failed with ``exc``."""
+    if isinstance(exc, BadCount):
+        return str(exc)
+    return f"the budget store could not be reached ({type(exc).__name__})"
 
 
 MODEL_REQUESTS: Final = "model_requests"
@@ -99,9 +131,10 @@ class MemoryStore:
                         del counts[meter.key]  # expired: it starts again, at the end of the order
                     entry = counts[meter.key] = [0, meter.expires_at]
                 count = int(entry[0])
-                if meter.limit and count + (meter.amount or 1) > meter.limit:
+                amount = min(meter.amount, MAX_COUNT)
+                if meter.limit and count + (amount or 1) > min(meter.limit, MAX_COUNT):
                     return 0
-                entry[0] = count = count + meter.amount
+                entry[0] = count = min(count + amount, MAX_COUNT)
                 taken: tuple[int, ...] | int = (count,)
             else:
                 taken = self._take_all(counts, meters, now)
@@ -127,7 +160,8 @@ class MemoryStore:
                 count = 0
             else:
                 count = int(entry[0])
-            if meter.limit and count + (meter.amount or 1) > meter.limit:
+            limit = min(meter.limit, MAX_COUNT)
+            if limit and count + (min(meter.amount, MAX_COUNT) or 1) > limit:
                 return index
             entries.append(entry)
         taken = []
@@ -136,8 +170,8 @@ class MemoryStore:
             if entry is None:
                 counts.pop(meter.key, None)  # an expired count goes to the end of the order
                 entry = counts[meter.key] = [0, meter.expires_at]
-            entry[0] += meter.amount
-            taken.append(int(entry[0]))
+            entry[0] = count = min(int(entry[0]) + meter.amount, MAX_COUNT)
+            taken.append(count)
         return tuple(taken)
 
     def _sweep(self, now: float) -> None:
@@ -252,6 +286,27 @@ def store_for(settings: Settings) -> BudgetStore:
                 store = RedisStore(location)
             _stores[location] = store
     return store
+
+
+def probe_store(settings: Settings) -> None:
+    """Ask the store ``settings`` count in once, where the guard starts (an instrumentor, the ASGI
+    middleware): a Redis that cannot be reached logs one warning now, within its timeout, instead of
+    at the first hop. Nothing to ask for the memory store, or with every budget off."""
+    if settings.budget_store == "memory" or not settings.budgets_on:
+        return
+    try:
+        store = store_for(settings)
+    except Exception as exc:  # the URL passed validation; the client refused it all the same
+        _log.warning(
+            "otel-guard: the budget store %s cannot be made (%s); budget_on_error is %s for every hop",
+            redacted_url(settings.budget_store),
+            type(exc).__name__,
+            settings.budget_on_error,
+        )
+        return
+    probe = getattr(store, "probe", None)
+    if probe is not None:
+        probe()
 
 
 def reset_stores() -> None:

@@ -29,6 +29,7 @@ from otel_guard.budget import (
     HOPS,
     WORKSPACE_HOPS,
     Meter,
+    store_failure,
     store_for,
     tree_meter,
     usage_meters,
@@ -583,8 +584,8 @@ class Delegation:
         agent = plan.hop.agent
         if store_failed is not None:
             message = (
-                f"Delegation budget: the budget store could not be reached ({type(store_failed).__name__}) "
-                f"and budget_on_error is refuse; agent {agent} refused"
+                f"Delegation budget: {store_failure(store_failed)} and budget_on_error is refuse; "
+                f"agent {agent} refused"
             )
         elif meter.budget == HOPS:
             message = (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -102,6 +103,20 @@ class Settings:
     budget_store: str = "memory"
     budget_on_error: OnError = "allow"
 
+    def __repr__(self) -> str:
+        # Written here, so the dataclass keeps it: every field as the dataclass would show it, but the
+        # store URL without its password, and the keys by their ids: no secret in a log or an error.
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "budget_store":
+                value = redacted_url(value)
+            if isinstance(value, Keyring):
+                shown.append(f"{f.name}=<Keyring {', '.join(value.kids)}>")
+            else:
+                shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
+
     @property
     def model_budgets_on(self) -> bool:
         """Whether model requests are checked and counted (``max_model_requests`` or ``max_tokens``)."""
@@ -181,29 +196,58 @@ def _bool(name: str, value: object) -> bool:
     raise ValueError(f"{name}: {value!r} is not true or false")
 
 
+_QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as logs and errors show it: its password (``user:password@``, or a user part alone, or
+    ``?password=``) as ``***``. Everything up to the last ``@`` counts as the user part, so a password
+    that was not URL-encoded is hidden too."""
+    head, at, tail = url.rpartition("@")
+    if at:
+        scheme, found, userinfo = head.partition("://")
+        user, colon, _ = userinfo.partition(":")
+        head = f"{scheme}://{user}:***" if found and colon else f"{scheme}://***" if found else "***"
+        url = f"{head}@{tail}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
 def _budget_store(value: object) -> str:
-    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``) with the client installed."""
+    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``) with the client installed.
+
+    An error shows the URL without its password (:func:`redacted_url`)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"budget_store: {value!r} is not 'memory' or a Redis URL (redis://host:6379/0)")
     text = value.strip()
     if text.lower() == "memory":
         return "memory"
-    from urllib.parse import urlsplit
+    from urllib.parse import unquote, urlsplit
 
+    shown = redacted_url(text)
     try:
         parts = urlsplit(text)
         scheme, host, _ = parts.scheme.lower(), parts.hostname, parts.port
     except ValueError:
         scheme, host = "", None
     if scheme not in ("redis", "rediss", "unix") or (scheme != "unix" and not host):
-        # The value is not repeated: a Redis URL may hold a password.
         raise ValueError(
-            "budget_store: not 'memory' or a Redis URL (redis://host:6379/0, rediss://..., unix:///path)"
+            f"budget_store: {shown!r} is not 'memory' or a Redis URL "
+            "(redis://host:6379/0, rediss://..., unix:///path)"
         )
+    text = scheme + text[len(scheme) :]  # the Redis client reads only a lower-case scheme
+    database = unquote(parts.path).replace("/", "")
+    if scheme != "unix" and database and not database.isdigit():  # the client would take it for 0
+        raise ValueError(f"budget_store: {shown!r}: the database is not a number (redis://host:6379/0)")
     import importlib.util
 
     if importlib.util.find_spec("redis") is None:
         raise ValueError("budget_store: a Redis URL needs the Redis client: pip install 'otel-guard[redis]'")
+    from redis.connection import parse_url
+
+    try:
+        parse_url(text)  # type: ignore[no-untyped-call]  # what the store reads: the query too
+    except ValueError as exc:  # its message never repeats the URL
+        raise ValueError(f"budget_store: {shown!r}: {exc}") from None
     return text
 
 
@@ -328,10 +372,10 @@ def settings_at_start() -> Settings:
     """The settings in force, checked where the guard starts (an instrumentor, the ASGI middleware,
     the CLI): a bad ``OTEL_GUARD_*`` value ends the program there, with one line on stderr naming the
     variable and what it accepts and exit status 2 -- never a traceback, and never a server that
-    starts and then refuses every request.
+    starts and then refuses every request. A budget store that cannot be reached is one warning there.
     """
     try:
-        return current_settings()
+        settings = current_settings()
     except ValueError as exc:
         sys.stderr.write(f"otel-guard: {exc}\n")
         sys.stderr.flush()
@@ -340,6 +384,10 @@ def settings_at_start() -> Settings:
             # fatal error with a traceback: end the process as SystemExit would have.
             os._exit(2)
         raise SystemExit(2) from None
+    from otel_guard.budget import probe_store
+
+    probe_store(settings)
+    return settings
 
 
 def _in_sitecustomize() -> bool:

@@ -161,8 +161,13 @@ class Telemetry:
 
 
 def count_store_error(exc: BaseException) -> None:
-    """One budget check that could not reach its store (``otel_guard.budget.store_errors``)."""
-    current().store_errors.add(1, {ERROR_TYPE: type(exc).__qualname__})
+    """One budget check that could not reach its store, or found no count under a key
+    (``otel_guard.budget.store_errors``): by the error's ``error_type`` if it has one (a budget
+    store's error: ``StoreError``, ``bad_value``, ...), else its class name."""
+    error_type = getattr(exc, "error_type", None)
+    if not isinstance(error_type, str):
+        error_type = type(exc).__qualname__
+    current().store_errors.add(1, {ERROR_TYPE: error_type})
 
 
 _telemetry: Telemetry | None = None

@@ -25,7 +25,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard import telemetry as names
-from otel_guard.budget import Meter, store_for, tokens_meter, usage_meters, usage_spent
+from otel_guard.budget import Meter, store_failure, store_for, tokens_meter, usage_meters, usage_spent
 from otel_guard.chain import Chain
 from otel_guard.guard import current_chain
 from otel_guard.policy import Settings, current_settings
@@ -137,8 +137,7 @@ def _store_failed(request: _Request, exc: Exception) -> str | None:
     if request.settings.budget_on_error == "allow":
         return None
     message = (
-        f"Delegation budget: the budget store could not be reached ({type(exc).__name__}) and "
-        "budget_on_error is refuse; the model request is refused"
+        f"Delegation budget: {store_failure(exc)} and budget_on_error is refuse; the model request is refused"
     )
     return _refused(request, message, None)
 

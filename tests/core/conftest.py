@@ -62,6 +62,19 @@ def key(make_key: Callable[[str], Key]) -> Key:
 
 
 @pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Any]:
+    """A real ``redis-server`` on 127.0.0.1 for the test (its ``url``), stopped after it."""
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def unique() -> Callable[[str], str]:
     """A name no other test in the session uses (metrics are cumulative for the session)."""
     return lambda prefix: f"{prefix}-{uuid.uuid4().hex[:10]}"
