@@ -3,8 +3,9 @@
 The chain lives in the OpenTelemetry context, as the W3C baggage member ``otel_guard.chain``. Inside
 the process the baggage value is a :class:`~otel_guard.chain.ChainToken` (already verified, signed
 only if a propagator injects it); a value that came from a carrier is a string and is verified first.
-Because the chain lives in the context, each asyncio task and each thread started with a copied
-context keeps its own chain: parallel branches are never mistaken for recursion.
+Because the chain lives in the context, each asyncio task and each thread keeps its own chain (a
+thread started inside a hop gets the hop's: otel_guard/_threads.py): parallel branches are never
+mistaken for recursion.
 """
 
 from __future__ import annotations

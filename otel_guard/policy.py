@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, cast
 
+from otel_guard._threads import carry_context
 from otel_guard.chain import Chain, Hop, Keyring, quoted
 
 Mode = Literal["enforce", "observe", "off"]
@@ -400,8 +401,12 @@ def reset_settings() -> Settings:
     """Forget every :func:`configure` and read the environment again."""
     global _current
     with _lock:
-        _current = settings_from_env()
-        return _current
+        settings = settings_from_env()
+        # The guard starts (a first hop reads its settings): the context, and the chain in it, goes
+        # into the threads a hop starts from now on; done before any hop can read these settings.
+        carry_context()
+        _current = settings
+        return settings
 
 
 def configure(**settings: Any) -> Settings:
@@ -422,8 +427,10 @@ def configure(**settings: Any) -> Settings:
             base = Settings()  # every setting given: the environment has nothing left to say
         else:
             base = settings_from_env()
-        _current = _consistent(replace(base, **validated))
-        return _current
+        in_force = _consistent(replace(base, **validated))
+        carry_context()  # as in reset_settings
+        _current = in_force
+        return in_force
 
 
 # -- the decision -------------------------------------------------------------------------------
