@@ -189,13 +189,14 @@ class Keyring:
     def parse(cls, text: str) -> Keyring:
         """Read ``kid:secret,kid:secret`` (secrets in base64url), as in ``OTEL_GUARD_KEYS``."""
         pairs: list[tuple[str, bytes]] = []
-        for raw in text.split(","):
+        for number, raw in enumerate(text.split(","), 1):
             item = raw.strip()
             if not item:
                 continue
             kid, sep, encoded = item.partition(":")
             if not sep:
-                raise ValueError(f"keys: {kid!r} is not of the form kid:secret")
+                # Not repeated: an item without its "kid:" may be a bare secret.
+                raise ValueError(f"keys: item {number} is not of the form kid:secret")
             try:
                 # Padding is accepted here (keys made with urlsafe_b64encode have it); tokens stay strict.
                 secret = _b64decode(encoded.strip().rstrip("="))

@@ -109,3 +109,13 @@ def test_a_scheme_in_capitals_is_taken_as_redis_takes_it() -> None:
     assert settings_from_env({"OTEL_GUARD_BUDGET_STORE": "REDIS://cache:6379/2"}).budget_store == (
         "redis://cache:6379/2"
     )
+
+
+def test_a_keys_item_without_its_key_id_is_not_repeated() -> None:
+    """A bare secret pasted into OTEL_GUARD_KEYS (its ``kid:`` forgotten) is not echoed in the error."""
+    secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA"
+    with pytest.raises(
+        ValueError, match="OTEL_GUARD_KEYS: keys: item 2 is not of the form kid:secret"
+    ) as err:
+        settings_from_env({"OTEL_GUARD_KEYS": f"k1:{'A' * 43},{secret}"})
+    assert secret not in str(err.value)
