@@ -5,7 +5,7 @@ Traffic (``MIXES``):
 - ``guarded``: traces as an agent system under the inline guard exports them -- a planner that
   calls a model and a search tool, then a budget agent over A2A (HTTP client and server spans),
   which calls a model and a lookup tool that queries a database. Guard spans carry the inline
-  guard's attributes (CONTRACT.md §5); model, HTTP and database spans carry their
+  guard's attributes (docs/spec.md §5); model, HTTP and database spans carry their
   semantic-convention attributes. 13 spans a trace, 4 of them calls; spans are ordered as a
   BatchSpanProcessor exports them (children end first). Complete traces, parents in the same
   request, one scope, no links: the detector's best case.

@@ -1,4 +1,4 @@
-"""Budgets for a whole delegation tree: what one chain root, and one workspace, may spend (CONTRACT §2).
+"""Budgets for a whole delegation tree: what one chain root, and one workspace, may spend (docs/spec.md §2).
 
 Depth and cycles do not bound cost: a planner that fans out to 20 workers, each fanning out to 20,
 never repeats a name and never goes deeper than 3, and makes 420 hops. A budget counts what a *tree*

@@ -27,7 +27,7 @@ REASON_CODES: Final[dict[str, str]] = {
     "foreign_workspace": "a2a_delegation_invalid",
     "budget": "a2a_delegation_budget",
 }
-"""Refusal reason -> wire error code (CONTRACT §1, §3)."""
+"""Refusal reason -> wire error code (docs/spec.md §1, §3)."""
 
 
 class DelegationRefused(RecursionError):

@@ -1,6 +1,6 @@
 """A tree's model requests and tokens: checked before each model request, counted after it.
 
-``max_model_requests`` and ``max_tokens`` (CONTRACT §2) bound what one delegation tree (one chain
+``max_model_requests`` and ``max_tokens`` (docs/spec.md §2) bound what one delegation tree (one chain
 ``root``) spends on models, over every branch and process. The instrumentors call these where their
 runtime makes a model request (the runtime's own hooks: a pydantic-ai capability, ...):
 

@@ -1,4 +1,4 @@
-"""``@agentic`` (CONTRACT §1): every call one guarded hop, on sync, async, generator and async generator
+"""``@agentic`` (docs/spec.md §1): every call one guarded hop, on sync, async, generator and async generator
 functions -- including send, throw, close and an early break."""
 
 from __future__ import annotations

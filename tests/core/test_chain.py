@@ -1,4 +1,4 @@
-"""The chain token (CONTRACT §4): encoding, keyring, rotation, PyJWT interop, every bad token."""
+"""The chain token (docs/spec.md §4): encoding, keyring, rotation, PyJWT interop, every bad token."""
 
 from __future__ import annotations
 
@@ -590,7 +590,7 @@ def test_a_chain_with_a_lone_surrogate_in_a_name_is_refused(keyring: Keyring | N
     )
 
 
-# -- headers and echoes (RFC 7515, CONTRACT §3) ---------------------------------------------------
+# -- headers and echoes (RFC 7515, docs/spec.md §3) ---------------------------------------------------
 
 
 @pytest.mark.parametrize("keyring", [KEYRING, None], ids=["with keys", "without keys"])

@@ -1,4 +1,4 @@
-"""The ``otel-guard`` command (CONTRACT §7): demo, keygen, inspect, --help, exit statuses.
+"""The ``otel-guard`` command (docs/spec.md §7): demo, keygen, inspect, --help, exit statuses.
 
 Each test runs the installed console script in a fresh process with a clean environment.
 """

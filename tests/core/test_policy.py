@@ -1,4 +1,4 @@
-"""The policy (CONTRACT §2, §3): decide() as a pure function, and settings from env and configure()."""
+"""The policy (docs/spec.md §2, §3): decide() as a pure function, and settings from env and configure()."""
 
 from __future__ import annotations
 

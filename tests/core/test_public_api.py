@@ -1,4 +1,4 @@
-"""The public face (CONTRACT §1): ``otel_guard.__all__``, the refusal's fields, immutable values."""
+"""The public face (docs/spec.md §1): ``otel_guard.__all__``, the refusal's fields, immutable values."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import otel_guard
 from otel_guard import Chain, DelegationRefused, Hop
 
-CONTRACT_NAMES = {
+SPEC_NAMES = {
     "configure",
     "agentic",
     "delegate",
@@ -35,7 +35,7 @@ def test_all_is_complete_and_sorted() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public == set(exported)
-    assert set(exported) >= CONTRACT_NAMES
+    assert set(exported) >= SPEC_NAMES
     for name in exported:
         assert getattr(otel_guard, name) is not None
 

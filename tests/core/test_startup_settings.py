@@ -1,4 +1,4 @@
-"""A bad ``OTEL_GUARD_*`` value is found where the guard starts (CONTRACT §8, last paragraph).
+"""A bad ``OTEL_GUARD_*`` value is found where the guard starts (docs/spec.md §2).
 
 Wherever the guard starts -- an instrumentor under ``opentelemetry-instrument`` or in code, the ASGI
 middleware of a server, the CLI -- the program ends there with one line on stderr that names the

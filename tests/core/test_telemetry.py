@@ -1,4 +1,4 @@
-"""What the instrumented process records (CONTRACT §5): spans, events, the two metrics -- and never
+"""What the instrumented process records (docs/spec.md §5): spans, events, the two metrics -- and never
 the token. Also: with no SDK the guard still decides, and the no-keys warning comes once."""
 
 from __future__ import annotations
