@@ -20,8 +20,8 @@ Settings come from ``OTEL_GUARD_*`` environment variables or :func:`configure`; 
 from otel_guard.chain import Chain, Hop
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, agentic, current_chain, delegate, name_depth
-from otel_guard.policy import Settings, configure
 from otel_guard.prompt import situational_prefix
+from otel_guard.settings import Settings, configure
 
 __all__ = [
     "Chain",

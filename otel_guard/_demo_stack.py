@@ -25,7 +25,7 @@ from typing import Any
 
 from otel_guard._demo_agent import _post
 from otel_guard.chain import generate_key
-from otel_guard.policy import ENV
+from otel_guard.settings import ENV
 
 AGENTS = {"planner": "plan", "budget": "price"}  # agent -> skill
 START_SECONDS = 20.0  # for an agent process to be ready (interpreter and imports: about a second)

@@ -49,9 +49,9 @@ from opentelemetry import context as otel_context
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind
 
+from otel_guard._start import settings_at_start
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
-from otel_guard.policy import settings_at_start
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 Scope = MutableMapping[str, Any]

@@ -30,7 +30,8 @@ import threading
 from collections.abc import Sequence
 from typing import Final, NamedTuple, Protocol
 
-from otel_guard.policy import CLOCK_SKEW, Settings, redacted_url
+from otel_guard.policy import CLOCK_SKEW
+from otel_guard.settings import Settings, redacted_url
 
 HOPS: Final = "hops"
 WORKSPACE_HOPS: Final = "workspace_hops"

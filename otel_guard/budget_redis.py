@@ -47,7 +47,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 
 from otel_guard.budget import MAX_COUNT, BadCount, Meter, StoreError
-from otel_guard.policy import current_settings, redacted_url
+from otel_guard.settings import current_settings, redacted_url
 
 TIMEOUT: Final = 0.25
 """Seconds to connect to Redis, and to wait for an answer."""

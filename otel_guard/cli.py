@@ -12,7 +12,8 @@ import time
 from collections.abc import Sequence
 
 from otel_guard.chain import InvalidToken, decode, generate_key
-from otel_guard.policy import ENV, current_settings, integrity
+from otel_guard.policy import integrity
+from otel_guard.settings import ENV, current_settings
 
 
 def _keygen(args: argparse.Namespace) -> int:

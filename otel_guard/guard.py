@@ -50,7 +50,8 @@ from otel_guard.chain import (
     start_chain,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import Settings, Verdict, current_settings, decide
+from otel_guard.policy import Verdict, decide
+from otel_guard.settings import Settings, current_settings
 
 HopKind = Literal["agent", "tool"]
 

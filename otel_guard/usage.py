@@ -28,7 +28,7 @@ from otel_guard import telemetry as names
 from otel_guard.budget import Meter, store_failure, store_for, tokens_meter, usage_meters, usage_spent
 from otel_guard.chain import Chain
 from otel_guard.guard import current_chain
-from otel_guard.policy import Settings, current_settings
+from otel_guard.settings import Settings, current_settings
 
 
 def model_requests_counted() -> bool:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_guard.budget
-import otel_guard.policy
+import otel_guard.settings
 
 # tests/runtimes/<folder> holds the tests of a runtime that needs an environment of its own
 # (.venv-runtimes/<extra>, made by scripts/bootstrap); scripts/test runs each folder there. Any other
@@ -104,8 +104,8 @@ def metric_reader() -> MetricRecorder:
 def _fresh_settings() -> Iterator[None]:
     """Every test starts from the environment's settings and leaves no configure() behind, and
     from empty budget stores (the memory store's counts are the process's)."""
-    otel_guard.policy.reset_settings()
+    otel_guard.settings.reset_settings()
     otel_guard.budget.reset_stores()
     yield
-    otel_guard.policy.reset_settings()
+    otel_guard.settings.reset_settings()
     otel_guard.budget.reset_stores()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from otel_guard import telemetry
 from otel_guard.errors import REASON_CODES
-from otel_guard.policy import ENV, INTEGRITY_REASONS
+from otel_guard.policy import INTEGRITY_REASONS
+from otel_guard.settings import ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")

@@ -22,8 +22,8 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 
 from otel_guard import telemetry
+from otel_guard._start import settings_at_start
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import settings_at_start
 
 _log = logging.getLogger("otel_guard.instrumentation")
 

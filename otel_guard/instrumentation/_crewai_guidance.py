@@ -19,7 +19,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from otel_guard import prompt
 from otel_guard.instrumentation._crewai_names import reachable
 from otel_guard.instrumentation._crewai_scope import current_run
-from otel_guard.policy import current_settings
+from otel_guard.settings import current_settings
 
 
 def add_guidance(hook: Any) -> None:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from otel_guard.policy import current_settings
+from otel_guard.settings import current_settings
 
 Hook = Callable[[Any], Any]
 

@@ -52,7 +52,7 @@ from otel_guard.instrumentation._google_adk_tools import (
     task_calls,
 )
 from otel_guard.instrumentation._google_adk_usage import tokens_of
-from otel_guard.policy import current_settings
+from otel_guard.settings import current_settings
 from otel_guard.usage import aafter_model_request, model_requests_counted
 
 if TYPE_CHECKING:

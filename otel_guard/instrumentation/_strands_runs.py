@@ -36,7 +36,7 @@ from otel_guard.instrumentation._strands_guidance import guided_messages
 from otel_guard.instrumentation._strands_scope import CALL, RUN, Call, Run, guarding
 from otel_guard.instrumentation._strands_swarm import in_handoff_chain, take_handoff
 from otel_guard.instrumentation._strands_usage import count_requests_of
-from otel_guard.policy import current_settings
+from otel_guard.settings import current_settings
 
 
 def install(agent: Any) -> None:

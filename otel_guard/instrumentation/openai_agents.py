@@ -76,7 +76,7 @@ from otel_guard.instrumentation._openai_agents_results import (
     refused_tool_result,
 )
 from otel_guard.instrumentation._openai_agents_scope import RunScope, current_run
-from otel_guard.policy import current_settings
+from otel_guard.settings import current_settings
 
 if TYPE_CHECKING:
     from agents.result import RunResultStreaming

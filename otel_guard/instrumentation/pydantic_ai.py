@@ -60,7 +60,7 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, refusal_text, unwrap_all
 from otel_guard.instrumentation._pydantic_ai_guidance import guidance_for, prefixed_prompt
-from otel_guard.policy import current_settings
+from otel_guard.settings import current_settings
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import Agent

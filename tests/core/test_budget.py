@@ -17,7 +17,7 @@ from opentelemetry import context, propagate
 import otel_guard
 from otel_guard import DelegationRefused, delegate
 from otel_guard.budget import HOPS, WORKSPACE_HOPS, MemoryStore, Meter, StoreError, store_for
-from otel_guard.policy import DEFAULT_MAX_HOPS, settings_from_env
+from otel_guard.settings import DEFAULT_MAX_HOPS, settings_from_env
 
 BUDGET_HOPS = "otel_guard.budget.hops"
 EXHAUSTED = "otel_guard.budget.exhausted"

@@ -153,7 +153,7 @@ def test_a_redis_outage_with_budget_on_error_refuse_refuses_and_recovers(redis_s
     assert refused.value.reason == "budget"
     assert "could not be reached" in str(refused.value)
     redis_server.start()
-    store = store_for(otel_guard.policy.current_settings())
+    store = store_for(otel_guard.settings.current_settings())
     deadline = time.monotonic() + 5.0
     while True:  # the store asks Redis again once its pause after the failure is over
         try:
@@ -200,7 +200,7 @@ async def test_async_hops_count_through_the_asyncio_client(redis_server: RedisSe
         await asyncio.gather(*(branch(i) for i in range(20)))
     assert sorted(allowed) == list(range(2, 31))
     assert refused == ["budget"] * (60 - 29)
-    store = store_for(otel_guard.policy.current_settings())
+    store = store_for(otel_guard.settings.current_settings())
     assert isinstance(store, RedisStore)
     assert asyncio.get_running_loop() in store._async_clients  # the asyncio client served them
 

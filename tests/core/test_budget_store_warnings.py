@@ -22,9 +22,9 @@ from test_settings_secrets import PASSWORD, SECRET, assert_no_secret
 import otel_guard
 import otel_guard.budget_redis
 from otel_guard import DelegationRefused, delegate
+from otel_guard._start import settings_at_start
 from otel_guard.budget import HOPS, Meter, StoreError
 from otel_guard.budget_redis import RedisStore
-from otel_guard.policy import settings_at_start
 
 pytestmark = pytest.mark.integration
 

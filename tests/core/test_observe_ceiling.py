@@ -9,7 +9,7 @@ from opentelemetry import baggage
 
 import otel_guard
 from otel_guard import DelegationRefused, agentic, delegate
-from otel_guard.policy import DEFAULT_OBSERVE_MAX_DEPTH, settings_from_env
+from otel_guard.settings import DEFAULT_OBSERVE_MAX_DEPTH, settings_from_env
 
 CHAIN_KEY = "otel_guard.chain"
 

@@ -14,15 +14,14 @@ from hypothesis import strategies as st
 
 import otel_guard
 from otel_guard.chain import Chain, Hop, Keyring
-from otel_guard.policy import (
-    CLOCK_SKEW,
+from otel_guard.policy import CLOCK_SKEW, decide
+from otel_guard.settings import (
     CYCLE_RULES,
     ENV,
     AgentOverride,
     CycleRule,
     Settings,
     current_settings,
-    decide,
     reset_settings,
     settings_from_env,
 )

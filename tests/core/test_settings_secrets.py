@@ -13,7 +13,7 @@ import os
 import pytest
 
 import otel_guard
-from otel_guard.policy import Settings, redacted_url, settings_from_env
+from otel_guard.settings import Settings, redacted_url, settings_from_env
 
 PASSWORD = "hunter2-s3cret"
 SECRET = os.urandom(32)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from otel_guard import policy
+from otel_guard import settings as policy_settings
 
 pytestmark = pytest.mark.integration
 
@@ -71,10 +71,10 @@ def test_configure_with_every_setting_given_does_not_read_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OTEL_GUARD_MAX_DEPTH", "not a number")
-    monkeypatch.setattr(policy, "_current", None)
-    every = {name: getattr(policy.Settings(), name) for name in policy.ENV}
-    settings = policy.configure(**{**every, "max_depth": 3})
+    monkeypatch.setattr(policy_settings, "_current", None)
+    every = {name: getattr(policy_settings.Settings(), name) for name in policy_settings.ENV}
+    settings = policy_settings.configure(**{**every, "max_depth": 3})
     assert settings.max_depth == 3
-    monkeypatch.setattr(policy, "_current", None)
+    monkeypatch.setattr(policy_settings, "_current", None)
     with pytest.raises(ValueError, match="OTEL_GUARD_MAX_DEPTH"):
-        policy.configure(max_depth=3)  # the other settings come from the environment: it is read
+        policy_settings.configure(max_depth=3)  # the other settings come from the environment: it is read

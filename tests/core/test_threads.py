@@ -218,7 +218,7 @@ def test_starting_again_wraps_nothing_twice(spans: Any) -> None:
     carry_context()
     carry_context()
     otel_guard.configure(max_depth=8)
-    otel_guard.policy.reset_settings()
+    otel_guard.settings.reset_settings()
 
     for method in (threading.Thread.__dict__["start"], ThreadPoolExecutor.__dict__["submit"]):
         assert method._self_wrapper.__module__ == THREADS
