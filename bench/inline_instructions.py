@@ -59,7 +59,7 @@ def child(arm: str, count: int, tokens: int) -> None:
 
     import otel_guard
     from otel_guard.chain import decode
-    from otel_guard.policy import current_settings
+    from otel_guard.settings import current_settings
 
     tracer = bench.setup()
     minted = bench.pyjwt_tokens(tokens)
