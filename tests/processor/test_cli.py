@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -52,6 +55,70 @@ def test_bad_value_is_usage_error_naming_the_option(capsys: pytest.CaptureFixtur
 def test_unreadable_config_file_is_failure(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config", "/nonexistent/processor.yaml"]) == 1
     assert "cannot read /nonexistent/processor.yaml" in capsys.readouterr().err
+
+
+def _billion_laughs() -> str:
+    """Nine anchors, each a list of nine aliases of the one before: 9**9 strings once expanded."""
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def _laughs_under_an_option() -> str:
+    """The same bomb as the value of an option: read and turned into text, it never ends."""
+    levels = ['&a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        levels.append(f"&{name} [{', '.join([f'*{before}'] * 9)}]")
+    return f"listen: [{', '.join(levels)}]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (_billion_laughs(), r"line 1, column 4: anchors \(&a\) are not accepted"),
+        (_laughs_under_an_option(), r"line 1, column 9: listen must be one value, not a list or a mapping"),
+        ("max_traces: " + "[" * 100_000 + "]" * 100_000 + "\n", r"max_traces must be one value"),
+        (
+            "[" * 100_000 + "]" * 100_000 + "\n",
+            r"not a mapping of option names|exceeded maximum nesting depth",
+        ),
+        ("max_traces: " + "1" * 10**7 + "\n", r"larger than 1048576 bytes"),
+        ("max_traces: " + "1" * 10**5 + "\n", r"the value of max_traces is 100000 characters long"),
+        (
+            "max_traces: 10\n  listen: x\n",
+            r"line 2, column 9: not valid YAML: mapping values are not allowed",
+        ),
+    ],
+    ids=[
+        "alias-bomb",
+        "alias-bomb-in-an-option",
+        "deep-nesting",
+        "deep-document",
+        "huge-integer",
+        "long-integer",
+        "syntax-error",
+    ],
+)
+def test_a_hostile_config_file_is_one_line_and_usage_status(tmp_path: Path, text: str, error: str) -> None:
+    config = tmp_path / "processor.yaml"
+    config.write_text(text)
+    started = time.monotonic()
+    command = ["--config", str(config), "--listen", "127.0.0.1:0", "--prometheus", "off"]
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_guard_processor", *command],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert time.monotonic() - started < 10
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith(f"otel-guard processor: error: config: {config}")
+    assert re.search(error, lines[0]), lines[0]
+    assert len(lines[0]) < 600
 
 
 def test_address_in_use_is_failure(capsys: pytest.CaptureFixture[str]) -> None:
