@@ -8,7 +8,7 @@ passes through the OpenTelemetry pipeline and counts the cycles it finds, as Pro
 Run it::
 
     pip install 'otel-guard[processor]'
-    otel-guard processor --listen 127.0.0.1:4317 --forward tempo:4317 --prometheus 127.0.0.1:9464
+    otel-guard processor --listen 127.0.0.1:4317 --forward tempo:4317 --prometheus 127.0.0.1:4390
 
 - Receivers: OTLP/gRPC (``--listen``) and OTLP/HTTP ``/v1/traces`` (``--http-listen``, protobuf or
   JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing.

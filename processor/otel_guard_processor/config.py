@@ -173,7 +173,7 @@ class ProcessorConfig:
     listen: str = "127.0.0.1:4317"
     http_listen: str | None = None
     forward: str | None = None
-    prometheus: str | None = "127.0.0.1:9464"
+    prometheus: str | None = "127.0.0.1:4390"
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000

@@ -19,6 +19,7 @@ import grpc.aio
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+from otel_guard_processor.listeners import cannot_listen, check_bindable
 from otel_guard_processor.pipeline import Answer, Pipeline
 
 __all__ = ["GrpcReceiver"]
@@ -30,6 +31,7 @@ class GrpcReceiver:
     """A ``grpc.aio`` server with the TraceService Export method."""
 
     def __init__(self, pipeline: Pipeline, address: str, max_request_bytes: int) -> None:
+        check_bindable("listen", address, "OTLP/gRPC")
         self._pipeline = pipeline
         self._max_request_bytes = max_request_bytes
         self._server = grpc.aio.server(
@@ -45,7 +47,7 @@ class GrpcReceiver:
         try:
             self.port = self._server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc}") from None
+            raise cannot_listen("listen", address, "OTLP/gRPC", exc) from None
         self.address = address
 
     async def start(self) -> None:

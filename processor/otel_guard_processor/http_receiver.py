@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import socket
 import time
 import zlib
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from otel_guard_processor.config import parse_address
+from otel_guard_processor.listeners import bind
 from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
 from otel_guard_processor.pipeline import Answer, Pipeline, http_status
 
@@ -178,20 +177,13 @@ class _QuietServer(uvicorn.Server):
 
 
 class AsgiServer:
-    """One ASGI app served by uvicorn on a socket the processor bound itself."""
+    """One ASGI app served by uvicorn on a socket the processor bound itself (``option`` names the
+    setting of its address, ``what`` what it serves, for the error when it cannot listen)."""
 
-    def __init__(self, app: ASGIApp, address: str, *, what: str, graceful_timeout: float) -> None:
-        host, port = parse_address(address, option=what)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._socket.bind((host, port))
-        except OSError as exc:
-            self._socket.close()
-            raise OSError(f"cannot listen for {what} on {address}: {exc.strerror or exc}") from None
-        self._socket.listen(1024)
-        self._socket.setblocking(False)
+    def __init__(
+        self, app: ASGIApp, address: str, *, option: str, what: str, graceful_timeout: float
+    ) -> None:
+        self._socket = bind(option, address, what)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             app,

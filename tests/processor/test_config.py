@@ -21,7 +21,7 @@ def test_defaults_are_the_contract() -> None:
     assert config.listen == "127.0.0.1:4317"
     assert config.http_listen is None
     assert config.forward is None
-    assert config.prometheus == "127.0.0.1:9464"
+    assert config.prometheus == "127.0.0.1:4390"
 
 
 def test_file_then_environment_then_flags(tmp_path: Path) -> None:
