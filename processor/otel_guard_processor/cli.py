@@ -24,7 +24,8 @@ _DESCRIPTION = """\
 Reads OpenTelemetry traces (OTLP/gRPC, and OTLP/HTTP when enabled), finds agent delegation cycles
 (A -> A, A -> B -> A, and across traces through span links and otel_guard.chain.root), and serves
 them as Prometheus metrics. With --forward it sits inline: each request goes downstream unchanged
-and is acknowledged only once the downstream acknowledged it.
+and is acknowledged only once the downstream acknowledged it. OTLP metrics and logs are taken too,
+unread: forwarded as they came, or answered OK without --forward.
 
 Every option can also be set in a YAML file (--config, keys are the option names with
 underscores) or in the environment (OTEL_GUARD_PROCESSOR_<OPTION>, e.g.

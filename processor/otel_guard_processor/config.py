@@ -108,15 +108,15 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "http_listen",
         _optional_address,
-        "OTLP/HTTP receiver address (POST /v1/traces, protobuf or JSON), or off",
+        "OTLP/HTTP receiver address (POST /v1/traces, /v1/metrics, /v1/logs, protobuf or JSON), or off",
         "HOST:PORT",
     ),
     Option(
         "forward",
         _optional_address,
-        "downstream OTLP/gRPC endpoint; each request is sent there unchanged and acknowledged "
-        "upstream only once the downstream acknowledged it; off makes the processor an analysis "
-        "sink",
+        "downstream OTLP/gRPC endpoint; each request (traces, metrics, logs) is sent there unchanged "
+        "and acknowledged upstream only once the downstream acknowledged it; off makes the processor "
+        "an analysis sink",
         "HOST:PORT",
     ),
     Option("prometheus", _optional_address, "Prometheus scrape address (/metrics), or off", "HOST:PORT"),
