@@ -153,7 +153,7 @@ def test_the_processor_walkthrough_counts_the_loop_as_the_readme_says(tmp_path: 
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             ports.append(str(probe.getsockname()[1]))
-    commands = commands.replace("4317", ports[0]).replace("9464", ports[1]).replace("\\\n", " ")
+    commands = commands.replace("4317", ports[0]).replace("4390", ports[1]).replace("\\\n", " ")
     lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
     assert lines[0] == "pip install '.[processor]'"
     start, run, scrape = lines[1].rstrip("&").strip(), lines[2], lines[3]

@@ -8,10 +8,12 @@ passes through the OpenTelemetry pipeline and counts the cycles it finds, as Pro
 Run it::
 
     pip install 'otel-guard[processor]'
-    otel-guard processor --listen 127.0.0.1:4317 --forward tempo:4317 --prometheus 127.0.0.1:9464
+    otel-guard processor --listen 127.0.0.1:4317 --forward tempo:4317 --prometheus 127.0.0.1:4390
 
 - Receivers: OTLP/gRPC (``--listen``) and OTLP/HTTP ``/v1/traces`` (``--http-listen``, protobuf or
-  JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing.
+  JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing. Metrics
+  and logs (``/v1/metrics``, ``/v1/logs`` and their gRPC services) are taken unread: forwarded as
+  they came, or answered OK without ``--forward`` (:mod:`otel_guard_processor.signals`).
 - Detection (:mod:`otel_guard_processor.detector`): a call span (``invoke_agent X`` /
   ``execute_tool X``) whose name is already on its own path of named ancestors is a cycle:
   ``direct`` (A -> A), ``cross_function`` (A -> B -> A) or ``cross_trace`` (through a span link or

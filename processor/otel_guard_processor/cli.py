@@ -1,7 +1,8 @@
 """``otel-guard processor``: run the collector-side processor until SIGTERM or SIGINT.
 
-Exit status: 0 after a clean stop, 2 on bad usage (an unknown flag, a wrong value), 1 when the
-processor cannot run (an address in use, an unreadable config file); the reason goes to stderr.
+Exit status: 0 after a clean stop, 2 on bad usage (an unknown flag, a wrong value, a config file
+that is not a flat YAML mapping of options), 1 when the processor cannot run (an address in use, a
+config file that cannot be read); the reason goes to stderr, one line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from otel_guard_processor.config import OPTIONS, ConfigError, ProcessorConfig, load_config
+from otel_guard_processor.config import OPTIONS, ConfigError, ProcessorConfig, UnreadableConfig, load_config
 from otel_guard_processor.service import Processor
 
 __all__ = ["build_parser", "main"]
@@ -23,7 +24,8 @@ _DESCRIPTION = """\
 Reads OpenTelemetry traces (OTLP/gRPC, and OTLP/HTTP when enabled), finds agent delegation cycles
 (A -> A, A -> B -> A, and across traces through span links and otel_guard.chain.root), and serves
 them as Prometheus metrics. With --forward it sits inline: each request goes downstream unchanged
-and is acknowledged only once the downstream acknowledged it.
+and is acknowledged only once the downstream acknowledged it. OTLP metrics and logs are taken too,
+unread: forwarded as they came, or answered OK without --forward.
 
 Every option can also be set in a YAML file (--config, keys are the option names with
 underscores) or in the environment (OTEL_GUARD_PROCESSOR_<OPTION>, e.g.
@@ -68,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     flags = {option.name: getattr(args, option.name) for option in OPTIONS}
     try:
         config = load_config(flags, config_file=args.config)
+    except UnreadableConfig as exc:
+        print(f"otel-guard processor: {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:
-        if exc.option == "config":
-            print(f"otel-guard processor: {exc}", file=sys.stderr)
-            return 1
-        parser.print_usage(sys.stderr)
+        if exc.option != "config":  # a wrong value: say how the command is used
+            parser.print_usage(sys.stderr)
         print(f"otel-guard processor: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")

@@ -10,6 +10,12 @@ Each option can be set four ways; a later one wins:
 ``ProcessorConfig.validate()`` checks every value and raises :class:`ConfigError` naming the option
 and where its value came from. Addresses are ``HOST:PORT`` (``[::1]:4317`` for IPv6; port 0 picks
 a free port); the optional ones also take ``off``.
+
+The YAML file is one flat mapping of option names to single values, and it is read as exactly that:
+event by event, not built by ``yaml.safe_load``. Anchors, aliases, nested values and a second
+document are refused where they first appear, and the file is read to 1 MiB at most, so an alias
+bomb, deep nesting or a huge number ends in one :class:`ConfigError` naming the file, not a hang or
+a traceback.
 """
 
 from __future__ import annotations
@@ -23,10 +29,22 @@ from typing import Any
 
 import yaml
 
-__all__ = ["OPTIONS", "ConfigError", "Option", "ProcessorConfig", "load_config", "parse_address"]
+__all__ = [
+    "OPTIONS",
+    "ConfigError",
+    "Option",
+    "ProcessorConfig",
+    "UnreadableConfig",
+    "load_config",
+    "parse_address",
+]
 
 ENV_PREFIX = "OTEL_GUARD_PROCESSOR_"
+MAX_CONFIG_BYTES = 1024 * 1024  # a config file's size, read no further
+MAX_VALUE_CHARS = 4096  # one value's length: far past any address or number
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# libyaml's parser where PyYAML was built with it; the reader walks its events either way.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ConfigError(ValueError):
@@ -36,6 +54,10 @@ class ConfigError(ValueError):
         self.option = option
         where = f" (from {source})" if source else ""
         super().__init__(f"{option}{where}: {message}")
+
+
+class UnreadableConfig(ConfigError):
+    """The config file cannot be read at all (missing, a directory, no permission)."""
 
 
 def parse_address(text: str, *, option: str = "address") -> tuple[str, int]:
@@ -86,15 +108,15 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "http_listen",
         _optional_address,
-        "OTLP/HTTP receiver address (POST /v1/traces, protobuf or JSON), or off",
+        "OTLP/HTTP receiver address (POST /v1/traces, /v1/metrics, /v1/logs, protobuf or JSON), or off",
         "HOST:PORT",
     ),
     Option(
         "forward",
         _optional_address,
-        "downstream OTLP/gRPC endpoint; each request is sent there unchanged and acknowledged "
-        "upstream only once the downstream acknowledged it; off makes the processor an analysis "
-        "sink",
+        "downstream OTLP/gRPC endpoint; each request (traces, metrics, logs) is sent there unchanged "
+        "and acknowledged upstream only once the downstream acknowledged it; off makes the processor "
+        "an analysis sink",
         "HOST:PORT",
     ),
     Option("prometheus", _optional_address, "Prometheus scrape address (/metrics), or off", "HOST:PORT"),
@@ -151,7 +173,7 @@ class ProcessorConfig:
     listen: str = "127.0.0.1:4317"
     http_listen: str | None = None
     forward: str | None = None
-    prometheus: str | None = "127.0.0.1:9464"
+    prometheus: str | None = "127.0.0.1:4390"
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
@@ -232,20 +254,116 @@ def _source_of(name: str, given: Mapping[str, Any], from_env: Mapping[str, str],
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise ConfigError("config", f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UnreadableConfig("config", f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _bad_file(path, f"larger than {MAX_CONFIG_BYTES} bytes (the options fit in far less)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad_file(path, f"not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    try:
+        loader = _Loader(text)
+        try:
+            document = _options_of(loader, path)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        what = ": ".join(part for part in (exc.context, exc.problem) if part)
+        raise _bad_file(path, f"not valid YAML: {what}", exc.problem_mark or exc.context_mark) from None
+    except yaml.reader.ReaderError as exc:
+        raise _bad_file(path, f"not valid YAML: character {exc.position}: {exc.reason}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
-    if document is None:
-        return {}
-    if not isinstance(document, dict):
-        raise ConfigError("config", f"{path} must hold a mapping of option names to values")
+        raise _bad_file(path, f"not valid YAML: {exc}") from None
     unknown = sorted(str(key) for key in document if key not in _OPTION_BY_NAME)
     if unknown:
+        listed = ", ".join(_cut(key) for key in unknown[:5])
+        if len(unknown) > 5:
+            listed += f" and {len(unknown) - 5} more"
         known = ", ".join(sorted(_OPTION_BY_NAME))
-        raise ConfigError("config", f"{path}: unknown option(s) {', '.join(unknown)}; known: {known}")
+        raise _bad_file(path, f"unknown option(s) {listed}; known: {known}")
     return document
+
+
+def _options_of(loader: Any, path: Path) -> dict[str, Any]:
+    """The file's mapping of option names to single values, read event by event.
+
+    The options are one flat mapping of scalars, so nothing else is taken: a list or a mapping as a
+    value, an alias, an anchor, a second document are refused at the first event that shows one,
+    before anything is built. Nothing can nest, expand or recurse.
+    """
+    loader.get_event()  # the stream's start
+    if loader.check_event(yaml.StreamEndEvent):
+        return {}  # an empty file
+    loader.get_event()  # the document's start
+    event = _next(loader, path)
+    options: dict[str, Any] = {}
+    if isinstance(event, yaml.ScalarEvent) and _scalar(loader, event, path, "the document") is None:
+        pass  # only comments, or "~"
+    elif not isinstance(event, yaml.MappingStartEvent):
+        raise _bad_file(path, "not a mapping of option names to values", event.start_mark)
+    else:
+        while not loader.check_event(yaml.MappingEndEvent):
+            key = _next(loader, path)
+            if not isinstance(key, yaml.ScalarEvent):
+                raise _bad_file(
+                    path, "an option name must be a word, not a list or a mapping", key.start_mark
+                )
+            name = _cut(key.value)
+            if key.value in options:
+                raise _bad_file(path, f"option {name} is given twice", key.start_mark)
+            value = _next(loader, path)
+            if not isinstance(value, yaml.ScalarEvent):
+                raise _bad_file(path, f"{name} must be one value, not a list or a mapping",
+                                value.start_mark)  # fmt: skip
+            options[key.value] = _scalar(loader, value, path, name)
+        loader.get_event()  # the mapping's end
+    loader.get_event()  # the document's end
+    if not loader.check_event(yaml.StreamEndEvent):
+        raise _bad_file(path, "more than one YAML document", loader.peek_event().start_mark)
+    return options
+
+
+def _next(loader: Any, path: Path) -> Any:
+    """The next event; an alias or an anchor is refused (a config has no use for either)."""
+    event = loader.get_event()
+    if isinstance(event, yaml.AliasEvent):
+        raise _bad_file(path, f"aliases (*{_cut(event.anchor or '')}) are not accepted", event.start_mark)
+    anchor = getattr(event, "anchor", None)
+    if anchor is not None:
+        raise _bad_file(path, f"anchors (&{_cut(anchor)}) are not accepted", event.start_mark)
+    return event
+
+
+def _scalar(loader: Any, event: Any, path: Path, what: str) -> Any:
+    """One scalar's value, typed as YAML reads it (a bare ``off`` is false, ``~`` is None)."""
+    if len(event.value) > MAX_VALUE_CHARS:
+        raise _bad_file(path, f"the value of {what} is {len(event.value)} characters long; at most "
+                        f"{MAX_VALUE_CHARS}", event.start_mark)  # fmt: skip
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+    try:
+        return loader.construct_object(node)
+    except (ValueError, OverflowError) as exc:  # e.g. a timestamp of month 13
+        raise _bad_file(path, f"cannot read the value of {what}: {exc}", event.start_mark) from None
+
+
+def _bad_file(path: Path, message: str, mark: Any = None) -> ConfigError:
+    """A config file's content is wrong: one line naming the file, where, and what."""
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return ConfigError("config", " ".join(f"{path}{where}: {message}".split())[:500])
+
+
+def _shown(value: object) -> str:
+    return _cut(repr(value))
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _apply(config: ProcessorConfig, values: Mapping[str, Any], source: str) -> ProcessorConfig:
@@ -255,5 +373,5 @@ def _apply(config: ProcessorConfig, values: Mapping[str, Any], source: str) -> P
         try:
             changes[name] = option.parse(str(value)) if value is not None else None
         except (TypeError, ValueError):
-            raise ConfigError(name, f"cannot read {value!r} as {option.metavar}", source) from None
+            raise ConfigError(name, f"cannot read {_shown(value)} as {option.metavar}", source) from None
     return replace(config, **changes)

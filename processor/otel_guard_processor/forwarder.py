@@ -1,5 +1,8 @@
 """Forwarding requests downstream, byte for byte, and turning its failures into retryable answers.
 
+Every signal goes the same way, each to its own Export method on one channel, within one
+``max_inflight``: traces, and the metrics and logs the processor passes on unread.
+
 The processor never re-encodes a request: the bytes it received over OTLP/gRPC or OTLP/HTTP
 protobuf are the bytes it sends (an OTLP/JSON request is sent in its protobuf encoding). The client
 is acknowledged only after the downstream acknowledged, with the downstream's own response (so a
@@ -30,9 +33,13 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-__all__ = ["EXPORT_METHOD", "DownstreamError", "Forwarder"]
+from otel_guard_processor.signals import UNREAD
+
+__all__ = ["EXPORT_METHOD", "METHODS", "DownstreamError", "Forwarder"]
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+# Every signal's Export: traces, and the metrics and logs passed on unread (signals.py).
+METHODS = (EXPORT_METHOD, *(signal.method for signal in UNREAD))
 
 
 @dataclass
@@ -68,16 +75,18 @@ class Forwarder:
             ],
         )
         # No (de)serializers: requests and responses pass as the bytes they are.
-        self._export = self._channel.unary_unary(
-            EXPORT_METHOD, request_serializer=None, response_deserializer=None
-        )
+        self._exports = {
+            method: self._channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+            for method in METHODS
+        }
 
     @property
     def inflight(self) -> int:
         return self._inflight
 
-    def start(self, raw: bytes) -> asyncio.Future[bytes]:
-        """Start sending ``raw``; the future gives the downstream's response bytes.
+    def start(self, raw: bytes, method: str = EXPORT_METHOD) -> asyncio.Future[bytes]:
+        """Start sending ``raw`` to ``method`` (one of METHODS); the future gives the downstream's
+        response bytes.
 
         Raises DownstreamError at once when ``max_inflight`` requests are already waiting.
         The call is started before the caller goes on to detection, so that the downstream
@@ -91,15 +100,15 @@ class Forwarder:
                 reason="busy",
             )
         self._inflight += 1
-        sending = asyncio.ensure_future(self._send(raw))
+        sending = asyncio.ensure_future(self._send(self._exports[method], raw))
         # If the client goes away meanwhile nobody awaits the result: retrieve it anyway, so a
         # failure is not reported as an exception never retrieved.
         sending.add_done_callback(_retrieve)
         return sending
 
-    async def _send(self, raw: bytes) -> bytes:
+    async def _send(self, export: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes], raw: bytes) -> bytes:
         try:
-            response: bytes = await self._export(raw, timeout=self._timeout)
+            response: bytes = await export(raw, timeout=self._timeout)
             return response
         except grpc.aio.AioRpcError as exc:
             raise _downstream_error(exc, self.target, self._timeout) from None

@@ -1,6 +1,7 @@
-"""The OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+"""The OTLP/gRPC receiver: ``TraceService/Export``, and ``MetricsService/Export`` and
+``LogsService/Export`` for the signals passed on unread (:mod:`otel_guard_processor.signals`).
 
-The method is registered with no deserializer, so the handler gets the request's bytes exactly as
+The methods are registered with no deserializer, so a handler gets the request's bytes exactly as
 they arrived -- the bytes the forwarder sends on. gRPC itself refuses a request larger than twice
 ``max_request_bytes`` (RESOURCE_EXHAUSTED); the handler refuses one larger than
 ``max_request_bytes`` with the same status and counts it. Requests compressed with gzip are
@@ -13,13 +14,16 @@ A retryable error carries a ``google.rpc.Status`` with a ``RetryInfo`` detail in
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import grpc
 import grpc.aio
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+from otel_guard_processor.listeners import cannot_listen, check_bindable
 from otel_guard_processor.pipeline import Answer, Pipeline
+from otel_guard_processor.signals import UNREAD, Unread
 
 __all__ = ["GrpcReceiver"]
 
@@ -27,9 +31,10 @@ SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
 class GrpcReceiver:
-    """A ``grpc.aio`` server with the TraceService Export method."""
+    """A ``grpc.aio`` server with the Export method of each OTLP signal."""
 
     def __init__(self, pipeline: Pipeline, address: str, max_request_bytes: int) -> None:
+        check_bindable("listen", address, "OTLP/gRPC")
         self._pipeline = pipeline
         self._max_request_bytes = max_request_bytes
         self._server = grpc.aio.server(
@@ -38,14 +43,20 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        handler = grpc.unary_unary_rpc_method_handler(self._export)
+        handlers = [(SERVICE, partial(self._export, None))]
+        handlers += [(signal.service, partial(self._export, signal)) for signal in UNREAD]
         self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+            tuple(
+                grpc.method_handlers_generic_handler(
+                    service, {"Export": grpc.unary_unary_rpc_method_handler(export)}
+                )
+                for service, export in handlers
+            )
         )
         try:
             self.port = self._server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc}") from None
+            raise cannot_listen("listen", address, "OTLP/gRPC", exc) from None
         self.address = address
 
     async def start(self) -> None:
@@ -55,7 +66,10 @@ class GrpcReceiver:
         """Refuse new calls, let calls in flight finish for up to ``grace`` seconds."""
         await self._server.stop(grace)
 
-    async def _export(self, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    async def _export(
+        self, signal: Unread | None, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> bytes:
+        """One Export call: of traces (``signal`` None), or of metrics or logs."""
         started = time.perf_counter()
         if len(raw) > self._max_request_bytes:
             answer = self._pipeline.refuse(
@@ -66,8 +80,10 @@ class GrpcReceiver:
                 len(raw),
                 started,
             )
-        else:
+        elif signal is None:
             answer = await self._pipeline.export(raw, "grpc", started)
+        else:
+            answer = await self._pipeline.export_unread(signal, raw, "grpc", started)
         if answer.code == grpc.StatusCode.OK:
             return answer.response
         await context.abort(answer.code, answer.message, trailing_metadata=_details(answer))

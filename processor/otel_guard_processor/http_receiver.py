@@ -1,4 +1,5 @@
-"""The OTLP/HTTP receiver (``POST /v1/traces``) and the small ASGI server it and ``/metrics`` run on.
+"""The OTLP/HTTP receiver (``POST /v1/traces``, ``/v1/metrics``, ``/v1/logs``) and the small ASGI
+server it and ``/metrics`` run on.
 
 Requests are ``application/x-protobuf`` (forwarded as the bytes received) or ``application/json``
 (OTLP/JSON: hex ids, converted to protobuf and forwarded so), optionally ``Content-Encoding:
@@ -18,15 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import socket
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import grpc
 import uvicorn
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
@@ -35,9 +35,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from otel_guard_processor.config import parse_address
+from otel_guard_processor.listeners import bind
 from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
 from otel_guard_processor.pipeline import Answer, Pipeline, http_status
+from otel_guard_processor.signals import UNREAD, Unread
 
 __all__ = ["AsgiServer", "build_http_app"]
 
@@ -50,24 +51,47 @@ class _TooLarge(Exception):
 
 
 def build_http_app(pipeline: Pipeline, max_request_bytes: int, read_timeout: float = 30.0) -> Starlette:
-    """The Starlette app of the OTLP/HTTP receiver; a body that takes longer than ``read_timeout``
-    seconds to arrive is answered 408 and its connection closed."""
+    """The Starlette app of the OTLP/HTTP receiver: ``/v1/traces``, ``/v1/metrics``, ``/v1/logs``.
+    A body that takes longer than ``read_timeout`` seconds to arrive is answered 408 and its
+    connection closed."""
+    routes = [
+        Route("/v1/traces", _endpoint(pipeline, None, max_request_bytes, read_timeout), methods=["POST"])
+    ]
+    routes += [
+        Route(
+            signal.http_path, _endpoint(pipeline, signal, max_request_bytes, read_timeout), methods=["POST"]
+        )
+        for signal in UNREAD
+    ]
+    return Starlette(routes=routes)
 
-    async def traces(request: Request) -> Response:
+
+def _endpoint(
+    pipeline: Pipeline, signal: Unread | None, max_request_bytes: int, read_timeout: float
+) -> Callable[[Request], Awaitable[Response]]:
+    """The handler of one signal's path: traces (``signal`` None), metrics or logs."""
+    to_protobuf = json_to_protobuf if signal is None else signal.json_to_protobuf
+    response_type = ExportTraceServiceResponse if signal is None else signal.response
+
+    async def export(request: Request) -> Response:
         started = time.perf_counter()
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         is_json = content_type == JSON
+
+        def reply(answer: Answer, status: int | None = None) -> Response:
+            return _reply(answer, is_json, response_type, status)
+
         if content_type not in (PROTOBUF, JSON):
             answer = pipeline.refuse("http", "unsupported", grpc.StatusCode.INVALID_ARGUMENT,
                                      f"unsupported Content-Type {content_type!r}; use {PROTOBUF} or {JSON}",
                                      0, started)  # fmt: skip
-            return _reply(answer, is_json, status=415)
+            return reply(answer, status=415)
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
             answer = pipeline.refuse("http", "unsupported", grpc.StatusCode.INVALID_ARGUMENT,
                                      f"unsupported Content-Encoding {encoding!r}; use gzip or none",
                                      0, started)  # fmt: skip
-            return _reply(answer, is_json, status=415)
+            return reply(answer, status=415)
         try:
             async with asyncio.timeout(read_timeout):
                 body = await _read_body(request, max_request_bytes, gzip=encoding == "gzip")
@@ -75,28 +99,30 @@ def build_http_app(pipeline: Pipeline, max_request_bytes: int, read_timeout: flo
             answer = pipeline.refuse("http", "timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
                                      f"request body not received within read_timeout ({read_timeout:g} s)",
                                      0, started)  # fmt: skip
-            response = _reply(answer, is_json, status=408)
+            response = reply(answer, status=408)
             response.headers["connection"] = "close"
             return response
         except _TooLarge:
             answer = pipeline.refuse("http", "too_large", grpc.StatusCode.RESOURCE_EXHAUSTED,
                                      f"request body is larger than max_request_bytes ({max_request_bytes})",
                                      max_request_bytes, started)  # fmt: skip
-            return _reply(answer, is_json, status=413)
+            return reply(answer, status=413)
         except zlib.error as exc:
             answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
                                      f"body is not valid gzip: {exc}", 0, started)  # fmt: skip
-            return _reply(answer, is_json)
+            return reply(answer)
         if is_json:
             try:
-                body = json_to_protobuf(body)
+                body = to_protobuf(body)
             except MalformedRequest as exc:
                 answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
                                          str(exc), len(body), started)  # fmt: skip
-                return _reply(answer, is_json)
-        return _reply(await pipeline.export(body, "http", started), is_json)
+                return reply(answer)
+        if signal is None:
+            return reply(await pipeline.export(body, "http", started))
+        return reply(await pipeline.export_unread(signal, body, "http", started))
 
-    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+    return export
 
 
 async def _read_body(request: Request, limit: int, *, gzip: bool) -> bytes:
@@ -149,16 +175,18 @@ class _Gunzip:
             raise zlib.error("truncated gzip stream")
 
 
-def _reply(answer: Answer, is_json: bool, status: int | None = None) -> Response:
+def _reply(
+    answer: Answer, is_json: bool, response_type: type[Message], status: int | None = None
+) -> Response:
     media_type = JSON if is_json else PROTOBUF
     headers: dict[str, str] = {}
     if answer.code == grpc.StatusCode.OK:
         body = answer.response
         if is_json:
             try:
-                response = ExportTraceServiceResponse.FromString(body)
+                response = response_type.FromString(body)
             except DecodeError:
-                response = ExportTraceServiceResponse()  # the downstream acknowledged; say so
+                response = response_type()  # the downstream acknowledged; say so
             body = json_format.MessageToJson(response).encode()
         return Response(body, status_code=200, media_type=media_type)
     if answer.retry_after is not None:
@@ -178,20 +206,13 @@ class _QuietServer(uvicorn.Server):
 
 
 class AsgiServer:
-    """One ASGI app served by uvicorn on a socket the processor bound itself."""
+    """One ASGI app served by uvicorn on a socket the processor bound itself (``option`` names the
+    setting of its address, ``what`` what it serves, for the error when it cannot listen)."""
 
-    def __init__(self, app: ASGIApp, address: str, *, what: str, graceful_timeout: float) -> None:
-        host, port = parse_address(address, option=what)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._socket.bind((host, port))
-        except OSError as exc:
-            self._socket.close()
-            raise OSError(f"cannot listen for {what} on {address}: {exc.strerror or exc}") from None
-        self._socket.listen(1024)
-        self._socket.setblocking(False)
+    def __init__(
+        self, app: ASGIApp, address: str, *, option: str, what: str, graceful_timeout: float
+    ) -> None:
+        self._socket = bind(option, address, what)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             app,

@@ -65,6 +65,7 @@ class RequestStats:
         self.requests: dict[tuple[str, str], int] = {}  # (protocol, outcome) -> requests
         self.received_bytes: dict[str, int] = {}  # protocol -> bytes
         self.spans: dict[str, int] = dict.fromkeys(SPAN_OUTCOMES, 0)
+        self.unread_requests: dict[tuple[str, str], int] = {}  # (signal, outcome) -> requests
         self.downstream_errors: dict[str, int] = {}  # gRPC status name -> errors
         self.detection_errors = 0
         self.inflight = 0
@@ -79,6 +80,11 @@ class RequestStats:
         if histogram is None:
             histogram = self._latency[protocol] = _Histogram()
         histogram.observe(seconds)
+
+    def unread(self, signal: str, outcome: str) -> None:
+        """One metrics or logs request taken: forwarded, discarded (no downstream) or rejected."""
+        key = (signal, outcome)
+        self.unread_requests[key] = self.unread_requests.get(key, 0) + 1
 
     def latency(self) -> dict[str, _Histogram]:
         return self._latency
@@ -125,8 +131,15 @@ class ProcessorCollector(Collector):
             [((outcome,), count) for outcome, count in stats.spans.items()],
         )
         yield _counter(
+            "otel_guard_processor_unread_requests",
+            "Metrics and logs export requests, passed on unread: forwarded downstream (acknowledged), "
+            "discarded (answered OK, no downstream), rejected back to the client.",
+            ("signal", "outcome"),
+            stats.unread_requests.items(),
+        )
+        yield _counter(
             "otel_guard_processor_requests",
-            "Export requests by protocol and outcome.",
+            "Export requests of every signal, by protocol and outcome.",
             ("protocol", "outcome"),
             stats.requests.items(),
         )

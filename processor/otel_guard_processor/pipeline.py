@@ -1,6 +1,7 @@
 """One export request, from bytes in to the answer out: parse, forward, detect, acknowledge.
 
-Both receivers hand the pipeline the protobuf bytes of an ExportTraceServiceRequest. The order of
+Both receivers hand the pipeline the protobuf bytes of an ExportTraceServiceRequest (metrics and
+logs take the same way bar parsing and detection: :meth:`Pipeline.export_unread`). The order of
 work is what keeps spans safe and the clients apart:
 
 1. take it, or refuse it with RESOURCE_EXHAUSTED and a retry delay when the requests held already
@@ -28,6 +29,7 @@ from otel_guard_processor.detection import Detection
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest, RequestView, parse_request
+from otel_guard_processor.signals import Unread
 
 __all__ = ["Answer", "Pipeline", "http_status"]
 
@@ -93,19 +95,9 @@ class Pipeline:
         stats.inflight += 1
         try:
             size = len(raw)
-            pending = stats.pending_bytes
-            if pending and pending + size > self.max_pending_bytes:
-                # Before parsing: a refusal under load costs next to nothing.
-                return self.refuse(
-                    protocol,
-                    "busy",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"{pending} bytes of requests are waiting for the downstream or for detection "
-                    f"(max_pending_bytes {self.max_pending_bytes}); retry later",
-                    size,
-                    started,
-                    retryable=True,
-                )
+            busy = self._busy(protocol, size, started)
+            if busy is not None:
+                return busy  # before parsing: a refusal under load costs next to nothing
             held = _Held(stats, size)
             try:
                 request = parse_request(raw)
@@ -128,7 +120,7 @@ class Pipeline:
             except DownstreamError as exc:
                 stats.spans["rejected"] += spans
                 stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
-                return self._answer_error(exc, spans)
+                return self._answer_error(exc, f"{spans} spans")
             finally:
                 held.release()
             if answering is not None:
@@ -137,6 +129,59 @@ class Pipeline:
             return Answer(grpc.StatusCode.OK, response=response)
         finally:
             stats.inflight -= 1
+
+    async def export_unread(self, signal: Unread, raw: bytes, protocol: str, started: float) -> Answer:
+        """Handle one metrics or logs request: forwarded as it came, or answered OK without
+        ``--forward``; never read. The same steps as :meth:`export` bar detection: refused as busy
+        past ``max_pending_bytes``, INVALID_ARGUMENT when it is not protobuf, acknowledged only once
+        the downstream acknowledged."""
+        stats = self.stats
+        stats.inflight += 1
+        try:
+            size = len(raw)
+            busy = None if self.forwarder is None else self._busy(protocol, size, started)
+            if busy is not None:
+                return busy  # without a downstream nothing is held: never busy
+            try:
+                signal.check(raw)
+            except MalformedRequest as exc:
+                return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
+                                   size, started)  # fmt: skip
+            if self.forwarder is None:
+                stats.unread(signal.name, "discarded")
+                stats.request(protocol, "ok", size, time.perf_counter() - started)
+                return Answer(grpc.StatusCode.OK)
+            held = _Held(stats, size, holders=1)  # nothing to detect: held until answered
+            try:
+                response = await self.forwarder.start(raw, signal.method)
+            except DownstreamError as exc:
+                stats.unread(signal.name, "rejected")
+                stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
+                return self._answer_error(exc, f"a {signal.name} request")
+            finally:
+                held.release()
+            stats.unread(signal.name, "forwarded")
+            stats.request(protocol, "ok", size, time.perf_counter() - started)
+            return Answer(grpc.StatusCode.OK, response=response)
+        finally:
+            stats.inflight -= 1
+
+    def _busy(self, protocol: str, size: int, started: float) -> Answer | None:
+        """The refusal of a request of ``size`` bytes when the requests held already fill
+        ``max_pending_bytes`` (one is always taken when none is held), else None."""
+        pending = self.stats.pending_bytes
+        if not pending or pending + size <= self.max_pending_bytes:
+            return None
+        return self.refuse(
+            protocol,
+            "busy",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{pending} bytes of requests are waiting for the downstream or for detection "
+            f"(max_pending_bytes {self.max_pending_bytes}); retry later",
+            size,
+            started,
+            retryable=True,
+        )
 
     def refuse(
         self,
@@ -160,9 +205,9 @@ class Pipeline:
         stats.spans["received"] += spans
         stats.spans["rejected"] += spans
         stats.request(protocol, "downstream_error", len(raw), time.perf_counter() - started)
-        return self._answer_error(exc, spans)
+        return self._answer_error(exc, f"{spans} spans")
 
-    def _answer_error(self, exc: DownstreamError, spans: int) -> Answer:
+    def _answer_error(self, exc: DownstreamError, what: str) -> Answer:
         """Count and log a downstream failure; the client's answer (retryable where it is)."""
         reason = exc.reason
         self.stats.downstream_errors[reason] = self.stats.downstream_errors.get(reason, 0) + 1
@@ -173,12 +218,11 @@ class Pipeline:
             self._downstream_logged[reason] = now
             target = self.forwarder.target if self.forwarder is not None else "the downstream"
             _log.warning(
-                "otel-guard processor: forwarding to %s failed (%s): %s; %d spans handed back to the "
-                "client%s%s",
+                "otel-guard processor: forwarding to %s failed (%s): %s; %s handed back to the client%s%s",
                 target,
                 reason,
                 exc.details[:200],
-                spans,
+                what,
                 " to retry" if exc.retryable else "",
                 f"; {more} more such failures since the last report" if more else "",
             )
@@ -192,10 +236,10 @@ class _Held:
 
     __slots__ = ("_holders", "_size", "_stats")
 
-    def __init__(self, stats: RequestStats, size: int) -> None:
+    def __init__(self, stats: RequestStats, size: int, holders: int = 2) -> None:
         self._stats = stats
         self._size = size
-        self._holders = 2  # the answer and the detection
+        self._holders = holders  # the answer and the detection, or the answer alone
         stats.pending_bytes += size
 
     def release(self) -> None:

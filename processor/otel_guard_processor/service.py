@@ -84,12 +84,20 @@ class Processor:
             if config.http_listen is not None:
                 app = build_http_app(self.pipeline, config.max_request_bytes, config.read_timeout)
                 self.http = AsgiServer(
-                    app, config.http_listen, what="http_listen", graceful_timeout=config.drain_timeout
+                    app,
+                    config.http_listen,
+                    option="http_listen",
+                    what="OTLP/HTTP",
+                    graceful_timeout=config.drain_timeout,
                 )
                 await self.http.start()
             if config.prometheus is not None:
                 self.prometheus = AsgiServer(
-                    self._metrics_app(), config.prometheus, what="prometheus", graceful_timeout=1.0
+                    self._metrics_app(),
+                    config.prometheus,
+                    option="prometheus",
+                    what="metrics",
+                    graceful_timeout=1.0,
                 )
                 await self.prometheus.start()
         except BaseException:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import grpc
 import grpc.aio
@@ -20,13 +21,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
 class Sink:
-    """A downstream OTLP/gRPC TraceService that records the raw bytes of every request it acks."""
+    """A downstream OTLP/gRPC receiver of every signal that records the raw bytes of every request
+    it acks: traces in ``received``, metrics and logs in ``unread["metrics"]`` and ``unread["logs"]``."""
 
     def __init__(self) -> None:
         self.received: list[bytes] = []
+        self.unread: dict[str, list[bytes]] = {"metrics": [], "logs": []}
         self.delay = 0.0
         self.fail_with: grpc.StatusCode | None = None
         self.response = b""
@@ -36,9 +41,15 @@ class Sink:
 
     async def start(self, port: int = 0) -> None:
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        handler = grpc.unary_unary_rpc_method_handler(self._export)
+        services = {SERVICE: self.received, METRICS_SERVICE: self.unread["metrics"],
+                    LOGS_SERVICE: self.unread["logs"]}  # fmt: skip
         self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+            tuple(
+                grpc.method_handlers_generic_handler(
+                    service, {"Export": grpc.unary_unary_rpc_method_handler(partial(self._export, into))}
+                )
+                for service, into in services.items()
+            )
         )
         self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
         await self._server.start()
@@ -52,13 +63,15 @@ class Sink:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def _export(self, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    async def _export(
+        self, into: list[bytes], raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> bytes:
         self.arrived.set()
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_with is not None:
             await context.abort(self.fail_with, "the sink says no")
-        self.received.append(raw)
+        into.append(raw)
         return self.response
 
 

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from otel_guard_processor.config import OPTIONS, ConfigError, ProcessorConfig, load_config, parse_address
+from otel_guard_processor.config import (
+    MAX_CONFIG_BYTES,
+    OPTIONS,
+    ConfigError,
+    ProcessorConfig,
+    load_config,
+    parse_address,
+)
 
 
 def test_defaults_are_the_contract() -> None:
@@ -13,7 +21,7 @@ def test_defaults_are_the_contract() -> None:
     assert config.listen == "127.0.0.1:4317"
     assert config.http_listen is None
     assert config.forward is None
-    assert config.prometheus == "127.0.0.1:9464"
+    assert config.prometheus == "127.0.0.1:4390"
 
 
 def test_file_then_environment_then_flags(tmp_path: Path) -> None:
@@ -61,7 +69,7 @@ def test_yaml_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     file.write_text("max_traces: 10\nmax_trace: 10\n")
     with pytest.raises(ConfigError, match=r"unknown option\(s\) max_trace"):
         load_config({}, environ={}, config_file=file)
-    file.write_text("max_traces: [1, 2\n")
+    file.write_text('listen: "127.0.0.1:4317\n')
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config({}, environ={}, config_file=file)
     file.write_text("- a list\n")
@@ -72,6 +80,65 @@ def test_yaml_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
         load_config({}, environ={}, config_file=file)
     with pytest.raises(ConfigError, match="cannot read"):
         load_config({}, environ={}, config_file=tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("max_traces: &n 100\nmax_spans: *n\n", r"line 1, column 13: anchors \(&n\) are not accepted"),
+        ("max_traces: *n\n", r"line 1, column 13: aliases \(\*n\) are not accepted"),
+        ("max_traces: [100]\n", r"line 1, column 13: max_traces must be one value, not a list"),
+        ("max_traces: {a: 1}\n", r"max_traces must be one value, not a list or a mapping"),
+        ("[a, b]: 1\n", r"line 1, column 1: an option name must be a word"),
+        ("max_traces: 100\nmax_traces: 200\n", r"line 2, column 1: option max_traces is given twice"),
+        ("max_traces: 100\n---\nmax_spans: 10\n", r"line 2, column 1: more than one YAML document"),
+        (
+            "max_traces: " + "9" * 5000 + "\n",
+            r"the value of max_traces is 5000 characters long; at most 4096",
+        ),
+        ("max_traces: 2001-13-45\n", r"cannot read the value of max_traces: month must be in 1\.\.12"),
+        ("max_traces: !!python/object:os.system x\n", r"could not determine a constructor"),
+        ("listen: \x00\n", r"not valid YAML: character 8: .*characters are not allowed"),
+    ],
+)
+def test_a_config_file_is_a_flat_mapping_of_single_values(tmp_path: Path, text: str, error: str) -> None:
+    file = tmp_path / "processor.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, environ={}, config_file=file)
+    message = str(caught.value)
+    assert message.startswith(f"config: {file}")
+    assert "\n" not in message
+    assert re.search(error, message), message
+
+
+def test_a_config_file_is_read_to_a_bound(tmp_path: Path) -> None:
+    file = tmp_path / "processor.yaml"
+    file.write_text("# " + "x" * MAX_CONFIG_BYTES + "\n")
+    with pytest.raises(ConfigError, match=rf"larger than {MAX_CONFIG_BYTES} bytes"):
+        load_config({}, environ={}, config_file=file)
+    file.write_bytes(b"listen: \xff\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 8"):
+        load_config({}, environ={}, config_file=file)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "~\n", "---\n"])
+def test_an_empty_config_file_sets_nothing(tmp_path: Path, text: str) -> None:
+    file = tmp_path / "processor.yaml"
+    file.write_text(text)
+    assert load_config({}, environ={}, config_file=file) == ProcessorConfig()
+
+
+def test_yaml_values_are_read_as_yaml_reads_them(tmp_path: Path) -> None:
+    file = tmp_path / "processor.yaml"
+    file.write_text("max_traces: 1_000\nforward: ~\nhttp_listen: '127.0.0.1:4318'\nretry_after: 2.5\n")
+    config = load_config({}, environ={}, config_file=file)
+    assert (config.max_traces, config.forward, config.http_listen, config.retry_after) == (
+        1000,
+        None,
+        "127.0.0.1:4318",
+        2.5,
+    )
 
 
 def test_every_setting_has_a_flag_and_a_variable() -> None:
