@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from types import TracebackType
-from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, overload
+from typing import Any, Final, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
@@ -48,7 +48,7 @@ from otel_guard.chain import (
     start_chain,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import Settings, Verdict, current_settings, decide
+from otel_guard.policy import CLOCK_SKEW, Settings, Verdict, current_settings, decide
 
 HopKind = Literal["agent", "tool"]
 
@@ -172,6 +172,7 @@ class _Plan:
         "hop",
         "meters",
         "own_baggage",
+        "received",
         "settings",
         "span_name",
         "tally",
@@ -193,19 +194,23 @@ class _Plan:
         valid_until: float,
         arrival: Chain | None = None,
         budgeted: bool = False,
+        received: bool = False,
     ) -> None:
         self.arrival = arrival  # the chain the hop arrived with (what a refusal names)
-        # Whether each hop made from this plan counts against the budgets (an allowed hop, not in off
-        # mode, and not one the caller's process counted already); its tree's meter, if max_hops is on.
+        # Whether each hop made from this plan goes to the budgets (an allowed hop, not in off mode);
+        # whether it is one the caller's process counted already (checked, see _Takes); the tree's
+        # hop count (limited by max_hops, if on) and model budgets.
         self.budgeted = budgeted
+        self.received = received
         self.meters: tuple[Meter, ...] = ()
         if budgeted:
             # The tree's hops count; its model requests and tokens, when those budgets are on, are
             # only checked (a tree that spent them makes no more hops either).
             expires_at = token.chain.expires_at
-            meter = tree_meter(settings, token.root, expires_at)
-            usage = usage_meters(settings, token.root, expires_at, 0)
-            self.meters = (meter, *usage) if meter is not None else usage
+            self.meters = (
+                _tree_count(settings, token.root, expires_at),
+                *usage_meters(settings, token.root, expires_at, 0),
+            )
         self.hop = hop
         self.verdict = verdict
         self.token = token  # the chain including this hop
@@ -230,6 +235,95 @@ class _Plan:
         else:
             child_baggage.pop(_BAGGAGE_KEY, None)
         return child_baggage
+
+
+def _tree_count(settings: Settings, root: str, expires_at: float) -> Meter:
+    """The meter of a tree's hops: limited by ``max_hops``, or with no limit when it is off (a hop
+    its caller counted is still checked against what its tree has counted: see :class:`_Takes`)."""
+    meter = tree_meter(settings, root, expires_at)
+    if meter is None:
+        meter = Meter(f"tree:{settings.workspace}:{root}", 0, expires_at + CLOCK_SKEW, HOPS)  # tree_meter's
+    return meter
+
+
+_RECEIVED: Final = ":received"
+"""The key suffix of the count of a tree's hops that were received (see :class:`_Takes`)."""
+
+_PEEK, _CLAIM, _COUNT = range(3)
+
+
+class _Takes:
+    """What one hop asks of its budget store, take after take: one take for most hops.
+
+    A hop its caller counted already (the receiving side of a remote hop) is checked, never added
+    twice. Its first take adds nothing: it reads the tree's hop count (a meter with no limit and
+    nothing to add) and checks the tree's model budgets; its second claims one of those hops as
+    received (a count of the tree's received hops, limited by its hop count). So a tree's hops are
+    received at most as many times as it has made them: a token sent again (a replay) once every
+    hop of its tree has been received finds none to claim, and is counted instead as a new hop, with
+    its claim, against ``max_hops`` and ``workspace_max_hops``, and refused with reason ``budget``
+    once either is spent. So is a hop whose caller counted it in another store (the memory store of
+    another process): its tree has nothing here to claim.
+    """
+
+    __slots__ = ("_hops", "_now", "_plan", "_stage", "hops", "meters", "spent")
+
+    def __init__(self, plan: _Plan, now: float) -> None:
+        self._plan = plan
+        self._now = now
+        self._hops = 0
+        self.spent: Meter | None = None  # the meter that refused the hop
+        self.hops: int | None = None  # the tree's hop count for the span, when max_hops is on
+        if plan.received:
+            tree = plan.meters[0]
+            self._stage = _PEEK
+            self.meters: tuple[Meter, ...] = (tree._replace(limit=0, amount=0), *plan.meters[1:])
+        else:
+            self._stage = _COUNT
+            self.meters = self._counted()
+
+    def _counted(self) -> tuple[Meter, ...]:
+        """The meters of a hop counted here: the tree's, its model budgets, the workspace's."""
+        plan = self._plan
+        workspace = workspace_meter(plan.settings, self._now)
+        meters = plan.meters if workspace is None else (*plan.meters, workspace)
+        if plan.received:  # the hop is received here too: counted, and its claim with it
+            tree = meters[0]
+            meters = (tree, _received(tree, 0), *meters[1:])
+        return meters
+
+    def answer(self, taken: tuple[int, ...] | int) -> bool:
+        """Read the store's answer to :attr:`meters`; whether another take follows (new meters)."""
+        stage = self._stage
+        if stage == _PEEK:
+            if isinstance(taken, int):  # a model budget is spent
+                self.spent = self.meters[taken]
+                return False
+            self._hops = taken[0]
+            if self._hops:
+                self._stage = _CLAIM
+                self.meters = (_received(self.meters[0], self._hops),)
+                return True
+        elif stage == _CLAIM:
+            if not isinstance(taken, int):
+                if self._plan.meters[0].limit:
+                    self.hops = self._hops
+                return False
+        else:
+            if isinstance(taken, int):
+                self.spent = self.meters[taken]
+            elif self.meters[0].limit:
+                self.hops = taken[0]
+            return False
+        # Nothing of the tree's is left to claim here: the hop is counted as a new one.
+        self._stage = _COUNT
+        self.meters = self._counted()
+        return True
+
+
+def _received(tree: Meter, limit: int) -> Meter:
+    """The meter of a tree's received hops, limited by ``limit`` (0: none), adding one."""
+    return Meter(tree.key + _RECEIVED, limit, tree.expires_at, HOPS)
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -480,7 +574,8 @@ class Delegation:
         counted_by_caller = False
         if self._receiving and arrived is not None and arrival is not None and _continues(arrival, hop):
             counted_by_caller = True
-            # The caller's instrumentation already added this hop: check it again, do not add it twice.
+            # The caller's instrumentation already added this hop: check it again, do not add it
+            # twice (its budgets are checked, and its tree's count claimed: see _Takes).
             hop = self._hop = arrival.hops[-1]
             before = Chain(
                 arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
@@ -516,57 +611,47 @@ class Delegation:
             self._tally_key(verdict, len(token.agents)),
             arrival.expires_at if arrival is not None else now,
             arrival,
-            budgeted=(
-                verdict.outcome == "allow"
-                and settings.mode != "off"
-                and not counted_by_caller
-                and in_force.budgets_on
-            ),
+            budgeted=verdict.outcome == "allow" and settings.mode != "off" and in_force.budgets_on,
+            received=counted_by_caller,
         )
         if memo is not None:
             memo.remember(self._key, plan)
         return plan
 
     def _spend(self, plan: _Plan, parent: Context) -> _Spent:
-        """Count this hop against its tree's and its workspace's budgets.
+        """Count this hop against its tree's and its workspace's budgets (or, for a hop its caller
+        counted, check it: :class:`_Takes`).
 
         Returns what the hop's span gets (``otel_guard.budget.hops``) and, in observe mode, the
         would-refuse verdict of a spent budget; a spent budget in enforce mode is a refusal, recorded
         and raised here. Nothing is counted for a hop that goes past a budget.
         """
         now = time.time()
-        meters = self._meters(plan, now)
-        if not meters:
-            return None
+        takes = _Takes(plan, now)
+        store = store_for(plan.settings)
         try:
-            taken = store_for(plan.settings).take(meters, now)
+            while takes.answer(store.take(takes.meters, now)):
+                pass
         except Exception as exc:  # the store's failure never becomes the hop's
-            return self._store_failed(plan, parent, meters, exc)
-        return self._taken(plan, parent, meters, taken)
+            return self._store_failed(plan, parent, takes.meters, exc)
+        return self._taken(plan, parent, takes)
 
     async def _aspend(self, plan: _Plan, parent: Context) -> _Spent:
         """:meth:`_spend`, awaiting a store that has an asyncio API."""
         now = time.time()
-        meters = self._meters(plan, now)
-        if not meters:
-            return None
+        takes = _Takes(plan, now)
+        store = store_for(plan.settings)
         try:
-            taken = await store_for(plan.settings).atake(meters, now)
+            while takes.answer(await store.atake(takes.meters, now)):
+                pass
         except Exception as exc:  # the store's failure never becomes the hop's
-            return self._store_failed(plan, parent, meters, exc)
-        return self._taken(plan, parent, meters, taken)
+            return self._store_failed(plan, parent, takes.meters, exc)
+        return self._taken(plan, parent, takes)
 
-    @staticmethod
-    def _meters(plan: _Plan, now: float) -> tuple[Meter, ...]:
-        workspace = workspace_meter(plan.settings, now)
-        return plan.meters if workspace is None else (*plan.meters, workspace)
-
-    def _taken(
-        self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
-    ) -> _Spent:
-        if isinstance(taken, int):
-            return self._over_budget(plan, parent, meters[taken])
-        return (None, {names.BUDGET_HOPS: taken[0]}) if meters[0].budget == HOPS else None
+    def _taken(self, plan: _Plan, parent: Context, takes: _Takes) -> _Spent:
+        if takes.spent is not None:
+            return self._over_budget(plan, parent, takes.spent)
+        return (None, {names.BUDGET_HOPS: takes.hops}) if takes.hops is not None else None
 
     def _store_failed(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
@@ -585,6 +670,11 @@ class Delegation:
             message = (
                 f"Delegation budget: the budget store could not be reached ({type(store_failed).__name__}) "
                 f"and budget_on_error is refuse; agent {agent} refused"
+            )
+        elif meter.budget == HOPS and plan.received:
+            message = (
+                f"Delegation budget: tree {plan.token.root} has made its {meter.limit} hops (max_hops "
+                f"{meter.limit}) and each has been received; agent {agent} received its chain once more"
             )
         elif meter.budget == HOPS:
             message = (
