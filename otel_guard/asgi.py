@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextvars import Token
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
@@ -64,6 +64,7 @@ SkillOf = Callable[[Scope], str | None]
 __all__ = ["GuardMiddleware", "attach_caller_context", "carrier_from_headers", "refusal_body"]
 
 _BAGGAGE_ONLY = W3CBaggagePropagator()
+_BAGGAGE_HEADER: Final = "baggage"
 
 
 def carrier_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -80,6 +81,20 @@ def carrier_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, st
     return carrier
 
 
+_reads_baggage: tuple[object, bool] = (None, False)  # the global propagator last asked, its answer
+
+
+def propagator_reads_baggage() -> bool:
+    """Whether the global propagator reads the ``baggage`` header (``OTEL_PROPAGATORS`` has it)."""
+    global _reads_baggage
+    textmap = propagate.get_global_textmap()
+    known, reads = _reads_baggage
+    if known is not textmap:
+        reads = _BAGGAGE_HEADER in textmap.fields
+        _reads_baggage = (textmap, reads)
+    return reads
+
+
 def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Context] | None:
     """Continue the caller's trace and chain from ``carrier``; return the token to detach, or ``None``.
 
@@ -88,16 +103,17 @@ def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Cont
     the runtime's own tracing started it), that span stays the parent and only the baggage is read,
     and not at all when the chain is already in the context. The ``baggage`` header is read even when
     ``OTEL_PROPAGATORS`` leaves baggage out: without it a loop through this server would go unseen.
+    Either way it is read once.
     """
     current = otel_context.get_current()
     if trace.get_current_span(current).get_span_context().is_valid:
         if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not None:
             return None
-        ctx = current
+        ctx = _BAGGAGE_ONLY.extract(carrier, context=current)
     else:
         ctx = propagate.extract(carrier, context=current)
-    if baggage.get_baggage(CHAIN_BAGGAGE_KEY, ctx) is None:
-        ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
+        if not propagator_reads_baggage():
+            ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
     return otel_context.attach(ctx)
 
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.baggage import propagation as baggage_propagation
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
@@ -36,6 +37,7 @@ from otel_guard.budget import (
     workspace_meter,
 )
 from otel_guard.chain import (
+    MAX_QUOTED,
     MAX_TOKEN_LENGTH,
     Chain,
     ChainToken,
@@ -54,6 +56,33 @@ HopKind = Literal["agent", "tool"]
 
 _log = logging.getLogger("otel_guard")
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
+
+
+class _BaggageNotLogged(logging.Filter):
+    """Keeps the text of a baggage header out of what OpenTelemetry's W3C baggage propagator logs.
+
+    The propagator logs a header it drops for its size (over 8,192 bytes) whole, and a list member it
+    cannot read as it is: either may hold a chain token, which is never written to a log. Any text
+    of over ``MAX_QUOTED`` characters in such a record is replaced by its length. The filter is on the
+    propagator's own logger, so it covers every extraction in the process: the guard's (HTTP headers,
+    gRPC metadata, MCP ``_meta``) and any other instrumentation's.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(arg, str) and len(arg) > MAX_QUOTED for arg in args):
+            record.args = tuple(
+                f"<{len(arg)} characters, not shown>"
+                if isinstance(arg, str) and len(arg) > MAX_QUOTED
+                else arg
+                for arg in args
+            )
+        return True
+
+
+_propagator_log = logging.getLogger(baggage_propagation.__name__)
+if not any(type(known).__name__ == _BaggageNotLogged.__name__ for known in _propagator_log.filters):
+    _propagator_log.addFilter(_BaggageNotLogged())
 
 P = ParamSpec("P")
 R = TypeVar("R")
