@@ -281,78 +281,69 @@ _RECEIVED: Final = ":received"
 _PEEK, _CLAIM, _COUNT = range(3)
 
 
-class _Takes:
-    """What one hop asks of its budget store, take after take: one take for most hops.
-
-    A hop its caller counted already (the receiving side of a remote hop) is checked, never added
-    twice. Its first take adds nothing: it reads the tree's hop count (a meter with no limit and
-    nothing to add) and checks the tree's model budgets; its second claims one of those hops as
-    received (a count of the tree's received hops, limited by its hop count). So a tree's hops are
-    received at most as many times as it has made them: a token sent again (a replay) once every
-    hop of its tree has been received finds none to claim, and is counted instead as a new hop, with
-    its claim, against ``max_hops`` and ``workspace_max_hops``, and refused with reason ``budget``
-    once either is spent. So is a hop whose caller counted it in another store (the memory store of
-    another process): its tree has nothing here to claim.
-    """
-
-    __slots__ = ("_hops", "_now", "_plan", "_stage", "hops", "meters", "spent")
-
-    def __init__(self, plan: _Plan, now: float) -> None:
-        self._plan = plan
-        self._now = now
-        self._hops = 0
-        self.spent: Meter | None = None  # the meter that refused the hop
-        self.hops: int | None = None  # the tree's hop count for the span, when max_hops is on
-        if plan.received:
-            tree = plan.meters[0]
-            self._stage = _PEEK
-            self.meters: tuple[Meter, ...] = (tree._replace(limit=0, amount=0), *plan.meters[1:])
-        else:
-            self._stage = _COUNT
-            self.meters = self._counted()
-
-    def _counted(self) -> tuple[Meter, ...]:
-        """The meters of a hop counted here: the tree's, its model budgets, the workspace's."""
-        plan = self._plan
-        workspace = workspace_meter(plan.settings, self._now)
-        meters = plan.meters if workspace is None else (*plan.meters, workspace)
-        if plan.received:  # the hop is received here too: counted, and its claim with it
-            tree = meters[0]
-            meters = (tree, _received(tree, 0), *meters[1:])
-        return meters
-
-    def answer(self, taken: tuple[int, ...] | int) -> bool:
-        """Read the store's answer to :attr:`meters`; whether another take follows (new meters)."""
-        stage = self._stage
-        if stage == _PEEK:
-            if isinstance(taken, int):  # a model budget is spent
-                self.spent = self.meters[taken]
-                return False
-            self._hops = taken[0]
-            if self._hops:
-                self._stage = _CLAIM
-                self.meters = (_received(self.meters[0], self._hops),)
-                return True
-        elif stage == _CLAIM:
-            if not isinstance(taken, int):
-                if self._plan.meters[0].limit:
-                    self.hops = self._hops
-                return False
-        else:
-            if isinstance(taken, int):
-                self.spent = self.meters[taken]
-            elif self.meters[0].limit:
-                self.hops = taken[0]
-            return False
-        # Nothing of the tree's is left to claim here: the hop is counted as a new one.
-        self._stage = _COUNT
-        self.meters = self._counted()
-        return True
+def _counted(plan: _Plan, now: float) -> tuple[Meter, ...]:
+    """The meters of a hop counted here: its tree's, its model budgets, the workspace's (and for a
+    received hop, its claim: see :class:`_Takes`)."""
+    workspace = workspace_meter(plan.settings, now)
+    meters = plan.meters if workspace is None else (*plan.meters, workspace)
+    if plan.received:
+        tree = meters[0]
+        meters = (tree, _received(tree, 0), *meters[1:])
+    return meters
 
 
 def _received(tree: Meter, limit: int) -> Meter:
     """The meter of a tree's received hops, limited by ``limit`` (0: none), adding one."""
     return Meter(tree.key + _RECEIVED, limit, tree.expires_at, HOPS)
+
+
+class _Takes:
+    """What a received hop (one its caller counted already) asks of its budget store, take by take.
+
+    It is checked, never added twice. Its first take adds nothing: it reads the tree's hop count (a
+    meter with no limit and nothing to add) and checks the tree's model budgets; its second claims
+    one of those hops as received (a count of the tree's received hops, limited by its hop count).
+    So a tree's hops are received at most as many times as it has made them: a token sent again (a
+    replay) once every hop of its tree has been received finds none to claim, and is counted instead
+    as a new hop, with its claim, against ``max_hops`` and ``workspace_max_hops``, and refused with
+    reason ``budget`` once either is spent. So is a hop whose caller counted it in another store (the
+    memory store of another process): its tree has nothing here to claim.
+
+    When no take follows, :attr:`meters` and :attr:`taken` are the take that decides the hop.
+    """
+
+    __slots__ = ("_now", "_peek", "_plan", "_stage", "meters", "taken")
+
+    def __init__(self, plan: _Plan, now: float) -> None:
+        self._plan = plan
+        self._now = now
+        self._stage = _PEEK
+        tree = plan.meters[0]
+        self._peek = self.meters = (tree._replace(limit=0, amount=0), *plan.meters[1:])
+        self.taken: tuple[int, ...] | int = ()
+
+    def answer(self, taken: tuple[int, ...] | int) -> bool:
+        """Read the store's answer to :attr:`meters`; whether another take follows (new meters)."""
+        stage = self._stage
+        if stage == _PEEK:
+            self.taken = taken
+            if isinstance(taken, int):  # a model budget is spent
+                return False
+            if taken[0]:
+                self._stage = _CLAIM
+                self.meters = (_received(self._peek[0], taken[0]),)
+                return True
+        elif stage == _CLAIM:
+            if not isinstance(taken, int):
+                self.meters = self._peek  # claimed: the tree's count as read is the hop's
+                return False
+        else:
+            self.taken = taken
+            return False
+        # Nothing of the tree's is left to claim here: the hop is counted as a new one.
+        self._stage = _COUNT
+        self.meters = _counted(self._plan, self._now)
+        return True
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -648,39 +639,56 @@ class Delegation:
         return plan
 
     def _spend(self, plan: _Plan, parent: Context) -> _Spent:
-        """Count this hop against its tree's and its workspace's budgets (or, for a hop its caller
-        counted, check it: :class:`_Takes`).
+        """Count this hop against its tree's and its workspace's budgets (a received hop: check it,
+        and claim it, :class:`_Takes`).
 
         Returns what the hop's span gets (``otel_guard.budget.hops``) and, in observe mode, the
         would-refuse verdict of a spent budget; a spent budget in enforce mode is a refusal, recorded
         and raised here. Nothing is counted for a hop that goes past a budget.
         """
         now = time.time()
-        takes = _Takes(plan, now)
         store = store_for(plan.settings)
+        if not plan.received:
+            meters = _counted(plan, now)
+            try:
+                taken = store.take(meters, now)
+            except Exception as exc:  # the store's failure never becomes the hop's
+                return self._store_failed(plan, parent, meters, exc)
+            return self._taken(plan, parent, meters, taken)
+        takes = _Takes(plan, now)
         try:
             while takes.answer(store.take(takes.meters, now)):
                 pass
-        except Exception as exc:  # the store's failure never becomes the hop's
+        except Exception as exc:
             return self._store_failed(plan, parent, takes.meters, exc)
-        return self._taken(plan, parent, takes)
+        return self._taken(plan, parent, takes.meters, takes.taken)
 
     async def _aspend(self, plan: _Plan, parent: Context) -> _Spent:
         """:meth:`_spend`, awaiting a store that has an asyncio API."""
         now = time.time()
-        takes = _Takes(plan, now)
         store = store_for(plan.settings)
+        if not plan.received:
+            meters = _counted(plan, now)
+            try:
+                taken = await store.atake(meters, now)
+            except Exception as exc:  # the store's failure never becomes the hop's
+                return self._store_failed(plan, parent, meters, exc)
+            return self._taken(plan, parent, meters, taken)
+        takes = _Takes(plan, now)
         try:
             while takes.answer(await store.atake(takes.meters, now)):
                 pass
-        except Exception as exc:  # the store's failure never becomes the hop's
+        except Exception as exc:
             return self._store_failed(plan, parent, takes.meters, exc)
-        return self._taken(plan, parent, takes)
+        return self._taken(plan, parent, takes.meters, takes.taken)
 
-    def _taken(self, plan: _Plan, parent: Context, takes: _Takes) -> _Spent:
-        if takes.spent is not None:
-            return self._over_budget(plan, parent, takes.spent)
-        return (None, {names.BUDGET_HOPS: takes.hops}) if takes.hops is not None else None
+    def _taken(
+        self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
+    ) -> _Spent:
+        if isinstance(taken, int):
+            return self._over_budget(plan, parent, meters[taken])
+        # The tree's count comes first (with max_hops on: the span's otel_guard.budget.hops).
+        return (None, {names.BUDGET_HOPS: taken[0]}) if plan.meters[0].limit else None
 
     def _store_failed(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
