@@ -14,7 +14,8 @@ For every HTTP request the middleware
 1. continues the caller's context from the request headers (``traceparent`` and ``baggage``, read by
    the global OpenTelemetry propagator, and ``baggage`` even when ``OTEL_PROPAGATORS`` leaves it out;
    when an OpenTelemetry ASGI middleware outside this one has already done so, its server span stays
-   the parent and only the chain is read),
+   the parent and only the chain is read; ``baggage`` headers over 8,192 bytes joined, the W3C
+   limit, are dropped unread),
 2. checks the hop into ``agent`` against the chain that arrived (the ``otel_guard.chain`` baggage
    member) with ``delegate(agent, skill, receiving=True, span_kind=SERVER)``: a chain whose last hop is
    already this agent (the caller's client instrumentation added it) is checked again, not extended,
@@ -40,9 +41,10 @@ records ``would_refuse``; a chain that fails verification is refused in observe 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextvars import Token
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
@@ -64,20 +66,64 @@ SkillOf = Callable[[Scope], str | None]
 __all__ = ["GuardMiddleware", "attach_caller_context", "carrier_from_headers", "refusal_body"]
 
 _BAGGAGE_ONLY = W3CBaggagePropagator()
+_BAGGAGE_HEADER: Final = "baggage"
+_log = logging.getLogger("otel_guard")
+
+MAX_BAGGAGE_BYTES: Final = 8192
+"""The most bytes the ``baggage`` headers of one request may hold, joined: the W3C Baggage limit,
+which OpenTelemetry's propagator applies too (it drops a longer header whole, and the chain with it)."""
 
 
 def carrier_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """ASGI raw headers as a propagator carrier: lower-case names, repeated headers joined by ``,``.
 
-    Joining is how HTTP combines repeated fields, and it is what the W3C baggage header expects when
-    a proxy split one baggage header in two.
+    Joining is how HTTP combines repeated fields (RFC 9110), and it is what the W3C baggage header
+    expects when a proxy split one baggage header in two. Each name's values are joined once, at the
+    end. ``baggage`` is read only up to :data:`MAX_BAGGAGE_BYTES`: past it the rest is not read, and
+    the carrier has no ``baggage`` at all (one warning names the limit, never the header's text).
     """
     carrier: dict[str, str] = {}
+    repeated: dict[str, list[str]] = {}
+    baggage_bytes = -1  # the joined baggage's length so far (no comma before the first)
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
+        if name == _BAGGAGE_HEADER:
+            if baggage_bytes > MAX_BAGGAGE_BYTES:
+                continue
+            baggage_bytes += 1 + len(raw_value)
+            if baggage_bytes > MAX_BAGGAGE_BYTES:
+                continue
         value = raw_value.decode("latin-1")
-        carrier[name] = f"{carrier[name]},{value}" if name in carrier else value
+        if name not in carrier:
+            carrier[name] = value
+        elif name in repeated:
+            repeated[name].append(value)
+        else:
+            repeated[name] = [carrier[name], value]
+    for name, values in repeated.items():
+        carrier[name] = ",".join(values)
+    if baggage_bytes > MAX_BAGGAGE_BYTES:
+        carrier.pop(_BAGGAGE_HEADER, None)
+        _log.warning(
+            "otel-guard: a request's baggage headers hold more than %d bytes (the W3C limit): "
+            "dropped, with any delegation chain in them",
+            MAX_BAGGAGE_BYTES,
+        )
     return carrier
+
+
+_reads_baggage: tuple[object, bool] = (None, False)  # the global propagator last asked, its answer
+
+
+def propagator_reads_baggage() -> bool:
+    """Whether the global propagator reads the ``baggage`` header (``OTEL_PROPAGATORS`` has it)."""
+    global _reads_baggage
+    textmap = propagate.get_global_textmap()
+    known, reads = _reads_baggage
+    if known is not textmap:
+        reads = _BAGGAGE_HEADER in textmap.fields
+        _reads_baggage = (textmap, reads)
+    return reads
 
 
 def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Context] | None:
@@ -88,16 +134,17 @@ def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Cont
     the runtime's own tracing started it), that span stays the parent and only the baggage is read,
     and not at all when the chain is already in the context. The ``baggage`` header is read even when
     ``OTEL_PROPAGATORS`` leaves baggage out: without it a loop through this server would go unseen.
+    Either way it is read once.
     """
     current = otel_context.get_current()
     if trace.get_current_span(current).get_span_context().is_valid:
         if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not None:
             return None
-        ctx = current
+        ctx = _BAGGAGE_ONLY.extract(carrier, context=current)
     else:
         ctx = propagate.extract(carrier, context=current)
-    if baggage.get_baggage(CHAIN_BAGGAGE_KEY, ctx) is None:
-        ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
+        if not propagator_reads_baggage():
+            ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
     return otel_context.attach(ctx)
 
 

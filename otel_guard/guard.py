@@ -17,9 +17,10 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from types import TracebackType
-from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, overload
+from typing import Any, Final, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.baggage import propagation as baggage_propagation
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
@@ -38,6 +39,7 @@ from otel_guard.budget import (
     workspace_meter,
 )
 from otel_guard.chain import (
+    MAX_QUOTED,
     MAX_TOKEN_LENGTH,
     Chain,
     ChainToken,
@@ -50,13 +52,40 @@ from otel_guard.chain import (
     start_chain,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import Verdict, decide
+from otel_guard.policy import CLOCK_SKEW, Verdict, decide
 from otel_guard.settings import Settings, current_settings
 
 HopKind = Literal["agent", "tool"]
 
 _log = logging.getLogger("otel_guard")
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
+
+
+class _BaggageNotLogged(logging.Filter):
+    """Keeps the text of a baggage header out of what OpenTelemetry's W3C baggage propagator logs.
+
+    The propagator logs a header it drops for its size (over 8,192 bytes) whole, and a list member it
+    cannot read as it is: either may hold a chain token, which is never written to a log. Any text
+    of over ``MAX_QUOTED`` characters in such a record is replaced by its length. The filter is on the
+    propagator's own logger, so it covers every extraction in the process: the guard's (HTTP headers,
+    gRPC metadata, MCP ``_meta``) and any other instrumentation's.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(arg, str) and len(arg) > MAX_QUOTED for arg in args):
+            record.args = tuple(
+                f"<{len(arg)} characters, not shown>"
+                if isinstance(arg, str) and len(arg) > MAX_QUOTED
+                else arg
+                for arg in args
+            )
+        return True
+
+
+_propagator_log = logging.getLogger(baggage_propagation.__name__)
+if not any(type(known).__name__ == _BaggageNotLogged.__name__ for known in _propagator_log.filters):
+    _propagator_log.addFilter(_BaggageNotLogged())
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -175,6 +204,7 @@ class _Plan:
         "hop",
         "meters",
         "own_baggage",
+        "received",
         "settings",
         "span_name",
         "tally",
@@ -196,19 +226,23 @@ class _Plan:
         valid_until: float,
         arrival: Chain | None = None,
         budgeted: bool = False,
+        received: bool = False,
     ) -> None:
         self.arrival = arrival  # the chain the hop arrived with (what a refusal names)
-        # Whether each hop made from this plan counts against the budgets (an allowed hop, not in off
-        # mode, and not one the caller's process counted already); its tree's meter, if max_hops is on.
+        # Whether each hop made from this plan goes to the budgets (an allowed hop, not in off mode);
+        # whether it is one the caller's process counted already (checked, see _Takes); the tree's
+        # hop count (limited by max_hops, if on) and model budgets.
         self.budgeted = budgeted
+        self.received = received
         self.meters: tuple[Meter, ...] = ()
         if budgeted:
             # The tree's hops count; its model requests and tokens, when those budgets are on, are
             # only checked (a tree that spent them makes no more hops either).
             expires_at = token.chain.expires_at
-            meter = tree_meter(settings, token.root, expires_at)
-            usage = usage_meters(settings, token.root, expires_at, 0)
-            self.meters = (meter, *usage) if meter is not None else usage
+            self.meters = (
+                _tree_count(settings, token.root, expires_at),
+                *usage_meters(settings, token.root, expires_at, 0),
+            )
         self.hop = hop
         self.verdict = verdict
         self.token = token  # the chain including this hop
@@ -233,6 +267,86 @@ class _Plan:
         else:
             child_baggage.pop(_BAGGAGE_KEY, None)
         return child_baggage
+
+
+def _tree_count(settings: Settings, root: str, expires_at: float) -> Meter:
+    """The meter of a tree's hops: limited by ``max_hops``, or with no limit when it is off (a hop
+    its caller counted is still checked against what its tree has counted: see :class:`_Takes`)."""
+    meter = tree_meter(settings, root, expires_at)
+    if meter is None:
+        meter = Meter(f"tree:{settings.workspace}:{root}", 0, expires_at + CLOCK_SKEW, HOPS)  # tree_meter's
+    return meter
+
+
+_RECEIVED: Final = ":received"
+"""The key suffix of the count of a tree's hops that were received (see :class:`_Takes`)."""
+
+_PEEK, _CLAIM, _COUNT = range(3)
+
+
+def _counted(plan: _Plan, now: float) -> tuple[Meter, ...]:
+    """The meters of a hop counted here: its tree's, its model budgets, the workspace's (and for a
+    received hop, its claim: see :class:`_Takes`)."""
+    workspace = workspace_meter(plan.settings, now)
+    meters = plan.meters if workspace is None else (*plan.meters, workspace)
+    if plan.received:
+        tree = meters[0]
+        meters = (tree, _received(tree, 0), *meters[1:])
+    return meters
+
+
+def _received(tree: Meter, limit: int) -> Meter:
+    """The meter of a tree's received hops, limited by ``limit`` (0: none), adding one."""
+    return Meter(tree.key + _RECEIVED, limit, tree.expires_at, HOPS)
+
+
+class _Takes:
+    """What a received hop (one its caller counted already) asks of its budget store, take by take.
+
+    It is checked, never added twice. Its first take adds nothing: it reads the tree's hop count (a
+    meter with no limit and nothing to add) and checks the tree's model budgets; its second claims
+    one of those hops as received (a count of the tree's received hops, limited by its hop count).
+    So a tree's hops are received at most as many times as it has made them: a token sent again (a
+    replay) once every hop of its tree has been received finds none to claim, and is counted instead
+    as a new hop, with its claim, against ``max_hops`` and ``workspace_max_hops``, and refused with
+    reason ``budget`` once either is spent. So is a hop whose caller counted it in another store (the
+    memory store of another process): its tree has nothing here to claim.
+
+    When no take follows, :attr:`meters` and :attr:`taken` are the take that decides the hop.
+    """
+
+    __slots__ = ("_now", "_peek", "_plan", "_stage", "meters", "taken")
+
+    def __init__(self, plan: _Plan, now: float) -> None:
+        self._plan = plan
+        self._now = now
+        self._stage = _PEEK
+        tree = plan.meters[0]
+        self._peek = self.meters = (tree._replace(limit=0, amount=0), *plan.meters[1:])
+        self.taken: tuple[int, ...] | int = ()
+
+    def answer(self, taken: tuple[int, ...] | int) -> bool:
+        """Read the store's answer to :attr:`meters`; whether another take follows (new meters)."""
+        stage = self._stage
+        if stage == _PEEK:
+            self.taken = taken
+            if isinstance(taken, int):  # a model budget is spent
+                return False
+            if taken[0]:
+                self._stage = _CLAIM
+                self.meters = (_received(self._peek[0], taken[0]),)
+                return True
+        elif stage == _CLAIM:
+            if not isinstance(taken, int):
+                self.meters = self._peek  # claimed: the tree's count as read is the hop's
+                return False
+        else:
+            self.taken = taken
+            return False
+        # Nothing of the tree's is left to claim here: the hop is counted as a new one.
+        self._stage = _COUNT
+        self.meters = _counted(self._plan, self._now)
+        return True
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -483,7 +597,8 @@ class Delegation:
         counted_by_caller = False
         if self._receiving and arrived is not None and arrival is not None and _continues(arrival, hop):
             counted_by_caller = True
-            # The caller's instrumentation already added this hop: check it again, do not add it twice.
+            # The caller's instrumentation already added this hop: check it again, do not add it
+            # twice (its budgets are checked, and its tree's count claimed: see _Takes).
             hop = self._hop = arrival.hops[-1]
             before = Chain(
                 arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
@@ -519,57 +634,64 @@ class Delegation:
             self._tally_key(verdict, len(token.agents)),
             arrival.expires_at if arrival is not None else now,
             arrival,
-            budgeted=(
-                verdict.outcome == "allow"
-                and settings.mode != "off"
-                and not counted_by_caller
-                and in_force.budgets_on
-            ),
+            budgeted=verdict.outcome == "allow" and settings.mode != "off" and in_force.budgets_on,
+            received=counted_by_caller,
         )
         if memo is not None:
             memo.remember(self._key, plan)
         return plan
 
     def _spend(self, plan: _Plan, parent: Context) -> _Spent:
-        """Count this hop against its tree's and its workspace's budgets.
+        """Count this hop against its tree's and its workspace's budgets (a received hop: check it,
+        and claim it, :class:`_Takes`).
 
         Returns what the hop's span gets (``otel_guard.budget.hops``) and, in observe mode, the
         would-refuse verdict of a spent budget; a spent budget in enforce mode is a refusal, recorded
         and raised here. Nothing is counted for a hop that goes past a budget.
         """
         now = time.time()
-        meters = self._meters(plan, now)
-        if not meters:
-            return None
+        store = store_for(plan.settings)
+        if not plan.received:
+            meters = _counted(plan, now)
+            try:
+                taken = store.take(meters, now)
+            except Exception as exc:  # the store's failure never becomes the hop's
+                return self._store_failed(plan, parent, meters, exc)
+            return self._taken(plan, parent, meters, taken)
+        takes = _Takes(plan, now)
         try:
-            taken = store_for(plan.settings).take(meters, now)
-        except Exception as exc:  # the store's failure never becomes the hop's
-            return self._store_failed(plan, parent, meters, exc)
-        return self._taken(plan, parent, meters, taken)
+            while takes.answer(store.take(takes.meters, now)):
+                pass
+        except Exception as exc:
+            return self._store_failed(plan, parent, takes.meters, exc)
+        return self._taken(plan, parent, takes.meters, takes.taken)
 
     async def _aspend(self, plan: _Plan, parent: Context) -> _Spent:
         """:meth:`_spend`, awaiting a store that has an asyncio API."""
         now = time.time()
-        meters = self._meters(plan, now)
-        if not meters:
-            return None
+        store = store_for(plan.settings)
+        if not plan.received:
+            meters = _counted(plan, now)
+            try:
+                taken = await store.atake(meters, now)
+            except Exception as exc:  # the store's failure never becomes the hop's
+                return self._store_failed(plan, parent, meters, exc)
+            return self._taken(plan, parent, meters, taken)
+        takes = _Takes(plan, now)
         try:
-            taken = await store_for(plan.settings).atake(meters, now)
-        except Exception as exc:  # the store's failure never becomes the hop's
-            return self._store_failed(plan, parent, meters, exc)
-        return self._taken(plan, parent, meters, taken)
-
-    @staticmethod
-    def _meters(plan: _Plan, now: float) -> tuple[Meter, ...]:
-        workspace = workspace_meter(plan.settings, now)
-        return plan.meters if workspace is None else (*plan.meters, workspace)
+            while takes.answer(await store.atake(takes.meters, now)):
+                pass
+        except Exception as exc:
+            return self._store_failed(plan, parent, takes.meters, exc)
+        return self._taken(plan, parent, takes.meters, takes.taken)
 
     def _taken(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
     ) -> _Spent:
         if isinstance(taken, int):
             return self._over_budget(plan, parent, meters[taken])
-        return (None, {names.BUDGET_HOPS: taken[0]}) if meters[0].budget == HOPS else None
+        # The tree's count comes first (with max_hops on: the span's otel_guard.budget.hops).
+        return (None, {names.BUDGET_HOPS: taken[0]}) if plan.meters[0].limit else None
 
     def _store_failed(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
@@ -588,6 +710,11 @@ class Delegation:
             message = (
                 f"Delegation budget: {store_failure(store_failed)} and budget_on_error is refuse; "
                 f"agent {agent} refused"
+            )
+        elif meter.budget == HOPS and plan.received:
+            message = (
+                f"Delegation budget: tree {plan.token.root} has made its {meter.limit} hops (max_hops "
+                f"{meter.limit}) and each has been received; agent {agent} received its chain once more"
             )
         elif meter.budget == HOPS:
             message = (

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager
@@ -18,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
@@ -33,6 +30,7 @@ from websockets.asyncio.client import connect
 import otel_guard
 from otel_guard.asgi import GuardMiddleware
 from otel_guard.chain import generate_key
+from tests.core.asgi_server import serving
 
 pytestmark = pytest.mark.integration
 
@@ -96,29 +94,8 @@ class Served:
 @pytest.fixture
 def serve_asgi() -> Iterator[Callable[[Any], str]]:
     """Serve an ASGI app on uvicorn in a thread of this process; stopped at teardown."""
-    servers: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
-
-    def start(app: Any) -> str:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="auto"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        servers.append((server, thread, sock))
-        deadline = time.monotonic() + 10
-        while not server.started and thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.started, "uvicorn did not start"
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    yield start
-    for server, thread, sock in servers:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
-        assert not thread.is_alive(), "uvicorn did not stop"
+    with contextlib.ExitStack() as servers:
+        yield lambda app: servers.enter_context(serving(app))
 
 
 @pytest.fixture

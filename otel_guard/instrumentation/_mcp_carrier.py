@@ -19,6 +19,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context, get_current
 from opentelemetry.trace import NonRecordingSpan
 
+from otel_guard.asgi import propagator_reads_baggage
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 BAGGAGE_KEY: Final = "baggage"
@@ -63,7 +64,7 @@ def context_from_meta(meta: Mapping[str, Any] | None, current: Context | None = 
     except (ValueError, TypeError):  # a propagator rejecting a malformed value: no context came
         incoming = Context()
     entries = dict(baggage.get_all(incoming))
-    if CHAIN_BAGGAGE_KEY not in entries and BAGGAGE_KEY in carrier:
+    if CHAIN_BAGGAGE_KEY not in entries and BAGGAGE_KEY in carrier and not propagator_reads_baggage():
         # Configured propagators without baggage: read the chain member the client added alone.
         chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, _W3C_BAGGAGE.extract(carrier))
         if chain is not None:
