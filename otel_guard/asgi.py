@@ -41,20 +41,16 @@ records ``would_refuse``; a chain that fails verification is refused in observe 
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from contextvars import Token
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
-from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
-from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind
 
+from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
 from otel_guard._start import settings_at_start
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
-from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -63,89 +59,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 SkillOf = Callable[[Scope], str | None]
 
-__all__ = ["GuardMiddleware", "attach_caller_context", "carrier_from_headers", "refusal_body"]
-
-_BAGGAGE_ONLY = W3CBaggagePropagator()
-_BAGGAGE_HEADER: Final = "baggage"
-_log = logging.getLogger("otel_guard")
-
-MAX_BAGGAGE_BYTES: Final = 8192
-"""The most bytes the ``baggage`` headers of one request may hold, joined: the W3C Baggage limit,
-which OpenTelemetry's propagator applies too (it drops a longer header whole, and the chain with it)."""
-
-
-def carrier_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """ASGI raw headers as a propagator carrier: lower-case names, repeated headers joined by ``,``.
-
-    Joining is how HTTP combines repeated fields (RFC 9110), and it is what the W3C baggage header
-    expects when a proxy split one baggage header in two. Each name's values are joined once, at the
-    end. ``baggage`` is read only up to :data:`MAX_BAGGAGE_BYTES`: past it the rest is not read, and
-    the carrier has no ``baggage`` at all (one warning names the limit, never the header's text).
-    """
-    carrier: dict[str, str] = {}
-    repeated: dict[str, list[str]] = {}
-    baggage_bytes = -1  # the joined baggage's length so far (no comma before the first)
-    for raw_name, raw_value in headers:
-        name = raw_name.decode("latin-1").lower()
-        if name == _BAGGAGE_HEADER:
-            if baggage_bytes > MAX_BAGGAGE_BYTES:
-                continue
-            baggage_bytes += 1 + len(raw_value)
-            if baggage_bytes > MAX_BAGGAGE_BYTES:
-                continue
-        value = raw_value.decode("latin-1")
-        if name not in carrier:
-            carrier[name] = value
-        elif name in repeated:
-            repeated[name].append(value)
-        else:
-            repeated[name] = [carrier[name], value]
-    for name, values in repeated.items():
-        carrier[name] = ",".join(values)
-    if baggage_bytes > MAX_BAGGAGE_BYTES:
-        carrier.pop(_BAGGAGE_HEADER, None)
-        _log.warning(
-            "otel-guard: a request's baggage headers hold more than %d bytes (the W3C limit): "
-            "dropped, with any delegation chain in them",
-            MAX_BAGGAGE_BYTES,
-        )
-    return carrier
-
-
-_reads_baggage: tuple[object, bool] = (None, False)  # the global propagator last asked, its answer
-
-
-def propagator_reads_baggage() -> bool:
-    """Whether the global propagator reads the ``baggage`` header (``OTEL_PROPAGATORS`` has it)."""
-    global _reads_baggage
-    textmap = propagate.get_global_textmap()
-    known, reads = _reads_baggage
-    if known is not textmap:
-        reads = _BAGGAGE_HEADER in textmap.fields
-        _reads_baggage = (textmap, reads)
-    return reads
-
-
-def attach_caller_context(carrier: Mapping[str, str]) -> Token[otel_context.Context] | None:
-    """Continue the caller's trace and chain from ``carrier``; return the token to detach, or ``None``.
-
-    When the current context has no span, the whole caller context is extracted by the global
-    propagator (its span becomes the parent). When it has one (an OpenTelemetry server middleware or
-    the runtime's own tracing started it), that span stays the parent and only the baggage is read,
-    and not at all when the chain is already in the context. The ``baggage`` header is read even when
-    ``OTEL_PROPAGATORS`` leaves baggage out: without it a loop through this server would go unseen.
-    Either way it is read once.
-    """
-    current = otel_context.get_current()
-    if trace.get_current_span(current).get_span_context().is_valid:
-        if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not None:
-            return None
-        ctx = _BAGGAGE_ONLY.extract(carrier, context=current)
-    else:
-        ctx = propagate.extract(carrier, context=current)
-        if not propagator_reads_baggage():
-            ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
-    return otel_context.attach(ctx)
+__all__ = ["GuardMiddleware", "refusal_body"]
 
 
 def refusal_body(err: DelegationRefused) -> dict[str, str]:
@@ -198,27 +112,6 @@ class GuardMiddleware:
         finally:
             if token is not None:
                 otel_context.detach(token)
-
-
-def baggage_without_chain(value: str) -> str:
-    """A W3C ``baggage`` header value without its ``otel_guard.chain`` member (the others kept)."""
-    members = [member for member in value.split(",") if member.split("=", 1)[0].strip() != CHAIN_BAGGAGE_KEY]
-    return ",".join(members).strip()
-
-
-def headers_without_chain(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """ASGI headers with the chain taken out of every ``baggage`` header (dropped if nothing is left).
-
-    A reply never carries the chain: an app that injects its context into its response headers
-    would otherwise hand the client a freshly signed token one hop longer than the one it sent.
-    """
-    kept = []
-    for name, value in headers:
-        if name.lower() != b"baggage":
-            kept.append((name, value))
-        elif rest := baggage_without_chain(value.decode("latin-1")):
-            kept.append((name, rest.encode("latin-1")))
-    return kept
 
 
 def _reply_without_chain(send: Send) -> Send:

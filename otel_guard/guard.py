@@ -17,29 +17,19 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from types import TracebackType
-from typing import Any, Final, Literal, NoReturn, ParamSpec, TypeVar, overload
+from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 from opentelemetry import baggage, context, trace
-from opentelemetry.baggage import propagation as baggage_propagation
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
+from otel_guard._carriers import keep_tokens_out_of_logs
+from otel_guard._spending import StoreFailed, aspend, spend, spent_message, tree_count
 from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
-from otel_guard.budget import (
-    HOPS,
-    WORKSPACE_HOPS,
-    Meter,
-    store_failure,
-    store_for,
-    tree_meter,
-    usage_meters,
-    usage_spent,
-    workspace_meter,
-)
+from otel_guard.budget import Meter, store_failure, store_for, usage_meters
 from otel_guard.chain import (
-    MAX_QUOTED,
     MAX_TOKEN_LENGTH,
     Chain,
     ChainToken,
@@ -52,40 +42,15 @@ from otel_guard.chain import (
     start_chain,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import CLOCK_SKEW, Verdict, decide
+from otel_guard.policy import Verdict, decide
 from otel_guard.settings import Settings, current_settings
 
 HopKind = Literal["agent", "tool"]
 
 _log = logging.getLogger("otel_guard")
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
+keep_tokens_out_of_logs()  # every extraction in the process, the guard's and any other's
 
-
-class _BaggageNotLogged(logging.Filter):
-    """Keeps the text of a baggage header out of what OpenTelemetry's W3C baggage propagator logs.
-
-    The propagator logs a header it drops for its size (over 8,192 bytes) whole, and a list member it
-    cannot read as it is: either may hold a chain token, which is never written to a log. Any text
-    of over ``MAX_QUOTED`` characters in such a record is replaced by its length. The filter is on the
-    propagator's own logger, so it covers every extraction in the process: the guard's (HTTP headers,
-    gRPC metadata, MCP ``_meta``) and any other instrumentation's.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and any(isinstance(arg, str) and len(arg) > MAX_QUOTED for arg in args):
-            record.args = tuple(
-                f"<{len(arg)} characters, not shown>"
-                if isinstance(arg, str) and len(arg) > MAX_QUOTED
-                else arg
-                for arg in args
-            )
-        return True
-
-
-_propagator_log = logging.getLogger(baggage_propagation.__name__)
-if not any(type(known).__name__ == _BaggageNotLogged.__name__ for known in _propagator_log.filters):
-    _propagator_log.addFilter(_BaggageNotLogged())
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -230,8 +195,8 @@ class _Plan:
     ) -> None:
         self.arrival = arrival  # the chain the hop arrived with (what a refusal names)
         # Whether each hop made from this plan goes to the budgets (an allowed hop, not in off mode);
-        # whether it is one the caller's process counted already (checked, see _Takes); the tree's
-        # hop count (limited by max_hops, if on) and model budgets.
+        # whether it is one the caller's process counted already (checked: otel_guard._spending);
+        # the tree's hop count (limited by max_hops, if on) and model budgets.
         self.budgeted = budgeted
         self.received = received
         self.meters: tuple[Meter, ...] = ()
@@ -240,7 +205,7 @@ class _Plan:
             # only checked (a tree that spent them makes no more hops either).
             expires_at = token.chain.expires_at
             self.meters = (
-                _tree_count(settings, token.root, expires_at),
+                tree_count(settings, token.root, expires_at),
                 *usage_meters(settings, token.root, expires_at, 0),
             )
         self.hop = hop
@@ -267,86 +232,6 @@ class _Plan:
         else:
             child_baggage.pop(_BAGGAGE_KEY, None)
         return child_baggage
-
-
-def _tree_count(settings: Settings, root: str, expires_at: float) -> Meter:
-    """The meter of a tree's hops: limited by ``max_hops``, or with no limit when it is off (a hop
-    its caller counted is still checked against what its tree has counted: see :class:`_Takes`)."""
-    meter = tree_meter(settings, root, expires_at)
-    if meter is None:
-        meter = Meter(f"tree:{settings.workspace}:{root}", 0, expires_at + CLOCK_SKEW, HOPS)  # tree_meter's
-    return meter
-
-
-_RECEIVED: Final = ":received"
-"""The key suffix of the count of a tree's hops that were received (see :class:`_Takes`)."""
-
-_PEEK, _CLAIM, _COUNT = range(3)
-
-
-def _counted(plan: _Plan, now: float) -> tuple[Meter, ...]:
-    """The meters of a hop counted here: its tree's, its model budgets, the workspace's (and for a
-    received hop, its claim: see :class:`_Takes`)."""
-    workspace = workspace_meter(plan.settings, now)
-    meters = plan.meters if workspace is None else (*plan.meters, workspace)
-    if plan.received:
-        tree = meters[0]
-        meters = (tree, _received(tree, 0), *meters[1:])
-    return meters
-
-
-def _received(tree: Meter, limit: int) -> Meter:
-    """The meter of a tree's received hops, limited by ``limit`` (0: none), adding one."""
-    return Meter(tree.key + _RECEIVED, limit, tree.expires_at, HOPS)
-
-
-class _Takes:
-    """What a received hop (one its caller counted already) asks of its budget store, take by take.
-
-    It is checked, never added twice. Its first take adds nothing: it reads the tree's hop count (a
-    meter with no limit and nothing to add) and checks the tree's model budgets; its second claims
-    one of those hops as received (a count of the tree's received hops, limited by its hop count).
-    So a tree's hops are received at most as many times as it has made them: a token sent again (a
-    replay) once every hop of its tree has been received finds none to claim, and is counted instead
-    as a new hop, with its claim, against ``max_hops`` and ``workspace_max_hops``, and refused with
-    reason ``budget`` once either is spent. So is a hop whose caller counted it in another store (the
-    memory store of another process): its tree has nothing here to claim.
-
-    When no take follows, :attr:`meters` and :attr:`taken` are the take that decides the hop.
-    """
-
-    __slots__ = ("_now", "_peek", "_plan", "_stage", "meters", "taken")
-
-    def __init__(self, plan: _Plan, now: float) -> None:
-        self._plan = plan
-        self._now = now
-        self._stage = _PEEK
-        tree = plan.meters[0]
-        self._peek = self.meters = (tree._replace(limit=0, amount=0), *plan.meters[1:])
-        self.taken: tuple[int, ...] | int = ()
-
-    def answer(self, taken: tuple[int, ...] | int) -> bool:
-        """Read the store's answer to :attr:`meters`; whether another take follows (new meters)."""
-        stage = self._stage
-        if stage == _PEEK:
-            self.taken = taken
-            if isinstance(taken, int):  # a model budget is spent
-                return False
-            if taken[0]:
-                self._stage = _CLAIM
-                self.meters = (_received(self._peek[0], taken[0]),)
-                return True
-        elif stage == _CLAIM:
-            if not isinstance(taken, int):
-                self.meters = self._peek  # claimed: the tree's count as read is the hop's
-                return False
-        else:
-            self.taken = taken
-            return False
-        # Nothing of the tree's is left to claim here: the hop is counted as a new one.
-        self._stage = _COUNT
-        self.meters = _counted(self._plan, self._now)
-        return True
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -598,7 +483,7 @@ class Delegation:
         if self._receiving and arrived is not None and arrival is not None and _continues(arrival, hop):
             counted_by_caller = True
             # The caller's instrumentation already added this hop: check it again, do not add it
-            # twice (its budgets are checked, and its tree's count claimed: see _Takes).
+            # twice (its budgets are checked, and its tree's count claimed: see otel_guard._spending).
             hop = self._hop = arrival.hops[-1]
             before = Chain(
                 arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
@@ -643,94 +528,52 @@ class Delegation:
 
     def _spend(self, plan: _Plan, parent: Context) -> _Spent:
         """Count this hop against its tree's and its workspace's budgets (a received hop: check it,
-        and claim it, :class:`_Takes`).
+        and claim it: :mod:`otel_guard._spending`).
 
         Returns what the hop's span gets (``otel_guard.budget.hops``) and, in observe mode, the
         would-refuse verdict of a spent budget; a spent budget in enforce mode is a refusal, recorded
         and raised here. Nothing is counted for a hop that goes past a budget.
         """
-        now = time.time()
-        store = store_for(plan.settings)
-        if not plan.received:
-            meters = _counted(plan, now)
-            try:
-                taken = store.take(meters, now)
-            except Exception as exc:  # the store's failure never becomes the hop's
-                return self._store_failed(plan, parent, meters, exc)
-            return self._taken(plan, parent, meters, taken)
-        takes = _Takes(plan, now)
         try:
-            while takes.answer(store.take(takes.meters, now)):
-                pass
-        except Exception as exc:
-            return self._store_failed(plan, parent, takes.meters, exc)
-        return self._taken(plan, parent, takes.meters, takes.taken)
+            meters, taken = spend(store_for(plan.settings), plan.meters, plan.settings, plan.received)
+        except StoreFailed as failed:  # the store's failure never becomes the hop's
+            return self._store_failed(plan, parent, failed)
+        return self._taken(plan, parent, meters, taken)
 
     async def _aspend(self, plan: _Plan, parent: Context) -> _Spent:
         """:meth:`_spend`, awaiting a store that has an asyncio API."""
-        now = time.time()
-        store = store_for(plan.settings)
-        if not plan.received:
-            meters = _counted(plan, now)
-            try:
-                taken = await store.atake(meters, now)
-            except Exception as exc:  # the store's failure never becomes the hop's
-                return self._store_failed(plan, parent, meters, exc)
-            return self._taken(plan, parent, meters, taken)
-        takes = _Takes(plan, now)
         try:
-            while takes.answer(await store.atake(takes.meters, now)):
-                pass
-        except Exception as exc:
-            return self._store_failed(plan, parent, takes.meters, exc)
-        return self._taken(plan, parent, takes.meters, takes.taken)
+            meters, taken = await aspend(store_for(plan.settings), plan.meters, plan.settings, plan.received)
+        except StoreFailed as failed:
+            return self._store_failed(plan, parent, failed)
+        return self._taken(plan, parent, meters, taken)
 
     def _taken(
         self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
     ) -> _Spent:
         if isinstance(taken, int):
-            return self._over_budget(plan, parent, meters[taken])
+            meter = meters[taken]
+            message = spent_message(plan.settings, plan.token.root, plan.hop.agent, meter, plan.received)
+            return self._over_budget(plan, parent, message, meter.budget)
         # The tree's count comes first (with max_hops on: the span's otel_guard.budget.hops).
         return (None, {names.BUDGET_HOPS: taken[0]}) if plan.meters[0].limit else None
 
-    def _store_failed(
-        self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], exc: Exception
-    ) -> _Spent:
-        names.count_store_error(exc)
+    def _store_failed(self, plan: _Plan, parent: Context, failed: StoreFailed) -> _Spent:
+        names.count_store_error(failed.error)
         if plan.settings.budget_on_error == "allow":
             return None
-        return self._over_budget(plan, parent, meters[0], store_failed=exc)
+        message = (
+            f"Delegation budget: {store_failure(failed.error)} and budget_on_error is refuse; "
+            f"agent {plan.hop.agent} refused"
+        )
+        return self._over_budget(plan, parent, message, failed.meters[0].budget)
 
     def _over_budget(
-        self, plan: _Plan, parent: Context, meter: Meter, store_failed: BaseException | None = None
+        self, plan: _Plan, parent: Context, message: str, budget: str
     ) -> tuple[Verdict | None, dict[str, AttributeValue]]:
-        """The refusal (enforce) or would-refuse (observe) of a hop past ``meter``'s limit."""
-        agent = plan.hop.agent
-        if store_failed is not None:
-            message = (
-                f"Delegation budget: {store_failure(store_failed)} and budget_on_error is refuse; "
-                f"agent {agent} refused"
-            )
-        elif meter.budget == HOPS and plan.received:
-            message = (
-                f"Delegation budget: tree {plan.token.root} has made its {meter.limit} hops (max_hops "
-                f"{meter.limit}) and each has been received; agent {agent} received its chain once more"
-            )
-        elif meter.budget == HOPS:
-            message = (
-                f"Delegation budget: tree {plan.token.root} has made its {meter.limit} hops (max_hops "
-                f"{meter.limit}); calling agent {agent} would make one more"
-            )
-        elif meter.budget != WORKSPACE_HOPS:
-            message = f"{usage_spent(meter, plan.token.root)}; agent {agent} refused"
-        else:
-            message = (
-                f"Delegation budget: workspace {plan.settings.workspace!r} has made its {meter.limit} hops "
-                f"this window (workspace_max_hops {meter.limit} per {plan.settings.workspace_window:g} s); "
-                f"agent {agent} refused, tree {plan.token.root}"
-            )
-        exhausted: dict[str, AttributeValue] = {names.BUDGET_EXHAUSTED: meter.budget}
-        settings = plan.settings.for_agent(agent)
+        """The refusal (enforce) or would-refuse (observe) of a hop past a budget."""
+        exhausted: dict[str, AttributeValue] = {names.BUDGET_EXHAUSTED: budget}
+        settings = plan.settings.for_agent(plan.hop.agent)
         if settings.mode != "observe":
             verdict = Verdict("refuse", "budget", message)
             self._refuse(verdict, plan.arrival, plan.token, parent, settings, exhausted)
@@ -746,7 +589,7 @@ class Delegation:
     def _attributes_for(
         self, verdict: Verdict, token: ChainToken, settings: Settings
     ) -> dict[str, AttributeValue]:
-        """The span attributes of CONTRACT §5 (the guard's own only)."""
+        """The span attributes of docs/spec.md §5 (the guard's own only)."""
         hop = self.hop
         agents = token.agents
         tool = self.kind == "tool"

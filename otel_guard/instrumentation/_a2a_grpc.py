@@ -24,7 +24,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from otel_guard.asgi import baggage_without_chain
+from otel_guard._carriers import baggage_without_chain
 from otel_guard.instrumentation._a2a_errors import (
     ERROR_DOMAIN,
     ERROR_INFO_TYPE,

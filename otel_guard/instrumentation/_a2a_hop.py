@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 
+from otel_guard._carriers import attach_caller_context
 from otel_guard._steps import Done, async_generator_in_context
-from otel_guard.asgi import attach_caller_context
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation
 

@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
-from otel_guard.asgi import attach_caller_context, carrier_from_headers, headers_without_chain
+from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._a2a_errors import (
     ServerRefusal,
@@ -61,7 +61,7 @@ async def continue_caller(wrapped: Any, instance: Any, args: tuple[Any, ...], kw
 
 def _without_chain(response: Any) -> Any:
     """The dispatcher's Starlette response with the chain out of every ``baggage`` header: a reply
-    never carries the chain (:func:`otel_guard.asgi.headers_without_chain`, as the middleware does)."""
+    never carries the chain (:func:`otel_guard._carriers.headers_without_chain`, as the middleware does)."""
     raw_headers = getattr(response, "raw_headers", None)
     if isinstance(raw_headers, list) and any(name.lower() == b"baggage" for name, _ in raw_headers):
         response.raw_headers = headers_without_chain(raw_headers)

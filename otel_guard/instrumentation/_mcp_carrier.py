@@ -19,7 +19,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context, get_current
 from opentelemetry.trace import NonRecordingSpan
 
-from otel_guard.asgi import propagator_reads_baggage
+from otel_guard._carriers import propagator_reads_baggage
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 BAGGAGE_KEY: Final = "baggage"

@@ -18,7 +18,8 @@ from opentelemetry import baggage, context, propagate
 
 import otel_guard
 from otel_guard import delegate
-from otel_guard.asgi import GuardMiddleware, attach_caller_context
+from otel_guard._carriers import attach_caller_context
+from otel_guard.asgi import GuardMiddleware
 from otel_guard.instrumentation._mcp_carrier import context_from_meta
 from tests.core.asgi_server import serving
 

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 import otel_guard
-from otel_guard.asgi import MAX_BAGGAGE_BYTES, GuardMiddleware, carrier_from_headers
+from otel_guard._carriers import MAX_BAGGAGE_BYTES, carrier_from_headers
+from otel_guard.asgi import GuardMiddleware
 from tests.core.asgi_server import serving
 
 VALUE = b"m=" + b"v" * 98  # a 100-byte header value (a valid baggage member)
