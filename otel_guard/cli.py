@@ -63,10 +63,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     if args.stack:
-        from otel_guard._demo_stack import run_stack_demo
+        from otel_guard._demo.stack import run_stack_demo
 
         return run_stack_demo()
-    from otel_guard.demo import run_demo
+    from otel_guard._demo.travel import run_demo
 
     run_demo()
     return 0

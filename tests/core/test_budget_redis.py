@@ -22,7 +22,7 @@ from test_budget import race_for_the_last_units, store_errors, store_errors_sinc
 import otel_guard
 from otel_guard import DelegationRefused, delegate
 from otel_guard.budget import HOPS, WORKSPACE_HOPS, Meter, StoreError, store_for
-from otel_guard.budget_redis import RedisStore
+from otel_guard.budget.redis_store import RedisStore
 from otel_guard.policy import CLOCK_SKEW
 
 pytestmark = pytest.mark.integration

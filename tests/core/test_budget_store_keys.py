@@ -30,7 +30,7 @@ from otel_guard.budget import (
     Meter,
     StoreError,
 )
-from otel_guard.budget_redis import RedisStore
+from otel_guard.budget.redis_store import RedisStore
 from otel_guard.policy import CLOCK_SKEW
 from otel_guard.usage import after_model_request, before_model_request
 

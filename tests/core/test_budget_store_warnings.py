@@ -20,11 +20,11 @@ from redis_server import RedisServer, free_port
 from test_settings_secrets import PASSWORD, SECRET, assert_no_secret
 
 import otel_guard
-import otel_guard.budget_redis
+import otel_guard.budget.redis_store
 from otel_guard import DelegationRefused, delegate
 from otel_guard._start import settings_at_start
 from otel_guard.budget import HOPS, Meter, StoreError
-from otel_guard.budget_redis import RedisStore
+from otel_guard.budget.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 
@@ -146,7 +146,7 @@ def test_a_store_that_stops_answering_warns_once_not_once_a_hop(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No pause after a failure: every one of the 100 hops asks the Redis that is gone.
-    monkeypatch.setattr(otel_guard.budget_redis, "DOWN_FOR", 0.0)
+    monkeypatch.setattr(otel_guard.budget.redis_store, "DOWN_FOR", 0.0)
     client = redis_server.client()
     client.config_set("requirepass", PASSWORD)  # the Redis wants a password, which the URL gives
     client.close()

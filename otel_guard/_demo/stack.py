@@ -4,7 +4,7 @@ What it starts, all on 127.0.0.1 and all stopped before it returns:
 
 - a sink standing in for the trace store (an OTLP/gRPC service that keeps what it receives),
 - ``otel-guard processor`` (in this process), forwarding to the sink,
-- two agent processes (:mod:`otel_guard._demo_agent`), planner and budget, each an HTTP service
+- two agent processes (:mod:`otel_guard._demo.agent`), planner and budget, each an HTTP service
   behind the guard's ASGI middleware, signing their chains with one fresh key and exporting their
   spans to the processor over OTLP.
 
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from otel_guard._demo_agent import _post
+from otel_guard._demo.agent import _post
 from otel_guard.chain import generate_key
 from otel_guard.settings import ENV
 
@@ -80,7 +80,7 @@ async def _run() -> int:
         urls = {}
         for agent, skill in AGENTS.items():
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "otel_guard._demo_agent", agent, skill, endpoint,
+                sys.executable, "-m", "otel_guard._demo.agent", agent, skill, endpoint,
                 env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             agents[agent] = process

@@ -1,6 +1,6 @@
 """One agent of ``otel-guard demo --stack``: an HTTP service behind the guard's ASGI middleware.
 
-Run by the demo as ``python -m otel_guard._demo_agent AGENT SKILL OTLP_ENDPOINT``; it serves
+Run by the demo as ``python -m otel_guard._demo.agent AGENT SKILL OTLP_ENDPOINT``; it serves
 ``POST /ask`` on 127.0.0.1 (an ephemeral port, printed as ``ready PORT``), exports its spans over
 OTLP/gRPC to ``OTLP_ENDPOINT``, and exits on SIGTERM once its spans are sent. Asked, the planner asks
 the budget agent to price its plan and the budget agent asks the planner for the itinerary: the loop.

@@ -1,0 +1,284 @@
+"""The budget store of a fleet: the counts in one Redis, shared by every process (``budget_store``).
+
+``pip install 'otel-guard[redis]'`` and ``OTEL_GUARD_BUDGET_STORE=redis://host:6379/0`` (``rediss://``
+for TLS, ``unix:///path/redis.sock``). One take is one round trip: a Lua script that checks every
+count a hop touches and adds one to each only if none would go past its limit, so two processes
+racing for a tree's last hop never both get it. A count expires with its chain (``PEXPIREAT``), a
+workspace count with its window.
+
+A key that holds no count (overwritten by anyone who can write to the Redis: ``abc``, ``1.5``, a list)
+is that key's error alone: the take raises :class:`~otel_guard.budget.BadCount` (its tree gets
+``budget_on_error``), the store is not taken for down for the other trees, and the key is left as it
+is -- evidence, not repaired -- but given the expiry its count would have had.
+
+Async code (``async with delegate(...)``, ``@agentic`` coroutines, the instrumentors' async paths)
+goes through the client's asyncio API, one client per event loop, so the loop never blocks on the
+round trip.
+
+A hop never waits long for Redis: the client connects and reads with a short timeout
+(:data:`TIMEOUT`), and after a failure the store is taken for down for :data:`DOWN_FOR` seconds, in
+which every take fails at once instead of waiting again. A take that fails raises
+:class:`~otel_guard.budget.StoreError`; ``budget_on_error`` decides what the hop gets. An outage is
+never silent (with ``budget_on_error=allow`` it turns budgets off): the store logs one warning when
+it cannot be reached where the guard starts (:meth:`RedisStore.probe`) or at its first take, one when
+it stops answering after it did (at most one each :data:`WARN_EVERY` seconds), and an info line when
+it answers again -- naming the URL without its password.
+
+The keys of one take are a tree's and its workspace's: a Redis Cluster would refuse a script over
+two slots, so use one Redis (with replicas or Sentinel), not a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.connection import parse_url
+from redis.retry import Retry
+
+from otel_guard.budget._store import MAX_COUNT, BadCount, Meter, StoreError
+from otel_guard.settings import current_settings, redacted_url
+
+TIMEOUT: Final = 0.25
+"""Seconds to connect to Redis, and to wait for an answer."""
+
+DOWN_FOR: Final = 1.0
+"""Seconds the store is taken for down after a failure (every take fails at once meanwhile)."""
+
+WARN_EVERY: Final = 60.0
+"""Seconds at least between two warnings that the store stopped answering (a Redis that comes and goes)."""
+
+_log = logging.getLogger("otel_guard")
+
+# KEYS: the counts. ARGV: for each, its limit (0: none), its expiry (unix milliseconds) and what the
+# take adds (0: it only checks that the count is below its limit), each at most MAX_COUNT. Returns the
+# counts after the take; -i when the i-th count (1-based) is spent; {error type, i} when the i-th key
+# holds no count. Every key is read and checked before any is written, so a take that does not count
+# leaves every count as it was (a script runs alone: nothing comes between the check and the write).
+# A key that holds no count (another type, or a string that is not a whole number from 0 to
+# MAX_COUNT, as INCRBY writes them) is left as it is but gets the expiry its count would have had.
+TAKE_SCRIPT: Final = """
+local most = 'MAX_COUNT'
+local counts = {}
+local bad = nil
+for i, key in ipairs(KEYS) do
+  local value = redis.pcall('GET', key)
+  local kind = nil
+  if type(value) == 'table' then
+    kind = 'bad_type'
+  elseif not value then
+    counts[i] = 0
+  elseif (value == '0' or string.find(value, '^[1-9]%d*$'))
+      and (#value < #most or (#value == #most and value <= most)) then
+    counts[i] = tonumber(value)
+  else
+    kind = 'bad_value'
+  end
+  if kind then
+    redis.call('PEXPIREAT', key, ARGV[3 * i - 1])
+    bad = bad or {kind, i}
+  end
+end
+if bad then
+  return bad
+end
+for i = 1, #KEYS do
+  local limit = tonumber(ARGV[3 * i - 2])
+  local need = tonumber(ARGV[3 * i])
+  if need == 0 then
+    need = 1
+  end
+  if limit > 0 and counts[i] + need > limit then
+    return -i
+  end
+end
+local used = {}
+for i, key in ipairs(KEYS) do
+  local amount = tonumber(ARGV[3 * i])
+  used[i] = counts[i]
+  if amount > 0 then
+    if counts[i] + amount > tonumber(most) then
+      redis.call('SET', key, most)
+      used[i] = tonumber(most)
+    else
+      used[i] = redis.call('INCRBY', key, amount)
+    end
+    if counts[i] == 0 or redis.call('PTTL', key) < 0 then
+      redis.call('PEXPIREAT', key, ARGV[3 * i - 1])
+    end
+  end
+end
+return used
+""".replace("MAX_COUNT", str(MAX_COUNT))
+
+
+_TAKE_SHA: Final = hashlib.sha1(TAKE_SCRIPT.encode()).hexdigest()
+
+
+class RedisStore:
+    """The counts in Redis at ``url``, through one client (and its connection pool) per process.
+
+    It says when it cannot be reached, on the ``otel_guard`` logger: one warning the first time (at
+    :meth:`probe`, where the guard starts, or at the first take), one when it stops answering after it
+    did, at most one a ``warn_every`` seconds, and an info line when it answers again after a warning.
+    ``clock`` (monotonic seconds) is for tests.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float | None = None,
+        down_for: float | None = None,
+        warn_every: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._url = url
+        self.name = redacted_url(url)
+        timeout = TIMEOUT if timeout is None else timeout
+        self._options: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry_on_timeout": False,
+            "health_check_interval": 0,
+        }
+        # No retries: a hop that cannot count asks budget_on_error instead of waiting again.
+        self._client: Any = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **self._options)
+        self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._down_for = DOWN_FOR if down_for is None else down_for
+        self._down_until = -math.inf
+        self._warn_every = WARN_EVERY if warn_every is None else warn_every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._answering: bool | None = None  # None: not asked yet
+        self._warned_at = -math.inf
+        self._quiet = False  # this outage was not told (rate limit): nor will its end be
+        self._password = str(parse_url(url).get("password") or "")  # type: ignore[no-untyped-call]
+
+    # EVALSHA by hand, EVAL when Redis does not hold the script yet (which also loads it): redis-py's
+    # Script object costs twice the round trip itself on every call (measured: 133 µs against 60).
+
+    def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        command = self._ask(meters)
+        client = self._client
+        try:
+            try:
+                result = client.evalsha(_TAKE_SHA, len(meters), *command)
+            except redis.exceptions.NoScriptError:
+                result = client.eval(TAKE_SCRIPT, len(meters), *command)
+        except Exception as exc:  # a RedisError, or a client the URL's options broke (TypeError)
+            raise self._failed(exc) from exc
+        if self._answering is not True:
+            self._answered()
+        return _taken(result, meters)
+
+    async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        """:meth:`take` through the asyncio client of the running event loop."""
+        command = self._ask(meters)
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            client = self._async_clients[loop] = redis.asyncio.Redis.from_url(
+                self._url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+            )
+        try:
+            try:
+                result = await client.evalsha(_TAKE_SHA, len(meters), *command)
+            except redis.exceptions.NoScriptError:
+                result = await client.eval(TAKE_SCRIPT, len(meters), *command)
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        if self._answering is not True:
+            self._answered()
+        return _taken(result, meters)
+
+    def probe(self) -> None:
+        """Ask Redis once (``PING``, within the store's timeout) if nothing has asked it yet: where the
+        guard starts, so a store that cannot be reached says so then, before any hop."""
+        if self._answering is not None:
+            return
+        try:
+            self._client.ping()
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._answered()
+
+    def _ask(self, meters: Sequence[Meter]) -> list[str]:
+        """The script's keys and arguments; raises at once while the store is taken for down."""
+        if self._down_until > self._clock():
+            raise StoreError("the Redis budget store failed a moment ago; not asking again yet")
+        command = [meter.key for meter in meters]
+        for meter in meters:
+            limit, amount = min(meter.limit, MAX_COUNT), min(meter.amount, MAX_COUNT)
+            command += (str(limit), str(int(meter.expires_at * 1000)), str(amount))
+        return command
+
+    def _failed(self, exc: Exception) -> StoreError:
+        with self._lock:
+            now = self._clock()
+            self._down_until = now + self._down_for
+            was, self._answering = self._answering, False
+            if was is None:
+                self._warn(exc, "cannot be reached", now)
+            elif was and now - self._warned_at >= self._warn_every:
+                self._warn(exc, "stopped answering", now)
+            elif was:
+                self._quiet = True
+        return StoreError(f"the Redis budget store did not answer: {type(exc).__name__}")
+
+    def _answered(self) -> None:
+        with self._lock:
+            was, self._answering = self._answering, True
+            if was is False and not self._quiet:
+                _log.info("otel-guard: the budget store %s answers again; hops are counted", self.name)
+            self._quiet = False
+
+    def _warn(self, exc: Exception, what: str, now: float) -> None:
+        self._warned_at = now
+        self._quiet = False
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self._password:  # redis-py's errors do not repeat it; this makes sure no line of ours does
+            reason = reason.replace(self._password, "***")
+        on_error = current_settings().budget_on_error
+        then = "allowed uncounted" if on_error == "allow" else "refused (reason budget)"
+        _log.warning(
+            "otel-guard: the budget store %s %s (%s); budget_on_error is %s: hops will be %s until it "
+            "answers",
+            self.name,
+            what,
+            reason,
+            on_error,
+            then,
+        )
+
+    def used(self, key: str, now: float) -> int:
+        """The count under ``key`` now (0 when none): for tests and ``inspect``."""
+        value = self._client.get(key)
+        return int(value) if value is not None else 0
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _taken(result: Any, meters: Sequence[Meter]) -> tuple[int, ...] | int:
+    """The script's answer: the counts, or the index of the spent meter (the script says -i); raises
+    :class:`~otel_guard.budget.BadCount` when a key holds no count (the script says which)."""
+    if isinstance(result, int):
+        return -result - 1
+    if result and isinstance(result[0], bytes | str):
+        kind = result[0].decode() if isinstance(result[0], bytes) else result[0]
+        raise BadCount(meters[int(result[1]) - 1].key, kind)
+    return tuple(int(count) for count in result)
