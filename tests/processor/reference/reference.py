@@ -1,11 +1,12 @@
 """The whole detection, plainly: OTLP requests in, the processor's counts out.
 
-Spans are read through the OTLP protobuf classes (:func:`read`), each span's call through the
-dialect table (:data:`reference.dialects.TABLE`, or another given), each span's *path* -- its named ancestors, oldest first,
-each an :class:`Entry` -- from its parent's (:meth:`Detection.path`), and the counts from the paths
-at the end (:meth:`Detection.metrics`). Arrival order, batches and duplicates change nothing but which
-copy of a span is read (the first). Where the detection picks one span of several (the span where
-a loop's name first returned), it takes the first by start time, then span id.
+Spans are read through the OTLP protobuf classes (:func:`read`), each span's call through a
+dialect table (:data:`reference.dialects.TABLE` unless another is given), each span's *path* --
+its named ancestors, oldest first, each an :class:`Entry` -- from its parent's
+(:meth:`Detection.path`), and the counts from the paths at the end (:meth:`Detection.metrics`).
+Arrival order, batches and duplicates change nothing but which copy of a span is read (the first).
+Where the detection picks one span of several (the span where a loop's name first returned), it
+takes the first by start time, then span id.
 
 One call is one hop: a named span directly below an entry of the same name is that call again when
 :func:`same_call` says so, and a span read as an agent run directly below a tool call is that
