@@ -1,0 +1,6 @@
+"""The recorded corpus's readers (``tests/processor/dialects``) importable here."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dialects"))

@@ -1,0 +1,178 @@
+"""Which spans are calls, as data: one row per dialect rule, read in order.
+
+A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of the
+first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of its
+``gen_ai.operation.name``. A kind row whose ``kind`` is None says "no call by its kind": the span is
+then read by its operation. A row's name is the first of its ``names`` the span has (``SUBJECT``:
+the span name after the operation); a call with no name is no call (a link like any other span).
+
+The row that read a span is the call's *form*: two spans of one instrumentation with the same name,
+one directly inside the other, are a re-entry when read by the same row (``invoke_agent X`` inside
+``invoke_agent X``), and one call when by different rows (a wrapper: ``invoke_workflow X`` around
+``invoke_agent X``, Traceloop's ``invoke_agent X`` around ``X.workflow``) -- except a wrapper's row
+inside the row of the call it wraps (:data:`WRAPPERS`): the call started a new run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+AGENT: Final = "agent"
+TOOL: Final = "tool"
+SUBJECT: Final = "<the span name's subject>"
+OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
+GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
+
+
+@dataclass(frozen=True)
+class Row:
+    """One rule: spans whose ``key`` is ``value`` are calls of ``kind``, named by ``names``."""
+
+    dialect: str
+    key: str  # an attribute, or SPAN_NAME for the span-name rows
+    value: str
+    kind: str | None
+    names: tuple[str, ...]
+    conditional: bool = False  # a call only first below a tool call, or at the top of a path
+    scope: str | None = None  # only in this instrumentation scope
+
+
+SPAN_NAME: Final = "<the span name>"
+OPERATION: Final = "gen_ai.operation.name"
+OI_KIND: Final = "openinference.span.kind"
+TL_KIND: Final = "traceloop.span.kind"
+TL_NAME: Final = "traceloop.entity.name"
+
+GENAI = "OpenTelemetry GenAI"
+OI = "OpenInference"
+TL = "OpenLLMetry / Traceloop"
+
+# The span named ``invoke_agent X`` (or bare ``invoke_agent``, named by its attribute), ...
+NAME_ROWS: Final = (
+    Row(GENAI, SPAN_NAME, "invoke_agent", AGENT, (SUBJECT, "gen_ai.agent.name")),
+    Row(GENAI, SPAN_NAME, "execute_tool", TOOL, (SUBJECT, "gen_ai.tool.name")),
+    Row(GENAI, SPAN_NAME, "invoke_workflow", AGENT, (SUBJECT, "gen_ai.workflow.name")),
+)
+# Read by the first of these keys a span carries; the first row that matches its value and scope.
+KIND_ROWS: Final = (
+    # LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
+    Row(OI, OI_KIND, "AGENT", None, (), scope=OPENINFERENCE_LANGCHAIN),
+    Row(OI, OI_KIND, "CHAIN", AGENT, (SPAN_NAME,), conditional=True, scope=OPENINFERENCE_LANGCHAIN),
+    Row(OI, OI_KIND, "AGENT", AGENT, ("agent.name", "graph.node.id")),
+    Row(OI, OI_KIND, "TOOL", TOOL, ("tool.name", SPAN_NAME)),
+    # CrewAI's instrumentation names its agents by gen_ai.agent.name alone.
+    Row(TL, TL_KIND, "agent", AGENT, (TL_NAME, "gen_ai.agent.name")),
+    Row(TL, TL_KIND, "workflow", AGENT, (TL_NAME, "gen_ai.workflow.name")),
+    Row(TL, TL_KIND, "tool", TOOL, (TL_NAME, "gen_ai.tool.name")),
+    Row(TL, TL_KIND, "task", AGENT, (TL_NAME,), conditional=True),  # the run of an agent called as a tool
+)
+KIND_KEYS: Final = (OI_KIND, TL_KIND)
+OPERATION_ROWS: Final = (
+    Row(GENAI, OPERATION, "invoke_agent", AGENT, ("gen_ai.agent.name",)),
+    Row(GENAI, OPERATION, "execute_tool", TOOL, ("gen_ai.tool.name",)),
+    Row(GENAI, OPERATION, "invoke_workflow", AGENT, ("gen_ai.workflow.name",)),
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a span is as a call: the row that read it, and the name it gives (None: no name)."""
+
+    row: Row
+    name: str | None
+
+    @property
+    def kind(self) -> str:
+        assert self.row.kind is not None
+        return self.row.kind
+
+
+def _row(rows: tuple[Row, ...], value: str) -> Row:
+    return next(row for row in rows if row.value == value and row.kind is not None)
+
+
+# A wrapper span (first) around the call it wraps (second), of the same name and instrumentation.
+# Any two rows read one call so, nested either way, except a pair's wrapper row inside its call's:
+# that is a new run (``invoke_workflow X`` that ``invoke_agent X`` starts).
+WRAPPERS: Final = (
+    (_row(NAME_ROWS, "invoke_workflow"), _row(NAME_ROWS, "invoke_agent")),  # Google ADK
+    (_row(OPERATION_ROWS, "invoke_workflow"), _row(OPERATION_ROWS, "invoke_agent")),
+    (_row(NAME_ROWS, "invoke_agent"), _row(KIND_ROWS, "workflow")),  # Traceloop's LangGraph graph
+    (_row(KIND_ROWS, "workflow"), _row(KIND_ROWS, "agent")),
+    (_row(KIND_ROWS, "task"), _row(KIND_ROWS, "agent")),
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    """The rows read in order (see the module docstring), the wrapper pairs, and the groups of rows
+    that read one form (none: each row is a form of its own)."""
+
+    name_rows: tuple[Row, ...] = NAME_ROWS
+    kind_rows: tuple[Row, ...] = KIND_ROWS
+    operation_rows: tuple[Row, ...] = OPERATION_ROWS
+    wrappers: tuple[tuple[Row, Row], ...] = WRAPPERS
+    forms: tuple[tuple[Row, ...], ...] = ()
+
+    def form(self, row: Row) -> Row:
+        """The row that stands for ``row``'s form."""
+        return next((group[0] for group in self.forms if row in group), row)
+
+    def call_of(self, span_name: str, scope: str, text: Mapping[str, str | None]) -> Call | None:
+        """The call a span records: its name, its scope and its attributes' string values (None
+        for a value of another type), or None when it is no call."""
+        for row in self.name_rows:
+            if span_name == row.value or span_name.startswith(row.value + " "):
+                return Call(row, _name(row, span_name, text))
+        kind_key = next((key for key in text if key in KIND_KEYS), None)
+        if kind_key is not None:
+            for row in self.kind_rows:
+                if row.key == kind_key and row.value == text[kind_key] and row.scope in (None, scope):
+                    if row.kind is not None:
+                        return Call(row, _name(row, span_name, text))
+                    break
+        for row in self.operation_rows:
+            if text.get(OPERATION) == row.value:
+                return Call(row, _name(row, span_name, text))
+        return None
+
+    def same_form_again(self, above: Row, below: Row) -> bool:
+        """Whether ``below``, directly inside ``above`` (one name, one instrumentation), is a new
+        run: the same form again, or a wrapper's row inside the row of the call it wraps."""
+        return self.form(above) == self.form(below) or (below, above) in self.wrappers
+
+
+# The other keys the detection reads. A call span that starts a trace and names the agent that
+# called it (agent-to-agent servers) continues that caller's path.
+CALLER: Final = "gen_ai.caller.agent.name"
+# The inline guard's attributes on its hop spans.
+DECISION: Final = "otel_guard.decision"
+REASON: Final = "otel_guard.reason"
+NAME_DEPTH: Final = "otel_guard.name_depth"  # how often the chain holds the hop's name
+CHAIN_AGENTS: Final = "otel_guard.chain.agents"
+CHAIN_DEPTH: Final = "otel_guard.chain.depth"
+CHAIN_ROOT: Final = "otel_guard.chain.root"
+TREE_HOPS: Final = "otel_guard.budget.hops"  # the hops the chain root's tree has used
+
+
+TABLE: Final = Table()
+
+
+def call_of(span_name: str, scope: str, text: Mapping[str, str | None]) -> Call | None:
+    """:meth:`Table.call_of` of the table."""
+    return TABLE.call_of(span_name, scope, text)
+
+
+def _name(row: Row, span_name: str, text: Mapping[str, str | None]) -> str | None:
+    for source in row.names:
+        if source == SUBJECT:
+            name: str | None = span_name.partition(" ")[2]
+        elif source == SPAN_NAME:
+            name = span_name
+        else:
+            name = text.get(source)
+        if name:
+            return name
+    return None
