@@ -39,7 +39,96 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-type Result<T> = std::result::Result<T, DecodeError>;
+/// The messages an error can be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Within {
+    Request,
+    ResourceSpans,
+    ScopeSpans,
+    Scope,
+    Span,
+    Link,
+    KeyValue,
+    AnyValue,
+    ArrayValue,
+}
+
+impl Within {
+    fn name(self) -> &'static str {
+        match self {
+            Within::Request => "ExportTraceServiceRequest",
+            Within::ResourceSpans => "ResourceSpans",
+            Within::ScopeSpans => "ScopeSpans",
+            Within::Scope => "InstrumentationScope",
+            Within::Span => "Span",
+            Within::Link => "Span.Link",
+            Within::KeyValue => "KeyValue",
+            Within::AnyValue => "AnyValue",
+            Within::ArrayValue => "ArrayValue",
+        }
+    }
+}
+
+/// What can be wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    Truncated,
+    LongVarint,
+    LongTag,
+    WideTag,
+    FieldZero,
+    NoWireType,
+    PastTheEnd,
+    NoGroupOpen,
+    GroupWithoutEnd,
+    GroupEndedByAnother,
+    SpanName,
+    ScopeName,
+    ScopeVersion,
+    StringValue,
+}
+
+impl Reason {
+    fn text(self) -> &'static str {
+        match self {
+            Reason::Truncated => "truncated",
+            Reason::LongVarint => "a varint longer than 10 bytes",
+            Reason::LongTag => "a tag longer than 5 bytes",
+            Reason::WideTag => "a tag past 32 bits",
+            Reason::FieldZero => "field number 0",
+            Reason::NoWireType => "wire type 6 or 7 (there is none)",
+            Reason::PastTheEnd => "a length past the end of its message",
+            Reason::NoGroupOpen => "an end-group tag with no group open",
+            Reason::GroupWithoutEnd => "a group with no end",
+            Reason::GroupEndedByAnother => "a group ended by another field's end tag",
+            Reason::SpanName => "a span name not UTF-8",
+            Reason::ScopeName => "a scope name not UTF-8",
+            Reason::ScopeVersion => "a scope version not UTF-8",
+            Reason::StringValue => "a string value not UTF-8",
+        }
+    }
+}
+
+/// A [`DecodeError`] while the walk goes on: 8 bytes, so that a `Result` of a tag or a varint
+/// comes back in registers (the walk returns one for every field it reads).
+#[derive(Debug, Clone, Copy)]
+struct Fault {
+    offset: u32,
+    within: Within,
+    reason: Reason,
+}
+
+impl From<Fault> for DecodeError {
+    fn from(fault: Fault) -> DecodeError {
+        DecodeError {
+            offset: fault.offset as usize,
+            within: fault.within.name(),
+            reason: fault.reason.text(),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Fault>;
 
 /// The attribute keys a decode keeps, each with its index (the order they were given in, repeats
 /// dropped). Looking a key up costs a length check and, for keys of a length asked for, a binary
@@ -223,11 +312,20 @@ impl<'a> Request<'a> {
 
 /// Decode `request` (the protobuf bytes of an `ExportTraceServiceRequest`), keeping the attributes
 /// `keys` asks for.
-pub fn decode<'a>(request: &'a [u8], keys: &Keys) -> Result<Request<'a>> {
+pub fn decode<'a>(request: &'a [u8], keys: &Keys) -> std::result::Result<Request<'a>, DecodeError> {
+    // Sized for typical spans (a few hundred bytes each, a few attributes asked for), so that the
+    // tables rarely grow while they fill.
+    let spans = request.len() / 256 + 4;
     let mut walker = Walker {
         bytes: request,
         keys,
-        out: Request::default(),
+        out: Request {
+            scopes: Vec::with_capacity(4),
+            spans: Vec::with_capacity(spans),
+            links: Vec::new(),
+            attributes: Vec::with_capacity(spans * 4),
+            items: Vec::with_capacity(spans),
+        },
     };
     walker.request()?;
     Ok(walker.out)
@@ -242,49 +340,55 @@ const SGROUP: u8 = 3;
 const EGROUP: u8 = 4;
 const I32: u8 = 5;
 
-/// A position in the request and the end of the message being read there. Offsets are into the
-/// whole request, so that an error says where it was.
+/// What is left to read of the message being read, and where that message ends in the request
+/// (so that an error can say at which byte of the request it is: `end - rest.len()`).
 #[derive(Clone, Copy)]
 struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
+    rest: &'a [u8],
     end: usize,
-    within: &'static str,
+    within: Within,
 }
 
 impl<'a> Cursor<'a> {
-    #[inline]
+    #[inline(always)]
     fn more(&self) -> bool {
-        self.at < self.end
+        !self.rest.is_empty()
     }
 
     #[cold]
-    fn error(&self, reason: &'static str) -> DecodeError {
-        DecodeError {
-            offset: self.at,
+    #[inline(never)]
+    fn error(&self, reason: Reason) -> Fault {
+        Fault {
+            // Requests are far below 4 GiB (the receivers bound them); saturate all the same.
+            offset: u32::try_from(self.end - self.rest.len()).unwrap_or(u32::MAX),
             within: self.within,
             reason,
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn byte(&mut self) -> Result<u8> {
-        if self.at >= self.end {
-            return Err(self.error("truncated"));
+        match self.rest.split_first() {
+            Some((&byte, rest)) => {
+                self.rest = rest;
+                Ok(byte)
+            }
+            None => Err(self.error(Reason::Truncated)),
         }
-        let byte = self.bytes[self.at];
-        self.at += 1;
-        Ok(byte)
     }
 
     /// A varint of at most 10 bytes; bits past the 64th are dropped, as protobuf decoders do.
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
         let first = self.byte()?;
         if first < 0x80 {
             return Ok(u64::from(first));
         }
-        let mut value = u64::from(first & 0x7f);
+        self.varint_rest(u64::from(first & 0x7f))
+    }
+
+    #[inline(never)]
+    fn varint_rest(&mut self, mut value: u64) -> Result<u64> {
         for shift in (7..70).step_by(7) {
             let byte = self.byte()?;
             value |= u64::from(byte & 0x7f) << shift;
@@ -292,92 +396,89 @@ impl<'a> Cursor<'a> {
                 return Ok(value);
             }
         }
-        Err(self.error("a varint longer than 10 bytes"))
+        Err(self.error(Reason::LongVarint))
     }
 
     /// A field's tag: its number and wire type. A tag is a 32-bit varint of at most 5 bytes, and
     /// field number 0 does not exist.
-    #[inline]
+    #[inline(always)]
     fn tag(&mut self) -> Result<(u32, u8)> {
         let first = self.byte()?;
         let tag = if first < 0x80 {
             u32::from(first)
         } else {
-            let mut value = u64::from(first & 0x7f);
-            let mut shift = 7;
-            loop {
-                let byte = self.byte()?;
-                value |= u64::from(byte & 0x7f) << shift;
-                if byte < 0x80 {
-                    break;
-                }
-                shift += 7;
-                if shift >= 35 {
-                    return Err(self.error("a tag longer than 5 bytes"));
-                }
-            }
-            u32::try_from(value).map_err(|_| self.error("a tag past 32 bits"))?
+            self.tag_rest(u32::from(first & 0x7f))?
         };
-        let field = tag >> 3;
         let wire = (tag & 7) as u8;
-        if field == 0 {
-            return Err(self.error("field number 0"));
+        if tag < 8 || wire > I32 {
+            return Err(self.error(if tag < 8 {
+                Reason::FieldZero
+            } else {
+                Reason::NoWireType
+            }));
         }
-        if wire > I32 {
-            return Err(self.error("wire type 6 or 7 (there is none)"));
-        }
-        Ok((field, wire))
+        Ok((tag >> 3, wire))
     }
 
-    #[inline]
-    fn take(&mut self, length: u64) -> Result<Range<usize>> {
-        let left = self.end - self.at;
-        match usize::try_from(length) {
-            Ok(length) if length <= left => {
-                let start = self.at;
-                self.at += length;
-                Ok(start..self.at)
+    #[inline(never)]
+    fn tag_rest(&mut self, low: u32) -> Result<u32> {
+        let mut value = u64::from(low);
+        for shift in (7..35).step_by(7) {
+            let byte = self.byte()?;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return u32::try_from(value).map_err(|_| self.error(Reason::WideTag));
             }
-            _ => Err(self.error("a length past the end of its message")),
+        }
+        Err(self.error(Reason::LongTag))
+    }
+
+    /// The next `length` bytes of a length-delimited field.
+    #[inline(always)]
+    fn take(&mut self, length: u64) -> Result<&'a [u8]> {
+        match usize::try_from(length) {
+            Ok(length) if length <= self.rest.len() => {
+                let (taken, rest) = self.rest.split_at(length);
+                self.rest = rest;
+                Ok(taken)
+            }
+            _ => Err(self.error(Reason::PastTheEnd)),
         }
     }
 
     /// A length-delimited field's payload.
-    #[inline]
+    #[inline(always)]
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let length = self.varint()?;
-        let range = self.take(length)?;
-        Ok(&self.bytes[range])
+        self.take(length)
     }
 
     /// A length-delimited field's payload, to walk as the message `within`.
-    #[inline]
-    fn message(&mut self, within: &'static str) -> Result<Cursor<'a>> {
-        let length = self.varint()?;
-        let range = self.take(length)?;
+    #[inline(always)]
+    fn message(&mut self, within: Within) -> Result<Cursor<'a>> {
+        let payload = self.bytes()?;
         Ok(Cursor {
-            bytes: self.bytes,
-            at: range.start,
-            end: range.end,
+            rest: payload,
+            end: self.end - self.rest.len(),
             within,
         })
     }
 
     /// `width` bytes of a fixed-width field.
-    #[inline]
-    fn fixed(&mut self, width: usize) -> Result<Range<usize>> {
-        if self.end - self.at < width {
-            return Err(self.error("truncated"));
+    #[inline(always)]
+    fn fixed(&mut self, width: usize) -> Result<&'a [u8]> {
+        if self.rest.len() < width {
+            return Err(self.error(Reason::Truncated));
         }
-        self.at += width;
-        Ok(self.at - width..self.at)
+        let (taken, rest) = self.rest.split_at(width);
+        self.rest = rest;
+        Ok(taken)
     }
 
-    #[inline]
+    #[inline(always)]
     fn fixed64(&mut self) -> Result<u64> {
-        let range = self.fixed(8)?;
         let mut word = [0u8; 8];
-        word.copy_from_slice(&self.bytes[range]);
+        word.copy_from_slice(self.fixed(8)?);
         Ok(u64::from_le_bytes(word))
     }
 
@@ -386,13 +487,10 @@ impl<'a> Cursor<'a> {
         match wire {
             VARINT => self.varint().map(drop),
             I64 => self.fixed(8).map(drop),
-            LEN => {
-                let length = self.varint()?;
-                self.take(length).map(drop)
-            }
+            LEN => self.bytes().map(drop),
             I32 => self.fixed(4).map(drop),
             SGROUP => self.skip_group(field),
-            _ => Err(self.error("an end-group tag with no group open")),
+            _ => Err(self.error(Reason::NoGroupOpen)),
         }
     }
 
@@ -402,7 +500,7 @@ impl<'a> Cursor<'a> {
         let mut depth = 1usize;
         loop {
             if !self.more() {
-                return Err(self.error("a group with no end"));
+                return Err(self.error(Reason::GroupWithoutEnd));
             }
             let (number, wire) = self.tag()?;
             match wire {
@@ -411,7 +509,7 @@ impl<'a> Cursor<'a> {
                     depth -= 1;
                     if depth == 0 {
                         if number != field {
-                            return Err(self.error("a group ended by another field's end tag"));
+                            return Err(self.error(Reason::GroupEndedByAnother));
                         }
                         return Ok(());
                     }
@@ -423,7 +521,7 @@ impl<'a> Cursor<'a> {
 }
 
 #[inline]
-fn utf8<'a>(bytes: &'a [u8], cursor: &Cursor<'_>, reason: &'static str) -> Result<&'a str> {
+fn utf8<'a>(bytes: &'a [u8], cursor: &Cursor<'_>, reason: Reason) -> Result<&'a str> {
     std::str::from_utf8(bytes).map_err(|_| cursor.error(reason))
 }
 
@@ -438,16 +536,15 @@ struct Walker<'a, 'k> {
 impl<'a> Walker<'a, '_> {
     fn request(&mut self) -> Result<()> {
         let mut c = Cursor {
-            bytes: self.bytes,
-            at: 0,
+            rest: self.bytes,
             end: self.bytes.len(),
-            within: "ExportTraceServiceRequest",
+            within: Within::Request,
         };
         let mut resource = 0u32;
         while c.more() {
             match c.tag()? {
                 (1, LEN) => {
-                    self.resource_spans(c.message("ResourceSpans")?, resource)?;
+                    self.resource_spans(c.message(Within::ResourceSpans)?, resource)?;
                     resource = resource.saturating_add(1);
                 }
                 (field, wire) => c.skip(field, wire)?,
@@ -459,7 +556,7 @@ impl<'a> Walker<'a, '_> {
     fn resource_spans(&mut self, mut c: Cursor<'a>, resource: u32) -> Result<()> {
         while c.more() {
             match c.tag()? {
-                (2, LEN) => self.scope_spans(c.message("ScopeSpans")?, resource)?,
+                (2, LEN) => self.scope_spans(c.message(Within::ScopeSpans)?, resource)?,
                 (field, wire) => c.skip(field, wire)?,
             }
         }
@@ -479,18 +576,18 @@ impl<'a> Walker<'a, '_> {
         while c.more() {
             match c.tag()? {
                 (1, LEN) => {
-                    let mut s = c.message("InstrumentationScope")?;
+                    let mut s = c.message(Within::Scope)?;
                     while s.more() {
                         match s.tag()? {
-                            (1, LEN) => name = utf8(s.bytes()?, &s, "a scope name not UTF-8")?,
+                            (1, LEN) => name = utf8(s.bytes()?, &s, Reason::ScopeName)?,
                             (2, LEN) => {
-                                version = utf8(s.bytes()?, &s, "a scope version not UTF-8")?;
+                                version = utf8(s.bytes()?, &s, Reason::ScopeVersion)?;
                             }
                             (field, wire) => s.skip(field, wire)?,
                         }
                     }
                 }
-                (2, LEN) => self.span(c.message("Span")?, scope)?,
+                (2, LEN) => self.span(c.message(Within::Span)?, scope)?,
                 (field, wire) => c.skip(field, wire)?,
             }
         }
@@ -528,12 +625,12 @@ impl<'a> Walker<'a, '_> {
                 // An enum, open in proto3: an int32 on the wire, kept whatever its value.
                 (6, VARINT) => span.kind = c.varint()? as i32,
                 (7, I64) => span.start_time_unix_nano = c.fixed64()?,
-                (9, LEN) => self.attribute(c.message("KeyValue")?)?,
-                (13, LEN) => self.link(c.message("Span.Link")?)?,
+                (9, LEN) => self.attribute(c.message(Within::KeyValue)?)?,
+                (13, LEN) => self.link(c.message(Within::Link)?)?,
                 (field, wire) => c.skip(field, wire)?,
             }
         }
-        span.name = utf8(name, &name_at, "a span name not UTF-8")?;
+        span.name = utf8(name, &name_at, Reason::SpanName)?;
         span.links = Range32::of(links..self.out.links.len());
         span.attributes = Range32::of(attributes..self.out.attributes.len());
         self.out.spans.push(span);
@@ -568,7 +665,7 @@ impl<'a> Walker<'a, '_> {
                 (1, LEN) => key = scan.bytes()?,
                 (2, LEN) => {
                     values += 1;
-                    value = scan.message("AnyValue")?;
+                    value = scan.message(Within::AnyValue)?;
                 }
                 (field, wire) => scan.skip(field, wire)?,
             }
@@ -583,7 +680,7 @@ impl<'a> Walker<'a, '_> {
             let mut again = c;
             while again.more() {
                 match again.tag()? {
-                    (2, LEN) => any.merge(again.message("AnyValue")?, &mut self.out.items)?,
+                    (2, LEN) => any.merge(again.message(Within::AnyValue)?, &mut self.out.items)?,
                     (field, wire) => again.skip(field, wire)?,
                 }
             }
@@ -631,7 +728,7 @@ impl<'a> AnyValue<'a> {
         while c.more() {
             match c.tag()? {
                 (1, LEN) => {
-                    let text = utf8(c.bytes()?, &c, "a string value not UTF-8")?;
+                    let text = utf8(c.bytes()?, &c, Reason::StringValue)?;
                     self.set(Case::Str(text), items);
                 }
                 (2, VARINT) => {
@@ -652,7 +749,7 @@ impl<'a> AnyValue<'a> {
                     self.set(Case::Other, items);
                 }
                 (5, LEN) => {
-                    let array = c.message("ArrayValue")?;
+                    let array = c.message(Within::ArrayValue)?;
                     if !matches!(self.case, Case::Array) {
                         self.set(Case::Array, items);
                     }
@@ -684,12 +781,12 @@ fn array_items<'a>(mut c: Cursor<'a>, items: &mut Vec<Option<&'a str>>) -> Resul
     while c.more() {
         match c.tag()? {
             (1, LEN) => {
-                let mut item = c.message("AnyValue")?;
+                let mut item = c.message(Within::AnyValue)?;
                 let mut text = None;
                 while item.more() {
                     match item.tag()? {
                         (1, LEN) => {
-                            text = Some(utf8(item.bytes()?, &item, "a string value not UTF-8")?);
+                            text = Some(utf8(item.bytes()?, &item, Reason::StringValue)?);
                         }
                         (field, wire) => {
                             // Another case of the oneof replaces a string given before it.
