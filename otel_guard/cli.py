@@ -77,8 +77,9 @@ def _processor(argv: Sequence[str]) -> int:
         from otel_guard_processor.cli import main as processor_main
     except ImportError as exc:
         print(
-            "otel-guard processor: the processor is not installed "
-            f"({exc}); install it with: pip install 'otel-guard[processor]'",
+            f"otel-guard processor: the processor is not installed ({exc}); install it with: "
+            "pip install 'otel-guard[processor]' (from a checkout: pip install ./processor '.[processor]'; "
+            "building it needs a Rust toolchain, https://rustup.rs)",
             file=sys.stderr,
         )
         return 1

@@ -1,0 +1,16 @@
+"""The compiled engine (Rust, processor/src/): coarse calls, one per request."""
+
+from collections.abc import Sequence
+
+AttributeValue = str | int | bool | list[str | None] | None
+Scope = tuple[int, str, str]
+Span = tuple[
+    bytes, bytes, bytes, str, int, int, int, list[tuple[bytes, bytes]], list[tuple[str, AttributeValue]]
+]
+
+class DecodeError(ValueError): ...
+class EngineFault(RuntimeError): ...
+
+def decode_counts(request: bytes, keys: Sequence[str]) -> tuple[int, int, int]: ...
+def decode_summary(request: bytes, keys: Sequence[str]) -> tuple[list[Scope], list[Span]]: ...
+def _fault(message: str) -> None: ...
