@@ -157,7 +157,7 @@ def test_the_processor_walkthrough_counts_the_loop_as_the_readme_says(tmp_path: 
     # The README's .venv is this test's environment; nothing else is on PATH (no activated venv).
     commands = commands.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
     lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
-    assert lines[0].endswith("pip install -q '.[processor]'")
+    assert lines[0].endswith("pip install -q ./processor '.[processor]'")
     start, run, scrape = lines[1].rstrip("&").strip(), lines[2], lines[3]
     # A fresh shell: no OTEL_* at all, so the agent sends its traces, metrics and logs to the one
     # endpoint, and the processor takes all three.

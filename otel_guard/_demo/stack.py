@@ -44,7 +44,8 @@ def run_stack_demo() -> int:
     except ImportError as exc:
         print(
             f"otel-guard demo --stack: needs the processor ({exc}); "
-            "install it with: pip install '.[processor]'",
+            "install it with: pip install ./processor '.[processor]' "
+            "(from a checkout; building it needs a Rust toolchain)",
             file=sys.stderr,
         )
         return 1

@@ -353,4 +353,4 @@ def test_demo_stack_without_the_processor_says_what_to_install(run_command: Run)
     completed = run_command([sys.executable, "-c", program])
     assert completed.returncode == 1
     assert completed.stderr.count("\n") == 1
-    assert "pip install '.[processor]'" in completed.stderr
+    assert "pip install ./processor '.[processor]'" in completed.stderr
