@@ -27,6 +27,7 @@ __all__ = ["OPTIONS", "ConfigError", "Option", "ProcessorConfig", "load_config",
 
 ENV_PREFIX = "OTEL_GUARD_PROCESSOR_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 
 
 class ConfigError(ValueError):
@@ -78,6 +79,10 @@ def _address(text: str) -> str:
 
 
 def _log_level(text: str) -> str:
+    return text.strip().lower()
+
+
+def _log_format(text: str) -> str:
     return text.strip().lower()
 
 
@@ -141,6 +146,7 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option("log_level", _log_level, "log level: " + ", ".join(LOG_LEVELS), "LEVEL"),
+    Option("log_format", _log_format, "log line format: text, or json (one object a line)", "FORMAT"),
 )
 
 
@@ -164,6 +170,7 @@ class ProcessorConfig:
     read_timeout: float = 30.0
     drain_timeout: float = 15.0
     log_level: str = "info"
+    log_format: str = "text"
 
     def validate(self) -> ProcessorConfig:
         """Check every value; raise ConfigError naming the first wrong option. Returns self."""
@@ -189,6 +196,10 @@ class ProcessorConfig:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                "log_format", f"must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}"
+            )
         return self
 
 
