@@ -8,6 +8,12 @@ Decisions are reported by an observable counter when the SDK collects; the depth
 the histogram in that same collection callback (the SDK runs observable callbacks before it reads its
 synchronous instruments), so a hop never pays for the histogram's aggregation and exemplar sampling
 (measured: 17 % of a hop) nor for a lock. The price: the histogram has no exemplars.
+
+The decision counter has them where they matter, for refusals and would-refuses: such a hop (rare)
+also keeps the span context it was decided in, and the collection hands it to the SDK with its
+count (``Observation(context=...)``). The SDK offers observable measurements to its exemplar
+reservoir like any other, through ``OTEL_METRICS_EXEMPLAR_FILTER`` (``trace_based`` by default: a
+sampled span only), so each refusing series carries the trace of its latest refusal.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 CHAIN_BAGGAGE_KEY: Final = "otel_guard.chain"
 
@@ -78,7 +85,9 @@ class HopTally:
 
     A hop only appends its key to a deque: ``deque.append`` is atomic, so hops on many threads take
     no lock. The keys are folded into counts under a lock, by whichever hop finds the deque long (so
-    memory stays bounded when nothing ever collects) and at each collection.
+    memory stays bounded when nothing ever collects) and at each collection. A hop that is not
+    allowed also keeps, per decision key, the span context it was decided in (one dict store, atomic
+    too): the exemplar of its series.
     """
 
     FOLD_AT = 1024
@@ -88,10 +97,17 @@ class HopTally:
         self._lock = threading.Lock()
         self._decisions: dict[DecisionKey, int] = {}  # cumulative
         self._depths: dict[int, int] = {}  # since the last take_depths()
+        self._refused_in: dict[DecisionKey, SpanContext] = {}  # the latest, per key not "allow"
 
-    def add(self, key: HopKey) -> None:
+    def add(self, key: HopKey, span: trace.Span | None = None) -> None:
+        """One hop decided; a refusal or would-refuse also notes ``span``'s context (the hop's own
+        span when given, else the current span: the one the hop was called from)."""
         pending = self._pending
         pending.append(key)
+        if key[0][0] != "allow":
+            span_context = (span if span is not None else trace.get_current_span()).get_span_context()
+            if span_context.is_valid:
+                self._refused_in[key[0]] = span_context
         if len(pending) >= self.FOLD_AT:
             self._fold()
 
@@ -109,6 +125,10 @@ class HopTally:
         self._fold()
         with self._lock:
             return list(self._decisions.items())
+
+    def refused_in(self) -> dict[DecisionKey, SpanContext]:
+        """Per decision key other than ``allow``, the span context of its latest hop."""
+        return self._refused_in.copy()
 
     def take_depths(self) -> list[tuple[int, int]]:
         """Every depth with its count since the last call."""
@@ -153,11 +173,19 @@ class Telemetry:
         for depth, count in self.hops.take_depths():
             for _ in range(count):
                 record(depth)
-        for (decision, reason, name_key, name), count in self.hops.decisions():
+        refused_in = self.hops.refused_in()
+        for key, count in self.hops.decisions():
+            decision, reason, name_key, name = key
             attributes = {DECISION: decision, name_key: name}
             if reason is not None:
                 attributes[REASON] = reason
-            yield Observation(count, attributes)
+            span_context = refused_in.get(key)
+            if span_context is None:
+                yield Observation(count, attributes)
+            else:
+                # The exemplar's trace and span: the SDK reads them from the observation's context.
+                where = trace.set_span_in_context(NonRecordingSpan(span_context))
+                yield Observation(count, attributes, where)
 
 
 def count_store_error(exc: BaseException) -> None:

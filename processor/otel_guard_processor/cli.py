@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import signal
 import sys
 from typing import Any
 
 from otel_guard_processor.config import OPTIONS, ConfigError, ProcessorConfig, UnreadableConfig, load_config
+from otel_guard_processor.logs import configure_logging
 from otel_guard_processor.service import Processor
 
 __all__ = ["build_parser", "main"]
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_usage(sys.stderr)
         print(f"otel-guard processor: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(config.log_level, config.log_format)
     try:
         return asyncio.run(_run(config))
     except OSError as exc:

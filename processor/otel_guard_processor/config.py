@@ -43,6 +43,7 @@ ENV_PREFIX = "OTEL_GUARD_PROCESSOR_"
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file's size, read no further
 MAX_VALUE_CHARS = 4096  # one value's length: far past any address or number
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 # libyaml's parser where PyYAML was built with it; the reader walks its events either way.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -100,6 +101,10 @@ def _address(text: str) -> str:
 
 
 def _log_level(text: str) -> str:
+    return text.strip().lower()
+
+
+def _log_format(text: str) -> str:
     return text.strip().lower()
 
 
@@ -163,6 +168,7 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option("log_level", _log_level, "log level: " + ", ".join(LOG_LEVELS), "LEVEL"),
+    Option("log_format", _log_format, "log line format: text, or json (one object a line)", "FORMAT"),
 )
 
 
@@ -186,6 +192,7 @@ class ProcessorConfig:
     read_timeout: float = 30.0
     drain_timeout: float = 15.0
     log_level: str = "info"
+    log_format: str = "text"
 
     def validate(self) -> ProcessorConfig:
         """Check every value; raise ConfigError naming the first wrong option. Returns self."""
@@ -211,6 +218,10 @@ class ProcessorConfig:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                "log_format", f"must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}"
+            )
         return self
 
 

@@ -117,9 +117,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter, OrderedDict
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Final, overload
+from typing import Any, Final, NamedTuple, overload
 
 from otel_guard_processor.dialects import (
     AGENT,
@@ -151,6 +151,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_PATH_NAMES",
     "TREE_HOPS_BUCKETS",
+    "CountedCycle",
     "Detector",
     "DetectorLimits",
 ]
@@ -265,6 +266,17 @@ _DECISION: Final = 5
 _CHAIN: Final = 6
 
 
+class CountedCycle(NamedTuple):
+    """A cycle as it was just counted, handed to ``Detector(on_cycle=...)``: its series in
+    ``Detector.cycles`` (``cycle`` is ``OVERFLOW`` once the metric holds MAX_SERIES label sets) and
+    the span where the name returned, by its trace and span id as sent (opaque bytes, unchecked)."""
+
+    kind: str
+    cycle: str
+    trace_id: bytes
+    span_id: bytes
+
+
 @dataclass(frozen=True)
 class DetectorLimits:
     """The bounds on detection state (see the module docstring)."""
@@ -306,13 +318,15 @@ class _Trace:
         self.last_seen = last_seen
 
 
-def _count(tally: dict[Any, int], key: Any, overflow: Any, by: int = 1) -> None:
-    """Add to a metric's tally, folding new label sets past MAX_SERIES into ``overflow``."""
+def _count(tally: dict[Any, int], key: Any, overflow: Any, by: int = 1) -> Any:
+    """Add to a metric's tally, folding new label sets past MAX_SERIES into ``overflow``; the key
+    counted."""
     count = tally.get(key)
     if count is None and len(tally) >= MAX_SERIES:
         key = overflow
         count = tally.get(key)
     tally[key] = (count or 0) + by
+    return key
 
 
 _NO_TRACE: Final = _Trace(b"")  # stands for "no trace yet" in ingest's loop; never holds a span
@@ -326,10 +340,14 @@ class Detector:
     ``decisions[(decision, reason, name)]``, ``evictions[reason]``, ``dropped[reason]``,
     ``duplicates``, and of delegation trees ``tree_hops`` (trees per bucket of
     ``TREE_HOPS_BUCKETS``, the last past them), ``tree_hops_sum`` and ``tree_evictions[reason]``.
+    Each cycle counted is also handed to ``on_cycle``, when given, as a :class:`CountedCycle`.
     """
 
-    def __init__(self, limits: DetectorLimits | None = None) -> None:
+    def __init__(
+        self, limits: DetectorLimits | None = None, on_cycle: Callable[[CountedCycle], None] | None = None
+    ) -> None:
         self.limits = limits or DetectorLimits()
+        self.on_cycle = on_cycle
         if self.limits.max_traces < 2:
             raise ValueError("max_traces must be at least 2")
         self.cycles: dict[tuple[str, str], int] = {}
@@ -641,7 +659,7 @@ class Detector:
                                 else:
                                     self._count_call(trace, path, marker)
                         else:
-                            path = self._named(trace, name, marker, parent, span)
+                            path = self._named(trace, name, marker, parent, span_id, span)
                         paths[span_id] = path
                         if waiting and span_id in waiting:
                             self._release(trace, span_id, path)
@@ -902,7 +920,7 @@ class Detector:
                 return
             parent = (1, _CALLER_ENTRY | _AGENT_BITS, caller)
         # _settle, inlined: this runs for every call span.
-        path = self._named(trace, name, marker, parent, span)
+        path = self._named(trace, name, marker, parent, span_id, span)
         if decision is not None:
             _count(self.decisions, decision, _OVERFLOW_DECISION)
         trace.paths[span_id] = path
@@ -963,7 +981,11 @@ class Detector:
     def _settle(self, owner: _Trace, waiter: Waiter, parent: Path, span: SpanView | None = None) -> None:
         """Give a span its path, count what it shows, then settle whatever waited for it."""
         name = waiter[_NAME]
-        path = parent if name is None else self._named(owner, name, waiter[_MARKER], parent, span)
+        path = (
+            parent
+            if name is None
+            else self._named(owner, name, waiter[_MARKER], parent, waiter[_SPAN_ID], span)
+        )
         decision = waiter[_DECISION]
         if decision is not None:
             _count(self.decisions, decision, _OVERFLOW_DECISION)
@@ -973,16 +995,23 @@ class Detector:
             self._release(owner, span_id, path)
 
     def _named(
-        self, trace: _Trace, name: str, marker: int, parent: Path, span: SpanView | None = None
+        self,
+        trace: _Trace,
+        name: str,
+        marker: int,
+        parent: Path,
+        span_id: bytes,
+        span: SpanView | None = None,
     ) -> Path:
-        """The path of a named span under ``parent``; counts its cycle and its delegation edge."""
+        """The path of a named span (``span_id``) under ``parent``; counts its cycle and its
+        delegation edge."""
         last = len(parent) - 1
         # The nearest call's kind (the heads are ints: read as such, not converted).
         below: int = parent[1] & _KIND_BITS if last >= _HEAD else 0  # type: ignore[operator]
         if marker & _CONDITIONAL and below not in (0, _TOOL_BITS):
             return parent  # a call only first below a tool, or at the top: here, a link
         if below == _TOOL_BITS and marker & _KIND_BITS == _AGENT_BITS:
-            return self._agent_of_tool(trace, name, marker, parent)
+            return self._agent_of_tool(trace, name, marker, parent, span_id)
         if last >= _HEAD and name not in parent:
             # The common case first: a name not yet on the path, under a named ancestor.
             path = self._extended(parent, marker, name)
@@ -1002,13 +1031,13 @@ class Detector:
                     if marker & _KIND_BITS == _TOOL_BITS and int(parent[1]) & _KIND_BITS == _TOOL_BITS:
                         self._retarget_tool(trace, parent, path)
                     return path
-            self._cycle(trace, parent, index, name)
+            self._cycle(trace, parent, index, name, span_id)
         path = self._extended(parent, marker, name)
         if last >= _HEAD:
             self._edge(trace, path, marker)
         return path
 
-    def _agent_of_tool(self, trace: _Trace, name: str, marker: int, tool: Path) -> Path:
+    def _agent_of_tool(self, trace: _Trace, name: str, marker: int, tool: Path, span_id: bytes) -> Path:
         """The path of an agent run below a tool call: the run of that tool, in the agent's name.
 
         The tool's name gives way to the agent's; the tool's edge (caller -> tool), waiting to
@@ -1021,7 +1050,7 @@ class Detector:
             index = len(base) - 1
             while base[index] != name:
                 index -= 1
-            self._cycle(trace, base, index, name)
+            self._cycle(trace, base, index, name, span_id)
         callees = trace.callees
         if callees is None:
             callees = trace.callees = {}
@@ -1040,8 +1069,9 @@ class Detector:
                 self._count_call(trace, path, marker)
         return path
 
-    def _cycle(self, trace: _Trace, parent: Path, index: int, name: str) -> None:
-        """Count the cycle of ``name`` returning to ``parent[index]``, once per loop and trace."""
+    def _cycle(self, trace: _Trace, parent: Path, index: int, name: str, span_id: bytes) -> None:
+        """Count the cycle of ``name`` returning to ``parent[index]`` (in the span ``span_id``), once
+        per loop and trace."""
         last = len(parent) - 1
         if index - _HEAD < int(parent[0]):
             kind = "cross_trace"
@@ -1062,7 +1092,9 @@ class Detector:
             if len(label) > MAX_LABEL_CHARS:
                 label = label[: MAX_LABEL_CHARS - len(CUT)] + CUT
                 self.truncated["label"] += 1
-            _count(self.cycles, (kind, label), (kind, OVERFLOW))
+            kind, label = _count(self.cycles, (kind, label), (kind, OVERFLOW))
+            if self.on_cycle is not None:
+                self.on_cycle(CountedCycle(kind, label, trace.trace_id, span_id))
 
     def _edge(self, trace: _Trace, path: Path, marker: int) -> None:
         """Count a call's delegation edge (:func:`_edge_of` its path); a tool's waits for an agent
@@ -1246,7 +1278,11 @@ class Detector:
                 # A waiter with no parent is a trace root that waited for the span it links to.
                 base = parent_path if waiter[_PARENT_ID] else _crossed(parent_path)
                 name = waiter[_NAME]
-                new_path = base if name is None else self._named(owner, name, waiter[_MARKER], base)
+                new_path = (
+                    base
+                    if name is None
+                    else self._named(owner, name, waiter[_MARKER], base, waiter[_SPAN_ID])
+                )
                 decision = waiter[_DECISION]
                 if decision is not None:
                     _count(self.decisions, decision, _OVERFLOW_DECISION)

@@ -7,13 +7,18 @@ Everything runs on one event loop, and a scrape is taken in the detection queue
 (:mod:`otel_guard_processor.detection`), never in the middle of a request's detection: it sees a
 consistent snapshot that counts every request acknowledged before it.
 
+Each cycle series carries the latest counted cycle as an exemplar (:class:`CycleExemplars`), which
+only the OpenMetrics exposition writes: the plain text format has no place for it and leaves it out.
+
 Metric names are listed in docs/processor.md; a test checks that list against ``/metrics``.
 """
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import pairwise
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,10 +27,25 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Exemplar
 
-from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector
+from otel_guard_processor.detector import (
+    CUT,
+    MAX_SERIES,
+    OVERFLOW,
+    TREE_HOPS_BUCKETS,
+    CountedCycle,
+    Detector,
+)
 
-__all__ = ["LATENCY_BUCKETS", "ProcessorCollector", "RequestStats", "new_registry"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "CycleExemplars",
+    "ProcessorCollector",
+    "RequestStats",
+    "cycle_edges",
+    "new_registry",
+]
 
 SPAN_OUTCOMES = ("received", "forwarded", "rejected")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -90,12 +110,65 @@ class RequestStats:
         return self._latency
 
 
+_TRACE_ID_BYTES = 16
+_SPAN_ID_BYTES = 8
+
+
+class CycleExemplars:
+    """The latest counted cycle of each cycle series, as an exemplar ``{trace_id, span_id}`` in hex.
+
+    Fed by ``Detector(on_cycle=...)``; one entry per series of ``Detector.cycles``, so bounded as
+    that is. Ids that are not those of a real span (16 and 8 bytes, not all zero) make no exemplar:
+    the processor does not check ids, and a trace store could find nothing by them.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.by_series: dict[tuple[str, ...], Exemplar] = {}
+
+    def add(self, cycle: CountedCycle) -> None:
+        trace_id, span_id = cycle.trace_id, cycle.span_id
+        if len(trace_id) != _TRACE_ID_BYTES or len(span_id) != _SPAN_ID_BYTES:
+            return
+        if not any(trace_id) or not any(span_id):
+            return
+        labels = {"trace_id": trace_id.hex(), "span_id": span_id.hex()}
+        self.by_series[(cycle.kind, cycle.cycle)] = Exemplar(labels, 1.0, self._clock())
+
+
+def cycle_edges(cycles: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Per delegation edge (caller, callee), the cycles counted whose loop takes it, each once.
+
+    A label's names, joined by ``>``, are its edges in order; a label cut to its bound loses its
+    last, cut name, and the cycles folded into ``OVERFLOW`` name no edge. At most MAX_SERIES edges,
+    the rest counted under (OVERFLOW, OVERFLOW).
+    """
+    edges: dict[tuple[str, str], int] = {}
+    for (_kind, label), count in cycles.items():
+        if label == OVERFLOW:
+            continue
+        names = label.split(">")
+        if label.endswith(CUT):
+            names.pop()
+        for pair in dict.fromkeys(pairwise(names)):
+            edge = pair if pair in edges or len(edges) < MAX_SERIES else (OVERFLOW, OVERFLOW)
+            edges[edge] = edges.get(edge, 0) + count
+    return edges
+
+
 class ProcessorCollector(Collector):
     """Exposes the detector's and the receivers' tallies as Prometheus metric families."""
 
-    def __init__(self, detector: Detector, stats: RequestStats) -> None:
+    def __init__(
+        self, detector: Detector, stats: RequestStats, exemplars: CycleExemplars | None = None
+    ) -> None:
         self._detector = detector
         self._stats = stats
+        self._exemplars = exemplars or CycleExemplars()
+        # cycle_edges of the cycles as they were at (number of series, total count): the counts
+        # only grow, so any change changes the pair, and an unchanged scrape does not redo it.
+        self._edges_of: tuple[int, int] = (0, 0)
+        self._edges: dict[tuple[str, str], int] = {}
 
     def collect(self) -> Iterator[Metric]:
         detector, stats = self._detector, self._stats
@@ -104,12 +177,19 @@ class ProcessorCollector(Collector):
             "Distinct delegation cycles, each counted once in the trace where a name repeats.",
             ("kind", "cycle"),
             detector.cycles.items(),
+            self._exemplars.by_series,
         )
         yield _counter(
             "otel_guard_delegations",
             "Calls, each counted on the edge from its nearest named ancestor.",
             ("caller", "callee"),
             detector.delegations.items(),
+        )
+        yield _counter(
+            "otel_guard_cycle_edges",
+            "Counted cycles whose loop takes this delegation edge, each cycle once per edge.",
+            ("caller", "callee"),
+            self._cycle_edges().items(),
         )
         yield _counter(
             "otel_guard_span_decisions",
@@ -222,16 +302,25 @@ class ProcessorCollector(Collector):
             stats.pending_bytes,
         )
 
+    def _cycle_edges(self) -> dict[tuple[str, str], int]:
+        cycles = self._detector.cycles
+        state = (len(cycles), sum(cycles.values()))
+        if state != self._edges_of:
+            self._edges_of, self._edges = state, cycle_edges(cycles)
+        return self._edges
+
 
 def _counter(
     name: str,
     documentation: str,
     labels: tuple[str, ...],
     samples: Iterable[tuple[tuple[str, ...], float]],
+    exemplars: Mapping[tuple[str, ...], Exemplar] | None = None,
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(name, documentation, labels=labels)
     for label_values, value in samples:
-        family.add_metric(list(label_values), value)
+        exemplar = exemplars.get(label_values) if exemplars else None
+        family.add_metric(list(label_values), value, exemplar=exemplar)
     return family
 
 
@@ -239,8 +328,10 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
-def new_registry(detector: Detector, stats: RequestStats) -> CollectorRegistry:
-    """A registry holding only the processor's metrics."""
+def new_registry(
+    detector: Detector, stats: RequestStats, exemplars: CycleExemplars | None = None
+) -> CollectorRegistry:
+    """A registry holding only the processor's metrics (the cycles' with ``exemplars``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ProcessorCollector(detector, stats))
+    registry.register(ProcessorCollector(detector, stats, exemplars))
     return registry

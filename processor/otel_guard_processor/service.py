@@ -25,11 +25,12 @@ from starlette.routing import Route
 
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.detection import Detection
-from otel_guard_processor.detector import Detector, DetectorLimits
+from otel_guard_processor.detector import CountedCycle, Detector, DetectorLimits
 from otel_guard_processor.forwarder import Forwarder
 from otel_guard_processor.grpc_receiver import GrpcReceiver
 from otel_guard_processor.http_receiver import AsgiServer, build_http_app
-from otel_guard_processor.metrics import RequestStats, new_registry
+from otel_guard_processor.logs import LoopLog
+from otel_guard_processor.metrics import CycleExemplars, RequestStats, new_registry
 from otel_guard_processor.pipeline import Pipeline
 
 __all__ = ["Processor"]
@@ -42,17 +43,21 @@ class Processor:
 
     def __init__(self, config: ProcessorConfig) -> None:
         self.config = config.validate()
+        # Each counted cycle: an exemplar on its series, and a log line (rate-limited per label).
+        self.exemplars = CycleExemplars()
+        self.loop_log = LoopLog()
         self.detector = Detector(
             DetectorLimits(
                 max_traces=config.max_traces,
                 max_spans=config.max_spans,
                 max_spans_per_trace=config.max_spans_per_trace,
                 trace_ttl=config.trace_ttl,
-            )
+            ),
+            on_cycle=self._counted,
         )
         self.stats = RequestStats()
         self.detection = Detection(self.detector, self.stats)
-        self.registry = new_registry(self.detector, self.stats)
+        self.registry = new_registry(self.detector, self.stats, self.exemplars)
         self.forwarder: Forwarder | None = None
         self.grpc: GrpcReceiver | None = None
         self.http: AsgiServer | None = None
@@ -121,13 +126,19 @@ class Processor:
         host = address.rpartition(":")[0]
         return f"{host}:{server.port}"
 
-    def _metrics_app(self) -> Starlette:
-        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+    def _counted(self, cycle: CountedCycle) -> None:
+        self.exemplars.add(cycle)
+        self.loop_log.counted(cycle)
 
-        async def metrics(_: Request) -> Response:
-            # In the detection queue: after every request acknowledged so far (detection.py).
-            body = await self.detection.run(partial(generate_latest, self.registry))
-            return Response(body, media_type=CONTENT_TYPE_LATEST)
+    def _metrics_app(self) -> Starlette:
+        from prometheus_client.exposition import choose_encoder
+
+        async def metrics(request: Request) -> Response:
+            # OpenMetrics (with the cycles' exemplars) when the scraper asks for it, else the
+            # plain text format. In the detection queue: after every request acknowledged so far.
+            encode, content_type = choose_encoder(request.headers.get("accept", ""))
+            body = await self.detection.run(partial(encode, self.registry))
+            return Response(body, headers={"Content-Type": content_type})
 
         return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
 
@@ -135,6 +146,7 @@ class Processor:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
             self.detection.expire(time.monotonic())
+            self.loop_log.flush()
 
     async def stop(self) -> None:
         """Drain and stop; safe to call more than once."""
@@ -158,6 +170,7 @@ class Processor:
             await self.forwarder.close()
             self.forwarder = None
         await self.detection.stop(drain)
+        self.loop_log.flush(everything=True)
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

@@ -25,8 +25,9 @@ PROMETHEUS_RULE_TESTS = DASHBOARDS / "prometheus" / "otel-guard-rules.test.yaml"
 # Variables Grafana defines itself; a dashboard may use them without declaring them.
 GRAFANA_BUILTINS = frozenset({"__range", "__range_s", "__rate_interval", "__interval", "__interval_ms"})
 
-# $name, ${name} and ${name:format}
-VARIABLE = re.compile(r"\$(?:\{(\w+)(?::[\w]+)?\}|(\w+))")
+# $name, ${name} and ${name:format}; not $1, label_replace's reference to its regex's first group
+# (Grafana leaves a $name that names no variable as it is).
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::[\w]+)?\}|([A-Za-z_]\w*))")
 
 
 def load_yaml(path: Path) -> Any:

@@ -16,7 +16,9 @@ as in production) and can let Prometheus scrape between two steps:
   The test sends it twice, with a scrape between, so that the error counter grows while
   Prometheus watches (what ``rate()`` needs).
 
-After each step it prints ``<step> done`` once the step's spans are exported (``store_errors``
+The loops step prints ``loop <cycle> <trace id>`` for each loop, the trace it runs in, by which the
+test finds the loop's exemplar and log line. After each step it prints ``<step> done`` once the
+step's spans are exported (``store_errors``
 adds the number of store errors made so far: ``store_errors done: 2``). It exits when stdin closes
 (or after five minutes, so it never outlives a crashed test).
 """
@@ -46,11 +48,18 @@ LONGEST_LIFE_SECONDS = 300.0
 STORE_ERROR_HOPS = 2  # the hops, so the store errors, of one store_errors step
 
 
+def _print_trace(cycle: str) -> None:
+    """The trace of the hop being run: the one its loop's exemplar and log line name."""
+    trace_id = trace.get_current_span().get_span_context().trace_id
+    print(f"loop {cycle} {trace_id:032x}", flush=True)
+
+
 def loops() -> None:
     # Observe mode: planner asks budget, which asks planner again. The guard lets the repeat run
     # and records would_refuse; the processor sees planner>budget>planner in the spans.
     otel_guard.configure(mode="observe", cycle_rule="agent")
     with delegate("planner"):
+        _print_trace("planner>budget>planner")
         with delegate("search", kind="tool"):
             pass
         with delegate("budget"), delegate("planner"):
@@ -62,8 +71,10 @@ def loops() -> None:
     # Enforce mode: a function that calls itself is refused on its second entry.
     otel_guard.configure(mode="enforce")
     try:
-        with delegate("summarize"), delegate("summarize"):
-            pass
+        with delegate("summarize"):
+            _print_trace("summarize>summarize")
+            with delegate("summarize"):
+                pass
     except DelegationRefused:
         pass
 

@@ -28,6 +28,17 @@ T = TypeVar("T")
 PROCESSOR_JOB = "otel-guard-processor"  # the scrape job name the rules expect for the processor
 AGENTS_JOB = "travel-agents"  # the scrape job of the guarded program
 
+# What Grafana would put in the expressions: every service and processor, a 10-minute time range
+# (the whole test run), and a rate interval of a minute (well over four 1 s scrapes).
+TEMPLATE_VALUES = {
+    "service": ".*",
+    "processor": ".*",
+    "max_depth": "8",
+    "__range": "10m",
+    "__rate_interval": "1m",
+    "__interval": "15s",
+}
+
 PROMETHEUS_PACKAGE_HINT = (
     "install Debian's 'prometheus' package (scripts/bootstrap does: apt-get install prometheus)"
 )
@@ -136,8 +147,8 @@ class Process:
 
 
 class PrometheusServer:
-    """A real Prometheus in a temporary directory, scraping every second (and evaluating its rules
-    every second unless told otherwise)."""
+    """A real Prometheus in a temporary directory, scraping every second and evaluating its rules
+    every second unless told otherwise, with exemplar storage on."""
 
     def __init__(
         self,
@@ -145,13 +156,14 @@ class PrometheusServer:
         scrape_jobs: Mapping[str, str],
         rule_files: Sequence[Path],
         evaluation_interval: str = "1s",
+        scrape_interval: str = "1s",
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "global": {
-                "scrape_interval": "1s",
-                "scrape_timeout": "1s",
+                "scrape_interval": scrape_interval,
+                "scrape_timeout": scrape_interval,
                 "evaluation_interval": evaluation_interval,
             },
             "rule_files": [str(path) for path in rule_files],
@@ -170,6 +182,8 @@ class PrometheusServer:
                 f"--storage.tsdb.path={workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--storage.tsdb.retention.time=1h",
+                # Exemplars kept and served (/api/v1/query_exemplars), as the dashboard reads them.
+                "--enable-feature=exemplar-storage",
                 "--log.level=warn",
             ],
             workdir / "prometheus.log",

@@ -23,20 +23,9 @@ from dashboard_files import (
     panel,
     substitute,
 )
-from live_stack import AGENTS_JOB, PROCESSOR_JOB, Stack, eventually, wait_for
+from live_stack import AGENTS_JOB, PROCESSOR_JOB, TEMPLATE_VALUES, Stack, eventually, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-# What Grafana would put in the expressions: every service and processor, a 10-minute time range
-# (the whole test run), and a rate interval of a minute (well over four 1 s scrapes).
-TEMPLATE_VALUES = {
-    "service": ".*",
-    "processor": ".*",
-    "max_depth": "8",
-    "__range": "10m",
-    "__rate_interval": "1m",
-    "__interval": "15s",
-}
 
 CROSS_FUNCTION = {"kind": "cross_function", "cycle": "planner>budget>planner"}
 DIRECT = {"kind": "direct", "cycle": "summarize>summarize"}
