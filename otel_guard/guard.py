@@ -623,7 +623,7 @@ class Delegation:
         span = tel.tracer.start_span(name, parent, self._span_kind, attributes)
         if verdict.reason is not None:
             _record_verdict(span, verdict)
-        tel.hops.add(tally)
+        tel.hops.add(tally, span)  # a refusal's exemplar: the refused hop's own span
         return span
 
     def _refuse(

@@ -16,6 +16,7 @@ received. It needs the ``processor`` extra and nothing else.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -56,8 +57,15 @@ async def _run() -> int:
     from dataclasses import replace
 
     from otel_guard_processor.config import ProcessorConfig
+    from otel_guard_processor.logs import TextFormatter
     from otel_guard_processor.service import Processor
 
+    # The processor's own log line for each counted loop, as it writes it, among the demo's lines.
+    shown = logging.StreamHandler(sys.stdout)
+    shown.setFormatter(TextFormatter())
+    processor_log = logging.getLogger("otel_guard_processor")
+    processor_log.addHandler(shown)
+    processor_log.propagate = False
     started = time.monotonic()
     sink = _Sink()
     await sink.start()
@@ -104,6 +112,12 @@ async def _run() -> int:
         print("\nthe processor's metrics (what Prometheus scrapes from /metrics):")
         for line in await processor.detection.run(lambda: _metric_lines(processor)):
             print(f"  {line}")
+        for cycle, trace_id, span_id in await processor.detection.run(lambda: _loop_traces(processor)):
+            print(f"\nthe loop {cycle} closed in trace {trace_id}, at span {span_id}:")
+            print(
+                "  open it in your trace store by that id (Jaeger: /trace/<id>; Grafana: the exemplar "
+                "dot on the dashboard's cycle panel links to it)"
+            )
         print("\nthe trace, as the trace store received it:")
         for line in sink.tree():
             print(f"  {line}")
@@ -122,6 +136,8 @@ async def _run() -> int:
         await _stop(agents)
         await processor.stop()
         await sink.stop()
+        processor_log.removeHandler(shown)
+        processor_log.propagate = True
 
 
 async def _ready(agent: str, process: asyncio.subprocess.Process) -> int:
@@ -175,6 +191,17 @@ def _metric_lines(processor: Any) -> list[str]:
     return [
         line for line in text.splitlines() if line.startswith(SHOWN_METRICS) and not line.endswith(" 0.0")
     ]
+
+
+def _loop_traces(processor: Any) -> list[tuple[str, str, str]]:
+    """(cycle label, trace id, span id) of each counted loop: the exemplars of ``/metrics``."""
+    found = []
+    for family in processor.registry.collect():
+        for sample in family.samples:
+            if sample.name == "otel_guard_cycles_total" and sample.exemplar is not None:
+                ids = sample.exemplar.labels
+                found.append((sample.labels["cycle"], ids["trace_id"], ids["span_id"]))
+    return found
 
 
 class _Sink:

@@ -339,6 +339,15 @@ def test_demo_stack_shows_the_loop_across_processes_counted_by_the_processor(run
         "      invoke_agent planner  [planner]  refuse (cycle)",
     ]
     assert out.rstrip().splitlines()[-2].startswith("next: README.md")
+    # From the loop to its trace: the exemplar names the trace and span where planner returned, and
+    # the processor's log line for the loop names the same.
+    closed = re.search(
+        r"the loop planner>budget>planner closed in trace ([0-9a-f]{32}), at span ([0-9a-f]{16}):", out
+    )
+    assert closed is not None, out
+    trace_id, span_id = closed.groups()
+    logged = re.findall(r"loop counted: kind=cross_function .*trace_id=(\w+) span_id=(\w+)", out)
+    assert logged == [(trace_id, span_id)]
     # Every process it started is gone.
     pids = [int(pid) for pid in re.findall(r", pid (\d+)", out)]
     assert len(pids) == 2

@@ -67,7 +67,7 @@ def _ids(span: ReadableSpan) -> tuple[int, int]:
     return span.context.trace_id, span.context.span_id
 
 
-def test_a_refusal_carries_the_trace_and_the_span_it_was_called_from(providers: Providers) -> None:
+def test_a_refusal_carries_the_trace_and_its_own_span(providers: Providers) -> None:
     otel_guard.configure(cycle_rule="agent")
     with pytest.raises(DelegationRefused), delegate("planner"), delegate("budget"), delegate("planner"):
         pass
@@ -78,7 +78,7 @@ def test_a_refusal_carries_the_trace_and_the_span_it_was_called_from(providers: 
     ]
     assert refused[0].parent is not None
     assert refused[0].parent.span_id == _ids(budget)[1]
-    assert providers.exemplars() == {"allow": [], "refuse": [_ids(budget)]}
+    assert providers.exemplars() == {"allow": [], "refuse": [_ids(refused[0])]}
 
 
 def test_a_would_refuse_in_observe_mode_carries_its_latest_trace(providers: Providers) -> None:
@@ -86,8 +86,13 @@ def test_a_would_refuse_in_observe_mode_carries_its_latest_trace(providers: Prov
     for _ in range(2):
         with delegate("planner"), delegate("budget"), delegate("planner"):
             pass
-    budgets = [s for s in providers.exporter.get_finished_spans() if s.name == "invoke_agent budget"]
-    latest = max(budgets, key=lambda s: s.end_time or 0)
+    flagged = [
+        s
+        for s in providers.exporter.get_finished_spans()
+        if s.attributes is not None and s.attributes["otel_guard.decision"] == "would_refuse"
+    ]
+    latest = max(flagged, key=lambda s: s.start_time or 0)
+    assert len(flagged) == 2
     assert providers.exemplars() == {"allow": [], "would_refuse": [_ids(latest)]}
 
 
