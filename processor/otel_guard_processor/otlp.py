@@ -523,14 +523,14 @@ def json_to_protobuf(body: bytes) -> bytes:
     if not isinstance(document, dict):
         raise MalformedRequest("an OTLP/JSON request must be a JSON object")
     for span in _json_spans(document):
-        _hex_ids_to_base64(span, "span")
+        hex_ids_to_base64(span, "span")
         links = span.get("links") or []
         if not isinstance(links, list):
             raise MalformedRequest("span.links must be a list")
         for link in links:
             if not isinstance(link, dict):
                 raise MalformedRequest("each span link must be an object")
-            _hex_ids_to_base64(link, "link")
+            hex_ids_to_base64(link, "link")
     message = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
@@ -558,8 +558,12 @@ def _json_list(parent: Any, key: str) -> list[dict[str, Any]]:
     return value
 
 
-def _hex_ids_to_base64(item: dict[str, Any], what: str) -> None:
-    for camel, size in _ID_FIELDS:
+def hex_ids_to_base64(
+    item: dict[str, Any], what: str, fields: tuple[tuple[str, int], ...] = _ID_FIELDS
+) -> None:
+    """OTLP/JSON's hex ids (``fields``: camelCase name and size in bytes; the snake_case spelling
+    too) in ``item``, rewritten in place as the base64 protobuf's JSON mapping reads."""
+    for camel, size in fields:
         snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
         for key in (camel, snake):
             value = item.get(key)
@@ -570,7 +574,7 @@ def _hex_ids_to_base64(item: dict[str, Any], what: str) -> None:
             try:
                 decoded = binascii.unhexlify(value)
             except (binascii.Error, ValueError):
-                raise MalformedRequest(f"{what}.{camel} is not hex: {value!r}") from None
+                raise MalformedRequest(f"{what}.{camel} is not hex: {value[:64]!r}") from None
             if len(decoded) != size:
                 raise MalformedRequest(f"{what}.{camel} must be {size} bytes, got {len(decoded)}")
             item[key] = base64.b64encode(decoded).decode("ascii")

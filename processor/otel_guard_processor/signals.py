@@ -11,8 +11,6 @@ OTLP/JSON is converted to protobuf in full, hex ids (a log record's, an exemplar
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from otel_guard_processor.otlp import MalformedRequest
+from otel_guard_processor.otlp import MalformedRequest, hex_ids_to_base64
 
 __all__ = ["LOGS", "METRICS", "UNREAD", "Unread"]
 
@@ -66,7 +64,7 @@ class Unread:
         if not isinstance(document, dict):
             raise MalformedRequest("an OTLP/JSON request must be a JSON object")
         for item, what in _items_with_ids(document, self.name):
-            _hex_ids_to_base64(item, what)
+            hex_ids_to_base64(item, what, _ID_SIZES)
         message = self.request()
         try:
             json_format.ParseDict(document, message, ignore_unknown_fields=True)
@@ -156,21 +154,3 @@ def _objects(parent: dict[str, Any], keys: tuple[str, ...]) -> Iterator[dict[str
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             raise MalformedRequest(f"{key} must be a list of objects")
         yield from value
-
-
-def _hex_ids_to_base64(item: dict[str, Any], what: str) -> None:
-    for camel, size in _ID_SIZES:
-        snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
-        for key in (camel, snake):
-            value = item.get(key)
-            if value is None or value == "":
-                continue
-            if not isinstance(value, str):
-                raise MalformedRequest(f"{what}.{camel} must be a hex string")
-            try:
-                decoded = binascii.unhexlify(value)
-            except (binascii.Error, ValueError):
-                raise MalformedRequest(f"{what}.{camel} is not hex: {value[:64]!r}") from None
-            if len(decoded) != size:
-                raise MalformedRequest(f"{what}.{camel} must be {size} bytes, got {len(decoded)}")
-            item[key] = base64.b64encode(decoded).decode("ascii")
