@@ -1,41 +1,10 @@
-"""Guard LangGraph agents with no code change.
+"""Guard LangGraph: runs of named graphs, tool calls and ``RemoteGraph`` calls are hops.
 
-Install ``pip install 'otel-guard[langgraph]'`` and run the program as usual under
-``opentelemetry-instrument python app.py``, or instrument it yourself::
-
-    from otel_guard.instrumentation.langgraph import LangGraphInstrumentor
-
-    LangGraphInstrumentor().instrument()
-
-From then on:
-
-* every run of a named graph (``graph.invoke`` / ``ainvoke`` / ``stream`` / ``astream``; a graph
-  made with ``StateGraph(...).compile(name="planner")`` or ``create_react_agent(..., name=...)``) is a
-  hop ``invoke_agent planner``. ``invoke`` runs through ``stream``: one run is one hop. A graph left
-  with LangGraph's default name ``"LangGraph"`` is not taken for an agent and makes no hop;
-* every tool call (``BaseTool.run`` / ``arun``: what ``ToolNode`` and the prebuilt agents run) is a
-  hop ``execute_tool {tool}``. A tool that runs a graph of its own name (an agent offered as a tool)
-  is one hop, not two;
-* a ``RemoteGraph`` run is a client hop whose HTTP request carries the chain (W3C ``baggage``) and
-  ``traceparent`` to the LangGraph server; a graph on the server whose arriving chain already ends
-  with its name checks that hop again instead of adding it twice.
-
-A hop is decided before its call begins, and its span starts when LangChain's run of the call begins
-(``CallbackManager.on_tool_start`` / ``on_chain_start``): under the span a LangChain tracer made of that
-run (OpenInference's, Traceloop's), so the trace is one tree with them.
-
-With ``max_model_requests`` or ``max_tokens`` on, every model call is checked against its tree before
-LangChain's callbacks start its run, and its tokens are counted when it ends (see
-:mod:`._usage`); a request the tree may not make raises ``TreeBudgetExceeded``, a
-``GraphRecursionError``.
-
-A refused hop never runs. When a model asked for it, the tool call returns a ``ToolMessage`` with
-``status="error"`` whose text gives the reason, the path and that retrying will not help, so the graph
-goes on and the model answers with what it has. A graph run refused outside any tool (for example a
-request from another process whose chain already holds this graph) raises
-:class:`~otel_guard.DelegationRefused` to its caller.
-
-Settings are the ``OTEL_GUARD_*`` environment variables (or :func:`otel_guard.configure`).
+Switch it on with ``opentelemetry-instrument`` (extra ``langgraph``), or in code:
+``LangGraphInstrumentor().instrument()``. A graph left with LangGraph's default name ``"LangGraph"`` is
+no agent and makes no hop; a hop's span starts with LangChain's run of the call, under a LangChain
+tracer's span of it (:mod:`._wrappers`). What is a hop, what the model sees, what is left out:
+docs/runtimes.md, "LangGraph".
 """
 
 from __future__ import annotations

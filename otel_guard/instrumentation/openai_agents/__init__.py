@@ -1,51 +1,9 @@
-"""Guard OpenAI Agents SDK runs, tool calls, agents-as-tools and handoffs, with no code change.
+"""Guard OpenAI Agents SDK runs, tool calls, agents-as-tools and handoffs: each one is a hop.
 
-Install the extra and run the program under ``opentelemetry-instrument``::
-
-    pip install 'otel-guard[openai-agents]'
-    OTEL_GUARD_CYCLE_RULE=agent opentelemetry-instrument python app.py
-
-or instrument in code, before the first run::
-
-    from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
-
-    OpenAIAgentsInstrumentor().instrument()
-
-What becomes a hop (each one span with the contract's attributes):
-
-- **An agent run**: ``Runner.run`` / ``run_sync`` / ``run_streamed`` (every ``AgentRunner``) is a hop
-  ``invoke_agent {agent.name}`` that lasts the whole run. A refused run raises
-  :class:`~otel_guard.DelegationRefused` from the call (``run_streamed`` raises it before it returns).
-- **A function tool call** is a hop ``execute_tool {tool.name}`` around the tool's body; an MCP
-  server's tool uses the server's own tool name, and the MCP instrumentation's hop for the same call
-  joins it instead of adding the tool twice.
-- **An agent used as a tool** (``agent.as_tool(...)``) is one hop ``invoke_agent {agent.name}``, not
-  two: the nested run joins the tool call's hop. The same holds for any tool whose body runs an agent
-  of the tool's own name.
-- **A handoff** is a hop ``invoke_agent {target agent}``, checked before the handoff is taken; it stays
-  open for the rest of the run, and the target agent's turns (their tool calls, their handoffs) run
-  inside it, so a handoff back to an agent already on the path is a cycle.
-
-With ``max_model_requests`` or ``max_tokens`` on, each call of the model is checked against the run's
-tree first and its usage counted after (see :mod:`._usage`); a request the tree may
-not make ends the run with ``TreeBudgetExceeded``, a ``MaxTurnsExceeded``.
-
-A refusal reaches the model as the result of the call it made, so the run goes on and the model
-answers with what it has: the refused tool, agent-tool or handoff call's output is the refusal text
-(what was refused and why, the path, and that retrying will not help). A ``DelegationRefused`` raised
-inside a tool's body (a tool that runs a sub-agent whose run is refused) gets the same text in place of
-the SDK's generic "An error occurred while running the tool" -- unless the tool has its own
-``failure_error_function``, which then decides.
-
-The chain crosses processes through any OpenTelemetry propagator (MCP tools through the MCP
-instrumentation's ``_meta``); within the process it follows the run's context, tasks included.
-With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, an agent whose own name is among its tools gets the
-situational guidance at the start of its user turn (see :mod:`._guidance`).
-
-Settings are the ``OTEL_GUARD_*`` environment variables or :func:`otel_guard.configure`;
-``instrument(tracer_provider=..., meter_provider=...)`` sends otel-guard's spans and metrics to those
-providers (process-wide, for every instrumentor). Tested with ``openai-agents`` 0.24. The SDK's own
-tracing (to the OpenAI dashboard) is a separate system and is left alone.
+Switch it on with ``opentelemetry-instrument`` (extra ``openai-agents``), or in code before the first
+run: ``OpenAIAgentsInstrumentor().instrument()``. A handoff's hop stays open for the rest of the run
+(:mod:`._scope`), and a refusal reaches the model as the output of the call it made. What is a hop,
+what the model sees, what is left out: docs/runtimes.md, "OpenAI Agents SDK".
 """
 
 from __future__ import annotations

@@ -1,47 +1,9 @@
-"""Guard pydantic-ai agents: every agent run and every tool call is a delegation hop.
+"""Guard pydantic-ai: every agent run and every tool call is a hop.
 
-Install with ``pip install 'otel-guard[pydantic-ai]'`` and run the program under
-``opentelemetry-instrument``, or instrument it in code::
-
-    from otel_guard.instrumentation.pydantic_ai import PydanticAIInstrumentor
-
-    PydanticAIInstrumentor().instrument()
-
-What is a hop
-    * An agent run: ``invoke_agent {agent.name}``. ``run``, ``run_sync``, ``run_stream``,
-      ``run_stream_events`` and ``iter`` all open a run through ``Agent.iter``, so each run is one hop
-      however the entry points call each other. An agent without a name gets the one pydantic-ai
-      infers from the calling code (the variable holding it), else ``agent``.
-    * A tool call: ``execute_tool {tool}``, once per call the model makes whose arguments validated,
-      just before pydantic-ai's own tool hooks and spans. Output tools (structured output) and calls
-      that failed validation or were deferred are not hops: nothing was delegated.
-    * A tool that runs another agent is a hop for the tool and a hop for the agent. When the tool and
-      the agent have the same name (an agent exposed as a tool under its own name), the call is one
-      hop: the same name twice in a chain for one call would be a false cycle.
-
-What a refusal looks like
-    A refused tool call (or a tool whose sub-agent run was refused) never runs its body: the model
-    receives a failed tool result, pydantic-ai's own ``ToolFailed`` form, which does not consume the
-    tool's retry budget, carrying the reason, the path and "do not call it again". The run goes on
-    and the model answers with what it has. A refused agent run outside any tool raises
-    :class:`~otel_guard.DelegationRefused` to the caller, before the model is called.
-
-Spans
-    Our hop span is the parent of pydantic-ai's own ``invoke_agent`` / ``execute_tool`` spans (its
-    ``instrument=True`` / ``Agent.instrument_all()`` instrumentation), in the same trace; only ours
-    carries the ``otel_guard.*`` attributes. Chains stay in the process (OpenTelemetry context); a
-    tool that calls a remote agent carries the chain on through that client's instrumentation.
-
-Model requests and tokens
-    With ``max_model_requests`` or ``max_tokens`` on, each guarded run gets a capability that checks
-    each model request against its tree's budgets and counts the tokens of each response (see
-    :mod:`otel_guard.instrumentation.pydantic_ai._usage`); a request the tree may not make ends the run
-    with pydantic-ai's own ``UsageLimitExceeded``.
-
-Situational guidance
-    With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, an agent whose own name is among its function tools
-    gets :func:`otel_guard.situational_prefix` at the start of its user prompt (never in its
-    instructions); see :mod:`otel_guard.instrumentation.pydantic_ai._guidance`.
+Switch it on with ``opentelemetry-instrument`` (extra ``pydantic-ai``), or in code:
+``PydanticAIInstrumentor().instrument()``. Every run entry point goes through ``Agent.iter``, so a run
+is one hop however it was started; a refused tool call reaches the model as pydantic-ai's own
+``ToolFailed``. What is a hop, what the model sees, what is left out: docs/runtimes.md, "pydantic-ai".
 """
 
 from __future__ import annotations

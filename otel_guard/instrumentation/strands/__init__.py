@@ -1,59 +1,9 @@
 """Guard Strands Agents: agent runs, tool calls, agents as tools and swarm handoffs are hops.
 
-Install with ``pip install 'otel-guard[strands]'`` and run the program under
-``opentelemetry-instrument``, or instrument it in code before the agents are built::
-
-    from otel_guard.instrumentation.strands import StrandsInstrumentor
-
-    StrandsInstrumentor().instrument()
-
-The guard uses Strands' own extension points: every ``Agent`` gets its hooks as it is built (the
-patch of ``Agent.__init__`` adds them after Strands' own and the plugins'), and every ``Swarm`` its
-hooks (``Swarm.__init__``). Agents built before ``instrument()`` are not guarded.
-
-What is a hop
-    * An agent run: ``invoke_agent {agent.name}``, from ``BeforeInvocationEvent`` to
-      ``AfterInvocationEvent``, whichever entry point started it (:mod:`._runs`).
-    * A tool call: ``execute_tool {tool}``; a ``BeforeToolCallEvent`` hook gives the call a proxy of
-      its tool whose stream is the hop (:mod:`._tools`). An agent offered as a tool
-      (``agent.as_tool()``, or an ``Agent`` in another agent's ``tools``) is one hop
-      ``invoke_agent {agent.name}``, and a tool that runs an agent of its own name is one hop: the
-      agent's run joins the call's hop (:mod:`._calls`).
-    * A swarm handoff (``handoff_to_agent``): ``invoke_agent {target}``, open until the target node
-      has run, so a handoff back to a node already on the path is a cycle (:mod:`._swarm`).
-    * A graph node's run is the node agent's run, a hop from the graph's context: the edges of a
-      ``Graph`` are not hops, and its own ``max_node_executions`` bounds its cycles.
-
-What a refusal looks like
-    A refused tool call, agent-as-tool call or handoff never runs: the model receives Strands' own
-    failed tool result (``status: "error"``) whose text gives the reason, the path and "do not call
-    it again", and the run goes on; the model answers with what it has. A tool whose sub-agent run
-    was refused fails with the same text. A refused run outside any tool raises
-    :class:`~otel_guard.DelegationRefused` from ``agent(...)``, before the model is called.
-
-Spans
-    Strands makes its own span of each call (``invoke_agent``, ``execute_tool``); the guard's hop
-    span is a child of Strands' span of the same call, in the same trace, refused calls included,
-    and only the guard's carries the ``otel_guard.*`` attributes. What a call runs (the agent a
-    tool runs) nests under the hop's span.
-
-Model requests and tokens
-    With ``max_model_requests`` or ``max_tokens`` on, each model request is checked against the
-    run's tree before it is sent and its tokens counted after (:mod:`._usage`); a tree that
-    has spent its budget ends the run the way Strands' own ``limits=`` do, with the stop reason
-    ``limit_turns`` or ``limit_total_tokens``.
-
-Situational guidance
-    With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, an agent whose tools include an agent on its call
-    path gets :func:`otel_guard.prompt.guidance_for` at the start of its user turn, never in its
-    system prompt (:mod:`._guidance`).
-
-Limits
-    The chain stays in the process unless a client carries it: Strands' ``MCPClient`` puts the
-    OpenTelemetry context (W3C baggage, the chain with it) into each request's ``_meta``, and an
-    HTTP client under OpenTelemetry's instrumentation sends it as ``baggage``. Bidirectional
-    (``BidiAgent``) agents are not guarded; background tool tasks are not tested. A tool call that
-    another hook renames without choosing its tool is not a hop.
+Switch it on with ``opentelemetry-instrument`` (extra ``strands``), or in code before the agents are
+built: ``StrandsInstrumentor().instrument()``. The guard is Strands' own hooks, added to every
+``Agent`` and ``Swarm`` as it is built, so agents built before ``instrument()`` are not guarded. What
+is a hop, what the model sees, what is left out: docs/runtimes.md, "Strands Agents".
 """
 
 from __future__ import annotations
