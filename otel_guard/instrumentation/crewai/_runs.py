@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from typing import Any, NoReturn
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
+from otel_guard.instrumentation._base import acall_in_hop, call_in_hop, unless_suppressed
 from otel_guard.instrumentation.crewai._hooks import need_model_hooks
 from otel_guard.instrumentation.crewai._names import agent_name
 from otel_guard.instrumentation.crewai._scope import (
@@ -43,26 +42,18 @@ def _hop_of(agent: Any) -> tuple[AgentRun, Delegation | None]:
     return run, None if joinable.get() == run.name else delegate(run.name)
 
 
+@unless_suppressed
 def guard_run(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Agent.execute_task``: the run is one hop."""
-    if not is_instrumentation_enabled():
-        return wrapped(*args, **kwargs)
     run, hop = _hop_of(instance)
-    if hop is None:
+
+    def call() -> Any:
         with inside_run(run):
             return wrapped(*args, **kwargs)
-    entered = False
-    try:
-        with hop:  # the hop's context attached around the run, its span ended with the run's outcome
-            entered = True
-            with inside_run(run):
-                return wrapped(*args, **kwargs)
-    except DelegationRefused as err:
-        if not entered:  # this run's own hop was refused (a refusal from inside the run passes as is)
-            note_refusal(err)
-        raise
+
+    return call() if hop is None else call_in_hop(hop, call, refused=_refused)
 
 
 def guard_kickoff(
@@ -75,26 +66,25 @@ def guard_kickoff(
     return guard_run(wrapped, instance, args, kwargs)
 
 
+@unless_suppressed
 async def guard_run_async(
     wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Agent.aexecute_task`` and ``Agent.kickoff_async``: the run is one hop."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     run, hop = _hop_of(instance)
-    if hop is None:
+
+    async def call() -> Any:
         with inside_run(run):
             return await wrapped(*args, **kwargs)
-    entered = False
-    try:
-        async with hop:  # as guard_run, the budget store awaited
-            entered = True
-            with inside_run(run):
-                return await wrapped(*args, **kwargs)
-    except DelegationRefused as err:
-        if not entered:
-            note_refusal(err)
-        raise
+
+    return await call() if hop is None else await acall_in_hop(hop, call, refused=_refused)
+
+
+def _refused(err: DelegationRefused) -> NoReturn:
+    """This run's own hop was refused: noted on the tool call it runs in, then raised (a refusal from
+    inside the run passes as it is)."""
+    note_refusal(err)
+    raise err
 
 
 def _in_event_loop() -> bool:

@@ -37,12 +37,12 @@ from typing import Any
 
 from google.adk.events.event import Event
 from opentelemetry import context as otel_context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard._steps import Done, async_generator_in_context
 from otel_guard.chain import normal_name
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
+from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.google_adk._calls import calls, in_hop
 from otel_guard.instrumentation.google_adk._remote import hopped_by_a2a
 from otel_guard.instrumentation.google_adk._tools import refusal_response
@@ -52,19 +52,17 @@ Refused = Callable[[str, str, DelegationRefused], AsyncGenerator[Any, None]]
 """What a run that was refused before it started yields instead (agent, invocation id, refusal)."""
 
 
+@unless_suppressed
 def guard_run_async(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``BaseAgent.run_async(parent_context)``: the run's stream, as a hop."""
-    if not is_instrumentation_enabled():
-        return wrapped(*args, **kwargs)
     parent_context = args[0] if args else kwargs.get("parent_context")
     invocation_id = getattr(parent_context, "invocation_id", None)
     return _run_as_hop(instance, invocation_id, _raise_at_first_step, wrapped, args, kwargs)
 
 
+@unless_suppressed
 def guard_node_run(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``LlmAgent._run_impl(*, ctx, node_input)``: the node's run (all its rounds), as a hop."""
-    if not is_instrumentation_enabled():
-        return wrapped(*args, **kwargs)
     invocation_id = getattr(kwargs.get("ctx"), "invocation_id", None)
     return _run_as_hop(instance, invocation_id, _answer_with_refusal, wrapped, args, kwargs)
 

@@ -33,14 +33,13 @@ from urllib.parse import quote
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from opentelemetry import baggage, context, propagate, trace
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
-from otel_guard.instrumentation._base import refusal_text
+from otel_guard.instrumentation._base import acall_in_hop, call_in_hop, refusal_text, unless_suppressed
 from otel_guard.instrumentation.langgraph._streams import (
     StepContext,
     astream_in_hop,
@@ -308,10 +307,11 @@ def _agent_name(instance: object) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+@unless_suppressed
 def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``Pregel.stream``: the run is one ``invoke_agent`` hop, from first chunk to last."""
     name = _agent_name(instance)
-    if not is_instrumentation_enabled() or name is None or name == DEFAULT_GRAPH_NAME:
+    if name is None or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
     return stream_in_hop(
         _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
@@ -319,10 +319,11 @@ def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs:
     )
 
 
+@unless_suppressed
 def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``Pregel.astream``: as :func:`graph_stream`."""
     name = _agent_name(instance)
-    if not is_instrumentation_enabled() or name is None or name == DEFAULT_GRAPH_NAME:
+    if name is None or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
     return astream_in_hop(
         _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
@@ -355,10 +356,11 @@ def _with_carrier(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "headers": headers}
 
 
+@unless_suppressed
 def remote_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``RemoteGraph.stream``: a client hop into the remote graph; the headers carry the chain."""
     name = _agent_name(instance)
-    if not is_instrumentation_enabled() or name is None:
+    if name is None:
         return wrapped(*args, **kwargs)
     return stream_in_hop(
         _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
@@ -366,10 +368,11 @@ def remote_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
     )
 
 
+@unless_suppressed
 def remote_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``RemoteGraph.astream``: as :func:`remote_stream`."""
     name = _agent_name(instance)
-    if not is_instrumentation_enabled() or name is None:
+    if name is None:
         return wrapped(*args, **kwargs)
     return astream_in_hop(
         _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
@@ -404,44 +407,32 @@ def _tool_context(hop: Delegation, name: str) -> context.Context:
     return _with_pending(_with_open_hop(ctx, "tool", name, hop.chain), "tool", hop)
 
 
+@unless_suppressed
 def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``BaseTool.run``: one ``execute_tool`` hop; a refusal is returned, not raised."""
-    if not is_instrumentation_enabled() or _agent_name(instance) is None:
+    if _agent_name(instance) is None:
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
     try:
-        token = context.attach(_tool_context(hop, instance.name))
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            hop.finish(exc)
-            raise
-        finally:
-            context.detach(token)
-        hop.finish()
-        return result
-    except DelegationRefused as err:
+        return call_in_hop(
+            hop, lambda: wrapped(*args, **kwargs), enter=lambda: _tool_context(hop, instance.name)
+        )
+    except DelegationRefused as err:  # refused on entry, or inside the tool
         return refusal_output(err, instance.name, tool_call_id)
 
 
+@unless_suppressed
 def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Awaitable[Any]:
     """``BaseTool.arun``: as :func:`tool_run`."""
-    if not is_instrumentation_enabled() or _agent_name(instance) is None:
+    if _agent_name(instance) is None:
         return wrapped(*args, **kwargs)  # type: ignore[no-any-return]
 
     async def run() -> Any:
         hop, tool_call_id = _tool_hop(instance, kwargs)
         try:
-            token = context.attach(_tool_context(hop, instance.name))
-            try:
-                result = await wrapped(*args, **kwargs)
-            except BaseException as exc:
-                hop.finish(exc)
-                raise
-            finally:
-                context.detach(token)
-            hop.finish()
-            return result
+            return await acall_in_hop(
+                hop, lambda: wrapped(*args, **kwargs), enter=lambda: _tool_context(hop, instance.name)
+            )
         except DelegationRefused as err:
             return refusal_output(err, instance.name, tool_call_id)
 

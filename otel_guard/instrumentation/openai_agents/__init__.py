@@ -13,7 +13,6 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from wrapt import wrap_function_wrapper
 
 from otel_guard.errors import DelegationRefused
@@ -21,8 +20,10 @@ from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
     GuardInstrumentor,
     PatchTarget,
+    acall_in_hop,
     refusal_behind,
     refusal_text,
+    unless_suppressed,
     unwrap_all,
 )
 from otel_guard.instrumentation.openai_agents._guidance import guidance_for, with_guidance
@@ -171,6 +172,7 @@ def _close_run(hop: Delegation | None, scope: RunScope, exc: BaseException | Non
         hop.finish(exc)
 
 
+@unless_suppressed
 async def _guard_run(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -178,8 +180,6 @@ async def _guard_run(
     kwargs: dict[str, Any],
 ) -> Any:
     """``AgentRunner.run(starting_agent, input, **options)``: the run is one hop."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     hop, scope = _open_run(args, kwargs)
     token = otel_context.attach(scope.context_of_run)
     run_token = current_run.set(scope)
@@ -197,6 +197,7 @@ async def _guard_run(
     return result
 
 
+@unless_suppressed
 def _guard_run_streamed(
     wrapped: Callable[..., RunResultStreaming],
     instance: object,
@@ -204,8 +205,6 @@ def _guard_run_streamed(
     kwargs: dict[str, Any],
 ) -> RunResultStreaming:
     """``AgentRunner.run_streamed(...)``: checked before it returns; the hop ends with the run."""
-    if not is_instrumentation_enabled():
-        return wrapped(*args, **kwargs)
     # The run goes on in a task the SDK starts here; it copies this context, so the hop and the
     # scope reach it. Refused: DelegationRefused is raised here, before any task exists.
     hop, scope = _open_run(args, kwargs)
@@ -231,6 +230,7 @@ def _guard_run_streamed(
     return result
 
 
+@unless_suppressed
 async def _turn_in_current_agent(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -240,7 +240,7 @@ async def _turn_in_current_agent(
     """One turn of a run: after a handoff it runs inside the handoff's hop."""
     scope = current_run.get()
     ctx = scope.context if scope is not None else None
-    if ctx is None or not is_instrumentation_enabled():
+    if ctx is None:
         return await wrapped(*args, **kwargs)
     token = otel_context.attach(ctx)
     try:
@@ -264,6 +264,7 @@ def _tool_hop_of(tool: Any) -> tuple[str, str] | None:
     return name, "tool"
 
 
+@unless_suppressed
 async def _guard_tool_call(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -271,27 +272,25 @@ async def _guard_tool_call(
     kwargs: dict[str, Any],
 ) -> Any:
     """``_invoke_function_tool_with_metadata(*, function_tool, context, arguments)``: one hop."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     found = _tool_hop_of(kwargs.get("function_tool"))
     if found is None:
         return await wrapped(*args, **kwargs)
     name, kind = found
-    entered = False
-    try:
-        async with delegate(name, kind="agent" if kind == "agent" else "tool"):
-            entered = True
-            token = _tool_hop.set(name)
-            try:
-                return await wrapped(*args, **kwargs)
-            finally:
-                _tool_hop.reset(token)
-    except DelegationRefused as err:
-        if entered:
-            raise  # the tool body's own refusal, already past the SDK's failure handling
-        return refused_tool_result(err)
+
+    async def call() -> Any:
+        token = _tool_hop.set(name)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _tool_hop.reset(token)
+
+    # Refused on entry, the refusal is the tool's output; one from the body passes on as it is,
+    # already past the SDK's failure handling.
+    hop = delegate(name, kind="agent" if kind == "agent" else "tool")
+    return await acall_in_hop(hop, call, refused=refused_tool_result)
 
 
+@unless_suppressed
 async def _refusal_as_tool_error(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -299,8 +298,6 @@ async def _refusal_as_tool_error(
     kwargs: dict[str, Any],
 ) -> Any:
     """The SDK's default tool-failure text, replaced by the refusal's when a refusal failed a tool."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     result = await wrapped(*args, **kwargs)
     err = refusal_behind(kwargs.get("error"))
     if err is None or result is None:
@@ -315,6 +312,7 @@ async def _refusal_as_tool_error(
 # -- handoffs -----------------------------------------------------------------------------------
 
 
+@unless_suppressed
 async def _guard_handoff(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -322,8 +320,6 @@ async def _guard_handoff(
     kwargs: dict[str, Any],
 ) -> Any:
     """``execute_handoffs(**call)``: a hop into the target agent, open for the rest of the run."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     run_handoffs = kwargs.get("run_handoffs")
     target = getattr(getattr(run_handoffs[0], "handoff", None), "agent_name", None) if run_handoffs else None
     if not isinstance(target, str) or not target:
@@ -355,6 +351,7 @@ async def _guard_handoff(
 # -- situational guidance -----------------------------------------------------------------------
 
 
+@unless_suppressed
 async def _add_guidance(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -362,8 +359,6 @@ async def _add_guidance(
     kwargs: dict[str, Any],
 ) -> Any:
     """``maybe_filter_model_input(*, agent, ...)``: the situational prefix on the user turn."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     model_input = await wrapped(*args, **kwargs)
     scope = current_run.get()
     # A server-held conversation tracks the items it sent by identity: leave them as they are.

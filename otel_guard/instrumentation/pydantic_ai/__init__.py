@@ -20,7 +20,13 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, refusal_text, unwrap_all
+from otel_guard.instrumentation._base import (
+    GuardInstrumentor,
+    PatchTarget,
+    refusal_text,
+    unless_suppressed,
+    unwrap_all,
+)
 from otel_guard.instrumentation.pydantic_ai._guidance import guidance_for, prefixed_prompt
 from otel_guard.instrumentation.pydantic_ai.package import _instruments
 from otel_guard.settings import current_settings
@@ -72,6 +78,8 @@ def _guard_agent_run(
     wrapped: Callable[..., Any], instance: Agent[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Agent.iter``: the run becomes a hop, entered when the caller enters the run."""
+    # Not @unless_suppressed: pydantic-ai infers an unnamed agent's name from the frame that called
+    # this one (see _agent_name), which must be the app's, not a decorator's.
     if not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
     name = _agent_name(instance, kwargs, inspect.currentframe())
@@ -132,12 +140,11 @@ def _with_guidance(
 # -- tool calls ---------------------------------------------------------------------------------
 
 
+@unless_suppressed
 async def _guard_tool_call(
     wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``ToolManager.execute_tool_call``: the call becomes a hop; a refusal becomes a failed result."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
     validated: ValidatedToolCall[Any] = args[0] if args else kwargs["validated"]
     if not _executes_tool(validated):
         # A call that failed validation or was deferred is passed in only to be reported: no hop.
