@@ -6,7 +6,7 @@ For each runtime, one run that makes one tool call, with an offline model (no ne
 * OpenAI Agents SDK: an ``Agent`` with one ``function_tool`` and a scripted ``Model`` built on the
   SDK's own test double (``agents.testing.ScriptedModel``); the SDK's tracing is switched off;
 * LangGraph: a named one-tool agent graph (model node + ``ToolNode``) driven by the scripted chat model
-  of ``tests/instrumentation/langgraph_app.py``; run with ``invoke``;
+  of ``tests/instrumentation/langgraph/langgraph_app.py``; run with ``invoke``;
 * MCP: ``call_tool`` of a trivial tool on an in-process ``MCPServer`` (``mcp.Client(server)``, direct
   dispatch: the server runs in the caller's context, so the guard hands its hop over, one span), the
   client opened once per round, outside the timing; ``mcp-streams`` is the same call over JSON-RPC on
@@ -49,7 +49,7 @@ import otel_guard
 from otel_guard import telemetry
 from otel_guard.instrumentation._base import GuardInstrumentor
 
-TESTS_APPS = Path(__file__).resolve().parent.parent / "tests" / "instrumentation"
+TESTS_APPS = Path(__file__).resolve().parent.parent / "tests" / "instrumentation" / "langgraph"
 
 
 class CountGuardSpans(SpanExporter):

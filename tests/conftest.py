@@ -7,8 +7,6 @@ suite installs a single TracerProvider and MeterProvider at import time and clea
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib.util import find_spec
-from pathlib import Path
 
 import pytest
 from opentelemetry import metrics, trace
@@ -20,20 +18,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_guard.budget
 import otel_guard.settings
-
-# tests/runtimes/<folder> holds the tests of a runtime that needs an environment of its own
-# (.venv-runtimes/<extra>, made by scripts/bootstrap); scripts/test runs each folder there. Any other
-# environment leaves the folder out; a run that selects only such a folder collects nothing, and
-# scripts/test fails a run that collects nothing.
-_RUNTIMES = Path(__file__).with_name("runtimes")
-_RUNTIME_MODULES = {"google_adk": "google.adk", "crewai": "crewai", "strands": "strands"}
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if collection_path.parent == _RUNTIMES and collection_path.name in _RUNTIME_MODULES:
-        return find_spec(_RUNTIME_MODULES[collection_path.name]) is None
-    return None
-
 
 _EXPORTER = InMemorySpanExporter()
 _READER = InMemoryMetricReader()

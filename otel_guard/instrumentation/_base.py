@@ -1,4 +1,4 @@
-"""What every otel-guard instrumentor shares.
+"""What every otel-guard instrumentor shares: the lazy patching, the suppression check, the hop around a call.
 
 One distribution ships an instrumentor per agent runtime, and a user installs only the runtimes they
 use. ``opentelemetry-instrument`` checks the distribution's ``instruments-any`` extra once (at least one
@@ -10,25 +10,33 @@ patched the moment the app imports it (see :class:`GuardInstrumentor`).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import logging
 import sys
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import wrapt
+from opentelemetry.context import Context, attach, detach
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, unwrap
 
 from otel_guard import telemetry
 from otel_guard._start import settings_at_start
 from otel_guard.errors import DelegationRefused
 
+if TYPE_CHECKING:
+    from otel_guard.guard import Delegation
+
 _log = logging.getLogger("otel_guard.instrumentation")
 
 PatchTarget = tuple[str, str]
 """A patch target: (module path, ``"Class.method"`` or ``"function"``)."""
+
+R = TypeVar("R")
+W = TypeVar("W", bound=Callable[..., Any])
 
 
 class GuardInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -159,3 +167,83 @@ def refusal_behind(error: object) -> DelegationRefused | None:
         seen.add(id(error))
         error = error.__cause__
     return None
+
+
+# -- what every wrapper does ----------------------------------------------------------------------
+
+
+def unless_suppressed(wrapper: W) -> W:
+    """A ``wrapt`` wrapper that steps aside while instrumentation is suppressed: the patched function
+    is then the runtime's own call, unchanged.
+
+    Sync and async wrappers alike: an async wrapper's coroutine (or, suppressed, the wrapped
+    function's) is returned to be awaited, so the check is made when the call is made.
+    """
+
+    @functools.wraps(wrapper)
+    def checked(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if not is_instrumentation_enabled():
+            return wrapped(*args, **kwargs)
+        return wrapper(wrapped, instance, args, kwargs)
+
+    return cast(W, checked)
+
+
+def call_in_hop(
+    hop: Delegation,
+    call: Callable[[], R],
+    *,
+    enter: Callable[[], Context] | None = None,
+    refused: Callable[[DelegationRefused], R] | None = None,
+) -> R:
+    """``call()`` inside ``hop``: started (``enter``, default ``hop.start``), its context attached
+    around the call, then detached and the hop finished with the call's outcome, as ``with hop:``.
+
+    ``refused(err)`` answers for a hop refused on entry (``call`` never runs); without it the
+    refusal is raised. A refusal raised by ``call`` itself passes through as any error does.
+    """
+    try:
+        ctx = hop.start() if enter is None else enter()
+    except DelegationRefused as err:
+        if refused is None:
+            raise
+        return refused(err)
+    token = attach(ctx)
+    try:
+        result = call()
+    except BaseException as exc:
+        detach(token)
+        hop.finish(exc)
+        raise
+    detach(token)
+    hop.finish()
+    return result
+
+
+async def acall_in_hop(
+    hop: Delegation,
+    call: Callable[[], Awaitable[R]],
+    *,
+    enter: Callable[[], Context] | None = None,
+    refused: Callable[[DelegationRefused], R] | None = None,
+) -> R:
+    """:func:`call_in_hop` for a coroutine: ``await call()`` inside ``hop``, started with
+    ``hop.astart`` unless ``enter`` is given, as ``async with hop:``."""
+    try:
+        ctx = await hop.astart() if enter is None else enter()
+    except DelegationRefused as err:
+        if refused is None:
+            raise
+        return refused(err)
+    token = attach(ctx)
+    try:
+        result = await call()
+    except BaseException as exc:
+        detach(token)
+        hop.finish(exc)
+        raise
+    detach(token)
+    hop.finish()
+    return result

@@ -21,7 +21,7 @@ from otel_guard.instrumentation._base import GuardInstrumentor
 InstrumentorT = TypeVar("InstrumentorT", bound=GuardInstrumentor)
 
 # The runtimes whose tests run in an environment of their own (.venv-runtimes/<extra>,
-# tests/runtimes/<runtime>): their pins cannot share this one.
+# tests/instrumentation/<runtime>): their pins cannot share this one.
 OWN_ENVIRONMENT = {"otel_guard_google_adk", "otel_guard_crewai", "otel_guard_strands"}
 
 

@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, resolve
 
-# The runtimes installed here; the others check their patch targets in tests/runtimes/<runtime>.
+# The runtimes installed here; the others check their patch targets in tests/instrumentation/<runtime>.
 OURS = our_entry_points()
 
 

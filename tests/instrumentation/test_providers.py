@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_guard import delegate, telemetry
 
-# The runtimes installed here; the others are tested in tests/runtimes/<runtime>.
+# The runtimes installed here; the others are tested in tests/instrumentation/<runtime>.
 OURS = our_entry_points()
 
 

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "instrumentation"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "instrumentation" / "pydantic_ai"))
 from pydantic_ai_app import ScriptedModel
 
 

@@ -36,7 +36,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "instrumentation"))
+# The runtimes' offline test models, beside their tests (tests/instrumentation/<runtime>/).
+_TESTS = Path(__file__).resolve().parents[2] / "instrumentation"
+sys.path[:0] = [str(_TESTS / runtime) for runtime in ("pydantic_ai", "openai_agents", "langgraph")]
 
 LOOP_TOOL_CALLS = 5
 
