@@ -20,7 +20,7 @@ import otel_guard
 from otel_guard import delegate
 from otel_guard._carriers import attach_caller_context
 from otel_guard.asgi import GuardMiddleware
-from otel_guard.instrumentation._mcp_carrier import context_from_meta
+from otel_guard.instrumentation.mcp._carrier import context_from_meta
 from tests.core.asgi_server import serving
 
 CHAIN_KEY = "otel_guard.chain"

@@ -23,12 +23,12 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._a2a_errors import (
+from otel_guard.instrumentation.a2a._errors import (
     JSONRPC_REFUSED_CODE,
     A2ADelegationRefused,
     refusal_from_details,
 )
-from otel_guard.instrumentation._a2a_hop import hop_skill, hop_stream, switch
+from otel_guard.instrumentation.a2a._hop import hop_skill, hop_stream, switch
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 _BAGGAGE_ONLY = W3CBaggagePropagator()

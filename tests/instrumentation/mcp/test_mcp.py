@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_app import ROUNDS, answer_text, build_server  # tests/instrumentation is on sys.path
+from mcp_app import ROUNDS, answer_text, build_server  # this folder is on sys.path
 from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
@@ -30,8 +30,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 import otel_guard
 from otel_guard.instrumentation._base import resolve
-from otel_guard.instrumentation._mcp_refusal import REFUSAL_META_KEY
 from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
+from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
 
 MODES = ["auto", "legacy"]
 # The spans of one hop in each in-process pairing: "auto" dispatches directly, the server running in
@@ -297,7 +297,7 @@ async def test_a_handover_is_taken_once_and_only_by_its_own_call(
 async def test_a_direct_client_reads_its_dispatcher_where_the_instrumentor_looks() -> None:
     """The handover hinges on ClientSession keeping its dispatcher as ``_dispatcher``; a version that
     moves it makes every call go through _meta again (correct, slower), and this test names it."""
-    from otel_guard.instrumentation._mcp_in_process import dispatches_directly
+    from otel_guard.instrumentation.mcp._in_process import dispatches_directly
 
     async with Client(meta_echo_server()) as direct, Client(meta_echo_server(), mode="legacy") as streams:
         assert dispatches_directly(direct.session)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 from a2a.client import A2AClientError, ClientConfig, ClientFactory, minimal_agent_card
-from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
+from a2a_apps.travel_agent import (  # this folder is on sys.path
     CALL_SECONDS,
     JSONRPC,
     MAX_HOPS,
@@ -577,7 +577,7 @@ async def test_a_dispatchers_reply_never_carries_the_chain(instrumented: Any) ->
     leaves without the chain; other baggage members stay."""
     from starlette.responses import JSONResponse
 
-    from otel_guard.instrumentation._a2a_server import continue_caller
+    from otel_guard.instrumentation.a2a._server import continue_caller
 
     class Request:
         scope: ClassVar[dict[str, object]] = {"headers": []}

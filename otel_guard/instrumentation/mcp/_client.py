@@ -1,7 +1,7 @@
 """The client side: ``ClientSession.call_tool`` is a hop ``execute_tool {tool}`` (a CLIENT span).
 
 The hop is checked before the request is sent. Inside it the request's ``_meta`` gets the trace
-context and the new chain (see :mod:`._mcp_carrier`), so the server checks the same chain again
+context and the new chain (see :mod:`._carrier`), so the server checks the same chain again
 before the tool body runs. A refused call is never sent: ``call_tool`` returns the tool error
 :func:`refusal_result` instead, the same result a refusing server would have sent back.
 
@@ -10,7 +10,7 @@ and the MCP adapters of agent frameworks (the OpenAI Agents SDK's ``MCPServer*``
 ``session.call_tool``).
 
 In one process, through a direct dispatcher (``mcp.Client(server)``'s default), the server runs in
-the caller's own context: the hop is handed over (:mod:`._mcp_in_process`) instead of written into
+the caller's own context: the hop is handed over (:mod:`._in_process`) instead of written into
 ``_meta``, and the server runs the tool body inside it without deciding it again.
 
 One call is one hop. When the chain in force already ends with this tool -- an agent framework
@@ -31,10 +31,10 @@ from opentelemetry.trace import SpanKind
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import current_chain, delegate
-from otel_guard.instrumentation._mcp_carrier import meta_with_context
-from otel_guard.instrumentation._mcp_in_process import dispatches_directly, handed_over, handover_for
-from otel_guard.instrumentation._mcp_refusal import refusal_result
-from otel_guard.instrumentation._mcp_server import serving_chain
+from otel_guard.instrumentation.mcp._carrier import meta_with_context
+from otel_guard.instrumentation.mcp._in_process import dispatches_directly, handed_over, handover_for
+from otel_guard.instrumentation.mcp._refusal import refusal_result
+from otel_guard.instrumentation.mcp._server import serving_chain
 
 
 async def guard_call_tool(

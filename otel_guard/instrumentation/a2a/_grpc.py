@@ -9,7 +9,7 @@ The server aborts the call with status ``ABORTED`` (the gRPC status Google maps 
 refusal as message, with the same ``google.rpc.ErrorInfo`` detail as the HTTP transports (domain
 ``otel-guard``, metadata ``code``, ``reason``, ``status``, ``retryable``, ``agent``, ``skill``) in the
 ``grpc-status-details-bin`` trailer, the way the SDK details its own errors. The instrumented client
-raises it as :class:`~otel_guard.instrumentation._a2a_errors.A2ADelegationRefused`.
+raises it as :class:`~otel_guard.instrumentation.a2a._errors.A2ADelegationRefused`.
 
 Imported only where ``grpcio`` is installed (the SDK's ``grpc`` extra).
 """
@@ -25,7 +25,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard._carriers import baggage_without_chain
-from otel_guard.instrumentation._a2a_errors import (
+from otel_guard.instrumentation.a2a._errors import (
     ERROR_DOMAIN,
     ERROR_INFO_TYPE,
     A2ADelegationRefused,
@@ -33,7 +33,7 @@ from otel_guard.instrumentation._a2a_errors import (
     error_metadata,
     refusal_from_details,
 )
-from otel_guard.instrumentation._a2a_hop import switch
+from otel_guard.instrumentation.a2a._hop import switch
 
 STATUS = grpc.StatusCode.ABORTED
 

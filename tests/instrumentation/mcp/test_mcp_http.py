@@ -29,8 +29,8 @@ from servers import InstrumentedProgram, start_instrumented, user_environment, w
 
 import otel_guard
 from otel_guard.chain import generate_key
-from otel_guard.instrumentation._mcp_refusal import REFUSAL_META_KEY
 from otel_guard.instrumentation.mcp import MCPInstrumentor
+from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
 
 APP = Path(__file__).with_name("mcp_app.py")
 STARTUP_SECONDS = 60.0

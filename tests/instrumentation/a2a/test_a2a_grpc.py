@@ -16,7 +16,7 @@ from a2a.helpers import new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import AgentCard, a2a_pb2_grpc
-from a2a_apps.travel_agent import (  # tests/instrumentation is on sys.path
+from a2a_apps.travel_agent import (  # this folder is on sys.path
     GRPC,
     TravelAgent,
     ask,

@@ -16,7 +16,7 @@ Two layers, because the SDK has two:
 
 A refused hop raises :class:`ServerRefusal` before the handler runs, so no task is created and the
 executor never runs; the patched formatters turn it into the transport's error (see
-``_a2a_errors``).
+``_errors``).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from opentelemetry.trace import SpanKind
 
 from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._a2a_errors import (
+from otel_guard.instrumentation.a2a._errors import (
     ServerRefusal,
     jsonrpc_error_response,
     rest_error_payload,
 )
-from otel_guard.instrumentation._a2a_hop import hop_call, hop_skill, hop_stream, switch
+from otel_guard.instrumentation.a2a._hop import hop_call, hop_skill, hop_stream, switch
 
 
 def _enabled() -> bool:

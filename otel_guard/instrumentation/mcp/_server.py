@@ -7,7 +7,7 @@ caller's context from the request's ``_meta``, checks the hop with
 refusal becomes the tool error :func:`refusal_result`; the handler (and so the tool body) never runs.
 
 A call this process made through a direct dispatcher runs here in the caller's own context, inside
-the caller's hop (:mod:`._mcp_in_process`): the guard finds that hop handed over and runs the
+the caller's hop (:mod:`._in_process`): the guard finds that hop handed over and runs the
 handler in it, with no second decision, span or reading of ``_meta``.
 
 ``MCPServer`` registers its tool dispatcher as that same ``tools/call`` handler, so its tools are
@@ -38,9 +38,9 @@ from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
-from otel_guard.instrumentation._mcp_carrier import context_from_meta
-from otel_guard.instrumentation._mcp_in_process import Handover, handed_over, taken_over
-from otel_guard.instrumentation._mcp_refusal import refusal_result
+from otel_guard.instrumentation.mcp._carrier import context_from_meta
+from otel_guard.instrumentation.mcp._in_process import Handover, handed_over, taken_over
+from otel_guard.instrumentation.mcp._refusal import refusal_result
 
 TOOLS_CALL: Final = "tools/call"
 

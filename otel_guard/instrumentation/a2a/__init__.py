@@ -1,32 +1,11 @@
-"""Guard A2A (``a2a-sdk``) clients and servers: every send is a hop, every server checks the chain.
+"""Guard A2A (``a2a-sdk``) clients and servers: a send is a hop, the server checks it again.
 
-Install ``pip install 'otel-guard[a2a]'`` and run the agent under ``opentelemetry-instrument``; or
-in code::
-
-    from otel_guard.instrumentation.a2a import A2AInstrumentor
-
-    A2AInstrumentor().instrument()
-
-Client: ``Client.send_message`` (streaming or not, JSON-RPC, HTTP+JSON or gRPC) is one hop
-``invoke_agent {agent card name}`` of span kind CLIENT, for the skill named in the request metadata
-(``{"skill": "price"}`` on the ``SendMessageRequest`` or its ``Message``), else the card's only
-skill. The new chain (W3C baggage member ``otel_guard.chain``) and the ``traceparent`` travel as
-request headers. A refused send raises :class:`A2ADelegationRefused` before any request is made.
-
-Server: before the ``AgentExecutor`` runs, the incoming chain is read from the request headers (or
-gRPC metadata) and checked with the agent card's name as a receiving hop (kind SERVER). A refused
-hop never reaches the executor; the caller receives a JSON-RPC error (code ``-32099``), an HTTP+JSON
-``409`` or a gRPC ``ABORTED`` status, each with a ``google.rpc.ErrorInfo`` whose metadata carries the
-contract's ``code`` (``a2a_delegation_cycle``, ...), the ``reason``, ``status: "409"`` and
-``retryable: "false"``. An instrumented client raises it
-as :class:`A2ADelegationRefused` (an ``A2AClientError`` and a ``DelegationRefused``), so an agent that
-already handles the SDK's errors answers with what it has.
-
-See the README's A2A section for the wire format and the limits.
-
-The policy is the process-wide one (``OTEL_GUARD_*`` or ``otel_guard.configure``). The
-``tracer_provider`` and ``meter_provider`` keyword arguments of ``instrument()``, when given, bind
-all otel-guard telemetry to those providers.
+Switch it on with ``opentelemetry-instrument`` (extra ``a2a``), or in code:
+``A2AInstrumentor().instrument()``.
+A client send (JSON-RPC, HTTP+JSON or gRPC) is one CLIENT hop ``invoke_agent {card name}``, its chain
+in the request's ``baggage``; the server checks it before the ``AgentExecutor`` runs, and a refusal
+reaches an instrumented client as :class:`A2ADelegationRefused`, an ``A2AClientError``. Wire format,
+error codes and limits: docs/runtimes.md, "A2A".
 """
 
 from __future__ import annotations
@@ -37,12 +16,13 @@ from collections.abc import Collection
 from typing import Any, Final
 
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+from otel_guard.instrumentation.a2a.package import _instruments
 
 _log = logging.getLogger("otel_guard.instrumentation")
 
-_CLIENT: Final = "otel_guard.instrumentation._a2a_client"
-_SERVER: Final = "otel_guard.instrumentation._a2a_server"
-_GRPC: Final = "otel_guard.instrumentation._a2a_grpc"
+_CLIENT: Final = "otel_guard.instrumentation.a2a._client"
+_SERVER: Final = "otel_guard.instrumentation.a2a._server"
+_GRPC: Final = "otel_guard.instrumentation.a2a._grpc"
 _V2: Final = "a2a.server.request_handlers.default_request_handler_v2"
 _LEGACY: Final = "a2a.server.request_handlers.default_request_handler"
 
@@ -98,7 +78,6 @@ _PATCHES: Final[dict[PatchTarget, tuple[str, str]]] = {
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = tuple(_PATCHES)
 """Every (module, attribute) this instrumentor wraps, where the SDK looks it up."""
 
-INSTRUMENTS: Final = ("a2a-sdk >= 1.3, < 2",)
 """The a2a-sdk versions this instrumentor is tested with."""
 
 
@@ -106,12 +85,12 @@ class A2AInstrumentor(GuardInstrumentor):
     """Makes every A2A send a guarded hop and checks the chain on every A2A server."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return INSTRUMENTS
+        return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
         import wrapt
 
-        from otel_guard.instrumentation._a2a_hop import switch
+        from otel_guard.instrumentation.a2a._hop import switch
 
         self._patched: list[PatchTarget] = []
         for (module, attribute), (wrapper_module, wrapper_name) in _PATCHES.items():
@@ -132,7 +111,7 @@ class A2AInstrumentor(GuardInstrumentor):
         switch.active = True
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from otel_guard.instrumentation._a2a_hop import switch
+        from otel_guard.instrumentation.a2a._hop import switch
 
         switch.active = False
         unwrap_all(getattr(self, "_patched", ()))
@@ -142,5 +121,5 @@ class A2AInstrumentor(GuardInstrumentor):
 def __getattr__(name: str) -> Any:
     # The error class subclasses the SDK's A2AClientError, so it exists only where a2a-sdk does.
     if name in ("A2ADelegationRefused", "JSONRPC_REFUSED_CODE"):
-        return getattr(importlib.import_module("otel_guard.instrumentation._a2a_errors"), name)
+        return getattr(importlib.import_module("otel_guard.instrumentation.a2a._errors"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
