@@ -1,6 +1,6 @@
 """Every attribute, event and metric name otel-guard writes, and the instruments that write them.
 
-The names are the public contract (CONTRACT §5): dashboards, alert rules and the collector-side
+The names are the public contract (docs/spec.md §5): dashboards, alert rules and the collector-side
 processor read them.
 
 Metrics cost the hop almost nothing: each hop appends one key to a deque (:class:`HopTally`).

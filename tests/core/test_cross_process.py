@@ -1,4 +1,4 @@
-"""One process injects the chain into a carrier, another extracts it and continues (CONTRACT §4).
+"""One process injects the chain into a carrier, another extracts it and continues (docs/spec.md §4).
 
 The other processes are fresh interpreters (``programs/continue_chain.py``) configured only by
 ``OTEL_GUARD_*`` environment variables, as deployed agents are.

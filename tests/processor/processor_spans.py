@@ -85,7 +85,7 @@ class Trace:
 def guard_attributes(
     agents: Sequence[str], root: str = "ab" * 16, decision: str = "allow", reason: str | None = None
 ) -> dict[str, AttributeValue]:
-    """The attributes the inline guard puts on a hop span (CONTRACT.md §5)."""
+    """The attributes the inline guard puts on a hop span (docs/spec.md §5)."""
     attributes: dict[str, AttributeValue] = {
         "otel_guard.chain.agents": list(agents),
         "otel_guard.chain.skills": [""] * len(agents),

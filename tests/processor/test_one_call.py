@@ -1,6 +1,6 @@
 """One call is one hop, one loop is one series: the detector's rules for the spans that record a call.
 
-CONTRACT §6: a tool that runs an agent, two instrumentations' spans of one call, a wrapper span, the
+docs/spec.md §6: a tool that runs an agent, two instrumentations' spans of one call, a wrapper span, the
 client and server sides of a remote call are one hop; a name that returns through a new call is a
 cycle; a loop that bounces counts once, in agent names.
 """
