@@ -141,6 +141,43 @@ def unwrap_all(targets: Iterable[PatchTarget]) -> None:
         unwrap(owner, attr)
 
 
+class PatchWhenImported:
+    """Patches applied when their module is imported: now, if the app has imported it already.
+
+    For an optional part of a runtime that the app may never import (``strands.multiagent``,
+    ``langchain.agents``): an app that never uses it never pays for importing it. ``module`` is the
+    one whose import applies the patches; each target's module is it or one it imports. A
+    post-import hook cannot be taken back, so a removed patch leaves a hook that does nothing.
+    """
+
+    def __init__(self, module: str, *patches: tuple[PatchTarget, Callable[..., Any]]) -> None:
+        self._module = module
+        self._patches = patches
+        self.wanted = False  # instrumented, not uninstrumented since
+        self._applied = False
+        self._hooked = False
+
+    def apply(self) -> None:
+        self.wanted = True
+        if self._module in sys.modules:
+            self._patch()
+        elif not self._hooked:
+            self._hooked = True
+            wrapt.register_post_import_hook(lambda _module: self._patch(), self._module)
+
+    def remove(self) -> None:
+        self.wanted = False
+        if self._applied:
+            self._applied = False
+            unwrap_all(target for target, _ in self._patches)
+
+    def _patch(self) -> None:
+        if self.wanted and not self._applied:
+            self._applied = True
+            for (module, name), wrapper in self._patches:
+                wrapt.wrap_function_wrapper(module, name, wrapper)
+
+
 def refusal_text(err: DelegationRefused) -> str:
     """The text a model sees when its tool or agent call was refused.
 

@@ -6,3 +6,6 @@ Checked before anything is patched: an installed version outside them is skipped
 from typing import Final
 
 _instruments: Final = ("langgraph >= 1.2, < 2", "langchain-core >= 1.8, < 2")
+
+_instruments_agents: Final = ("langchain >= 1.5, < 2",)
+"""LangChain's agents (``create_agent``), optional: outside these, they get no guidance middleware."""

@@ -8,13 +8,12 @@ is a hop, what the model sees, what is left out: docs/runtimes.md, "Strands Agen
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
-from wrapt import register_post_import_hook, wrap_function_wrapper
+from wrapt import wrap_function_wrapper
 
-from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, PatchWhenImported, unwrap_all
 from otel_guard.instrumentation.strands._scope import switch_on
 from otel_guard.instrumentation.strands.package import _instruments
 
@@ -50,41 +49,6 @@ class StrandsInstrumentor(GuardInstrumentor):
         _swarm_patch.remove()
 
 
-class _PatchWhenImported:
-    """A patch applied when its module is imported: now, if the app has imported it already.
-
-    ``import strands`` does not import ``strands.multiagent`` (25 ms more of start-up, measured),
-    so an app that never builds a ``Swarm`` never pays for importing it.
-    """
-
-    def __init__(self, target: PatchTarget, wrapper: Callable[..., None]) -> None:
-        self._target = target
-        self._wrapper = wrapper
-        self._wanted = False
-        self._applied = False
-        self._hooked = False
-
-    def apply(self) -> None:
-        self._wanted = True
-        module = self._target[0]
-        if module in sys.modules:
-            self._patch()
-        elif not self._hooked:
-            self._hooked = True  # a post-import hook cannot be taken back: it checks _wanted
-            register_post_import_hook(lambda _module: self._patch(), module)
-
-    def remove(self) -> None:
-        self._wanted = False
-        if self._applied:
-            self._applied = False
-            unwrap_all((self._target,))
-
-    def _patch(self) -> None:
-        if self._wanted and not self._applied:
-            self._applied = True
-            wrap_function_wrapper(*self._target, self._wrapper)
-
-
 def _guard_new_agent(
     wrapped: Callable[..., None], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
@@ -107,4 +71,6 @@ def _guard_new_swarm(
     _swarm.install(instance)
 
 
-_swarm_patch = _PatchWhenImported(_SWARM_INIT, _guard_new_swarm)
+# ``import strands`` does not import ``strands.multiagent`` (25 ms more of start-up, measured), so an
+# app that never builds a ``Swarm`` never pays for importing it.
+_swarm_patch = PatchWhenImported(_SWARM_INIT[0], (_SWARM_INIT, _guard_new_swarm))
