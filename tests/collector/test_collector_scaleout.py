@@ -202,8 +202,12 @@ class TimedSink(Sink):
         self.times: list[float] = []
         self.stored = asyncio.Event()
 
-    async def _export(self, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        response = await super()._export(raw, context)
+    async def _export(
+        self, into: list[bytes], raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> bytes:
+        response = await super()._export(into, raw, context)
+        if into is not self.received:  # metrics or logs: not spans stored
+            return response
         self.times.append(time.monotonic())
         self.stored.set()
         await asyncio.sleep(self.ack_delay)
