@@ -12,8 +12,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-DOCS = sorted((ROOT / "docs").glob("*.md"))
-GUIDE = [README, *(page.read_text(encoding="utf-8") for page in DOCS)]
+DOCS = sorted((ROOT / "docs").glob("*.md"))  # the reference pages the README links
+PAGES = sorted((ROOT / "docs").rglob("*.md"))  # those and the pages they link (docs/runtimes/*.md)
+GUIDE = [README, *(page.read_text(encoding="utf-8") for page in PAGES)]
+RUNTIMES = ROOT / "docs" / "runtimes.md"
+RUNTIME_PAGES = sorted((ROOT / "docs" / "runtimes").glob("*.md"))
+RUNTIME_SECTIONS = [
+    "What is guarded",
+    "Where the chain travels",
+    "What a refusal looks like to the model",
+    "Budgets",
+    "Guidance",
+    "Beside other instrumentations",
+    "Limits",
+]
 MAX_README_LINES = 340  # read in ten minutes
 
 SECTIONS = [
@@ -43,6 +55,57 @@ def test_the_readme_is_a_short_guide_with_a_diagram_that_links_every_reference_p
     assert "```mermaid\n" in README
     linked = set(re.findall(r"\]\((docs/[\w-]+\.md)\)", README))
     assert linked == {f"docs/{page.name}" for page in DOCS}
+
+
+def test_every_runtime_of_the_overview_has_its_page_and_every_page_is_linked() -> None:
+    """docs/runtimes.md is the overview: each row of its table of runtimes links that runtime's page,
+    and every page of docs/runtimes/ is a row."""
+    overview = RUNTIMES.read_text(encoding="utf-8")
+    rows = overview.split("\n| runtime (extra) |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    links = {row: re.match(r"\| \[[^]]+\]\((runtimes/[\w-]+\.md)\)", row) for row in rows}
+    assert [row for row, link in links.items() if link is None] == []
+    pages = {f"runtimes/{page.name}" for page in RUNTIME_PAGES}
+    assert sorted(link.group(1) for link in links.values() if link) == sorted(pages)
+    assert len(pages) >= 9
+
+
+def test_every_runtime_page_has_the_same_sections_in_the_same_order() -> None:
+    for page in RUNTIME_PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert re.findall(r"^## (.+)$", text, re.MULTILINE) == RUNTIME_SECTIONS, page.name
+        top = text.split("\n## ", 1)[0]
+        assert "**Tested**" in top, page.name  # the versions, and the switch-on lines, come first
+        assert "```python\n" in top, page.name
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    found: set[str] = set()
+    outside_code = re.sub(r"```.*?```", "", text, flags=re.S)
+    for heading in re.findall(r"^#{1,6} (.+)$", outside_code, re.MULTILINE):
+        name, n = slug(heading), 1
+        while name in found:
+            name, n = f"{slug(heading)}-{n}", n + 1
+        found.add(name)
+    return found
+
+
+def test_every_link_between_the_pages_leads_to_a_page_and_a_heading_that_exist() -> None:
+    broken = []
+    for page in [ROOT / "README.md", *PAGES]:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.is_file() or (anchor and anchor not in anchors(linked.read_text(encoding="utf-8"))):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []
 
 
 def test_every_benchmark_the_guide_names_exists() -> None:

@@ -5,7 +5,7 @@ Switch it on with ``opentelemetry-instrument`` (extra ``a2a``), or in code:
 A client send (JSON-RPC, HTTP+JSON or gRPC) is one CLIENT hop ``invoke_agent {card name}``, its chain
 in the request's ``baggage``; the server checks it before the ``AgentExecutor`` runs, and a refusal
 reaches an instrumented client as :class:`A2ADelegationRefused`, an ``A2AClientError``. Wire format,
-error codes and limits: docs/runtimes.md, "A2A".
+error codes and limits: docs/runtimes/a2a.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Switch it on with ``opentelemetry-instrument`` (extra ``crewai``), or in code before the agents run:
 ``CrewAIInstrumentor().instrument()``. Tool calls go through CrewAI's own tool-call hooks
 (:mod:`._hooks`); the agent runs are patched, because no hook surrounds a whole run. An agent is its
-``role``. What is a hop, what the model sees, what is left out: docs/runtimes.md, "CrewAI".
+``role``. What is a hop, what the model sees, what is left out: docs/runtimes/crewai.md.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 Switch it on with ``opentelemetry-instrument`` (extra ``google-adk``), or in code before the runners are
 made: ``GoogleADKInstrumentor().instrument()``. Most of it is ADK's own extension point, a plugin put
 first on every ``Runner`` (:mod:`._plugin`); only what a plugin cannot reach is patched
-(``PATCH_TARGETS``). What is a hop, what the model sees, what is left out: docs/runtimes.md, "Google
-ADK".
+(``PATCH_TARGETS``). What is a hop, what the model sees, what is left out: docs/runtimes/google-adk.md.
 """
 
 from __future__ import annotations

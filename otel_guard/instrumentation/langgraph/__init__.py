@@ -4,7 +4,7 @@ Switch it on with ``opentelemetry-instrument`` (extra ``langgraph``), or in code
 ``LangGraphInstrumentor().instrument()``. A graph left with LangGraph's default name ``"LangGraph"`` is
 no agent and makes no hop; a hop's span starts with LangChain's run of the call, under a LangChain
 tracer's span of it (:mod:`._wrappers`). What is a hop, what the model sees, what is left out:
-docs/runtimes.md, "LangGraph".
+docs/runtimes/langgraph.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Switch it on with ``opentelemetry-instrument`` (extra ``mcp``), or in code:
 ``ClientSession.call_tool`` is a CLIENT hop ``execute_tool {name}``, its chain in the request's
 ``_meta`` in every transport; the server checks it before the tool body runs (in one process,
 ``Client(server)`` hands its hop over: :mod:`._in_process`). A refusal is a ``CallToolResult`` with
-``isError`` and text the model can act on. What is a hop and what is left out: docs/runtimes.md, "MCP".
+``isError`` and text the model can act on. What is a hop and what is left out: docs/runtimes/mcp.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Switch it on with ``opentelemetry-instrument`` (extra ``openai-agents``), or in code before the first
 run: ``OpenAIAgentsInstrumentor().instrument()``. A handoff's hop stays open for the rest of the run
 (:mod:`._scope`), and a refusal reaches the model as the output of the call it made. What is a hop,
-what the model sees, what is left out: docs/runtimes.md, "OpenAI Agents SDK".
+what the model sees, what is left out: docs/runtimes/openai-agents.md.
 """
 
 from __future__ import annotations

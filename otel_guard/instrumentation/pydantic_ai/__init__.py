@@ -3,7 +3,7 @@
 Switch it on with ``opentelemetry-instrument`` (extra ``pydantic-ai``), or in code:
 ``PydanticAIInstrumentor().instrument()``. Every run entry point goes through ``Agent.iter``, so a run
 is one hop however it was started; a refused tool call reaches the model as pydantic-ai's own
-``ToolFailed``. What is a hop, what the model sees, what is left out: docs/runtimes.md, "pydantic-ai".
+``ToolFailed``. What is a hop, what the model sees, what is left out: docs/runtimes/pydantic-ai.md.
 """
 
 from __future__ import annotations

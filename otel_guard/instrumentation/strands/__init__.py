@@ -3,7 +3,7 @@
 Switch it on with ``opentelemetry-instrument`` (extra ``strands``), or in code before the agents are
 built: ``StrandsInstrumentor().instrument()``. The guard is Strands' own hooks, added to every
 ``Agent`` and ``Swarm`` as it is built, so agents built before ``instrument()`` are not guarded. What
-is a hop, what the model sees, what is left out: docs/runtimes.md, "Strands Agents".
+is a hop, what the model sees, what is left out: docs/runtimes/strands.md.
 """
 
 from __future__ import annotations
