@@ -13,7 +13,8 @@ hop, not a second one. ``stream=True`` returns a generator of the run's steps: t
 until it is exhausted, closed or dropped, and each step runs inside the hop's context (the
 generator's consumer runs outside it, between steps).
 
-With ``OTEL_GUARD_SITUATIONAL_PROMPT=true`` the task of a run whose agent can call an agent on its
+With a model budget on, the run's model requests count against its tree (:mod:`._usage`). With
+``OTEL_GUARD_SITUATIONAL_PROMPT=true`` the task of a run whose agent can call an agent on its
 call path (a tool or managed agent named like it) starts with the situational guidance: the task is
 the user turn of the run; the system prompt is never changed.
 """
@@ -26,10 +27,11 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
-from otel_guard.guard import Delegation, delegate
+from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.smolagents._refusals import watch
 from otel_guard.instrumentation.smolagents._scope import in_tool_call, tool_call_in_progress
+from otel_guard.instrumentation.smolagents._usage import count_requests_of
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
 
@@ -53,20 +55,26 @@ def guard_run(
     hop = None if tool_call_in_progress() == name else delegate(name)
     ctx = otel_context.get_current() if hop is None else hop.start()  # a refusal raises here
     ctx = in_tool_call(None, ctx)  # what runs inside is this run's own
+    restore = count_requests_of(instance) if current_settings().model_budgets_on else None
+
+    def end(exc: BaseException | None) -> None:
+        if restore is not None:
+            restore()
+        if hop is not None:
+            hop.finish(exc)
+
     token = otel_context.attach(ctx)
     try:
         args, kwargs = _guided(instance, name, args, kwargs)
         result = wrapped(*args, **kwargs)
     except BaseException as exc:
         otel_context.detach(token)
-        if hop is not None:
-            hop.finish(exc)
+        end(exc)
         raise
     otel_context.detach(token)
     if isinstance(result, Iterator) and _streams(args, kwargs):
-        return _steps_in_hop(result, ctx, hop)
-    if hop is not None:
-        hop.finish()
+        return _steps_in_context(result, ctx, end)
+    end(None)
     return result
 
 
@@ -75,8 +83,10 @@ def _streams(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return bool(kwargs["stream"] if "stream" in kwargs else len(args) > 1 and args[1])
 
 
-def _steps_in_hop(steps: Iterator[Any], ctx: Context, hop: Delegation | None) -> Iterator[Any]:
-    """The steps of a streamed run, each made inside the run's context; the hop ends with them."""
+def _steps_in_context(
+    steps: Iterator[Any], ctx: Context, end: Callable[[BaseException | None], None]
+) -> Iterator[Any]:
+    """The steps of a streamed run, each made inside the run's context; ``end`` when they end."""
     outcome: BaseException | None = None
     try:
         while True:
@@ -101,8 +111,7 @@ def _steps_in_hop(steps: Iterator[Any], ctx: Context, hop: Delegation | None) ->
         outcome = exc
         raise
     finally:
-        if hop is not None:
-            hop.finish(outcome)
+        end(outcome)
 
 
 def _guided(

@@ -24,12 +24,19 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from smolagents import CodeAgent, LogLevel, Model, Tool, ToolCallingAgent
-from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
+from smolagents.models import (
+    ChatMessage,
+    ChatMessageStreamDelta,
+    ChatMessageToolCall,
+    ChatMessageToolCallFunction,
+    ChatMessageToolCallStreamDelta,
+    MessageRole,
+)
 from smolagents.monitoring import TokenUsage
 
 _call_ids = itertools.count(1)
@@ -141,6 +148,27 @@ class ScriptedModel(Model):
         )
 
 
+class StreamingScriptedModel(ScriptedModel):
+    """:class:`ScriptedModel` answering through ``generate_stream`` too: one delta per response."""
+
+    def generate_stream(self, messages: list[Any], **kwargs: Any) -> Iterator[ChatMessageStreamDelta]:
+        message = self.generate(messages, **kwargs)
+        calls = [
+            ChatMessageToolCallStreamDelta(
+                index=n,
+                id=call.id,
+                type=call.type,
+                function=ChatMessageToolCallFunction(
+                    name=call.function.name, arguments=json.dumps(call.function.arguments)
+                ),
+            )
+            for n, call in enumerate(message.tool_calls or ())
+        ]
+        yield ChatMessageStreamDelta(
+            content=text_of(message), tool_calls=calls, token_usage=message.token_usage
+        )
+
+
 def _tool_call(name: str, arguments: dict[str, Any]) -> ChatMessageToolCall:
     function = ChatMessageToolCallFunction(name=name, arguments=arguments)
     return ChatMessageToolCall(id=f"call_{next(_call_ids)}", type="function", function=function)
@@ -169,10 +197,12 @@ def agent(
     managed: list[Any] | None = None,
     *,
     code: bool = False,
+    **options: Any,
 ) -> Any:
     """A quiet agent (smolagents prints every step at its default verbosity)."""
     kind = CodeAgent if code else ToolCallingAgent
     return kind(
+        **options,
         tools=tools or [],
         model=model,
         name=name,
@@ -193,20 +223,26 @@ class Loop:
     tools: dict[str, Tool] = field(default_factory=dict)  # agent name -> its tool
 
     def planner(self) -> ToolCallingAgent:
-        return agent("planner", self.planner_model, [self.tools["planner"]])  # type: ignore[no-any-return]
+        return self._agent("planner", self.planner_model)
 
     def budget(self) -> ToolCallingAgent:
-        return agent("budget", self.budget_model, [self.tools["budget"]])  # type: ignore[no-any-return]
+        return self._agent("budget", self.budget_model)
+
+    def _agent(self, name: str, model: ScriptedModel) -> ToolCallingAgent:
+        streams = isinstance(model, StreamingScriptedModel)
+        return agent(name, model, [self.tools[name]], stream_outputs=streams)  # type: ignore[no-any-return]
 
 
 def build_loop(
-    *, planner_tool: str = "ask_budget", budget_tool: str = "ask_planner", max_tool_calls: int = 6
+    *,
+    planner_tool: str = "ask_budget",
+    budget_tool: str = "ask_planner",
+    max_tool_calls: int = 6,
+    model: type[ScriptedModel] = ScriptedModel,
 ) -> Loop:
     """Planner and budget, each with a tool (named as given) that runs a fresh instance of the other."""
     calls = CallBudget(max_tool_calls)
-    loop = Loop(
-        ScriptedModel("planner", planner_tool, calls), ScriptedModel("budget", budget_tool, calls), calls
-    )
+    loop = Loop(model("planner", planner_tool, calls), model("budget", budget_tool, calls), calls)
 
     def ask_budget(question: str) -> Any:
         loop.tool_bodies[planner_tool] += 1
