@@ -28,6 +28,7 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
         "otel_guard_mcp",
         "otel_guard_openai_agents",
         "otel_guard_pydantic_ai",
+        "otel_guard_smolagents",
         "otel_guard_strands",
     ]
     assert {ep.name for ep in OURS} | OWN_ENVIRONMENT == {ep.name for ep in our_entry_points(here_only=False)}
