@@ -1,8 +1,9 @@
 """Leaves out the runtimes whose tests need an environment of their own, where they are not installed.
 
 google_adk, crewai and strands pin versions of mcp, OpenTelemetry or pydantic that cannot share the
-main environment: scripts/test runs each folder in its ``.venv-runtimes/<extra>`` (``scripts/test
-tests/instrumentation/crewai`` picks it), and the main run leaves the folders out.
+main environment, and agent_framework keeps its own beside them: scripts/test runs each folder in its
+``.venv-runtimes/<extra>`` (``scripts/test tests/instrumentation/crewai`` picks it), and the main run
+leaves the folders out.
 
 Installed means the distribution is, not that the name imports: with this folder on ``sys.path``,
 ``import crewai`` finds the test folder ``crewai/`` as a namespace package where CrewAI is absent.
@@ -12,7 +13,12 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, distribution
 
-OWN_ENVIRONMENT = {"google_adk": "google-adk", "crewai": "crewai", "strands": "strands-agents"}
+OWN_ENVIRONMENT = {
+    "google_adk": "google-adk",
+    "crewai": "crewai",
+    "strands": "strands-agents",
+    "agent_framework": "agent-framework-core",
+}
 """Test folder -> the distribution of the runtime it tests."""
 
 
