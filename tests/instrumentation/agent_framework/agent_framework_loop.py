@@ -64,9 +64,13 @@ class CallBudget:
 class Request:
     """What one model request received."""
 
-    texts: list[str]  # the text of every message, oldest first
+    messages: list[tuple[str, list[str]]]  # (role, the text of each text content), oldest first
     tool_names: list[str]
-    last_role: str
+    instructions: str | None
+
+    @property
+    def last_role(self) -> str:
+        return self.messages[-1][0]
 
 
 class ScriptedClient(
@@ -105,7 +109,8 @@ class ScriptedClient(
         self, *, messages: Sequence[Message], stream: bool, options: dict[str, Any], **kwargs: Any
     ) -> Awaitable[ChatResponse[Any]] | ResponseStream[ChatResponseUpdate, ChatResponse[Any]]:
         tools = options.get("tools") or []
-        self.requests.append(Request([m.text for m in messages], [t.name for t in tools], messages[-1].role))
+        texts = [(m.role, [c.text or "" for c in m.contents if c.type == "text"]) for m in messages]
+        self.requests.append(Request(texts, [t.name for t in tools], options.get("instructions")))
         reply = self._respond(messages, options)
         usage = {"input_token_count": self.tokens[0], "output_token_count": self.tokens[1]}
         if stream:
