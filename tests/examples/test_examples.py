@@ -39,6 +39,7 @@ EXAMPLES = {
     "google_adk": "google-adk",
     "crewai": "crewai",
     "strands": "strands",
+    "agent_framework": "agent-framework",
 }
 # How each example runs without the guard: plainly, but for the ASGI middleware, which is the app's
 # own code (the example leaves it out when asked).

@@ -91,6 +91,7 @@ class ScriptedClient(
         tool_input: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.model = f"scripted-{me}"  # the model Agent Framework's chat spans name
         self.me = me
         self.tool = tool
         self.budget = budget

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import wrapt
-from agent_framework import Agent, FunctionInvocationContext, FunctionMiddleware, tool
+from agent_framework import Agent, FunctionInvocationContext, FunctionMiddleware, WorkflowBuilder, tool
 from agent_framework_loop import CallBudget, ScriptedClient, build_loop
 from agent_framework_support import decisions, framework_spans, guard_spans, instrumented_fixture, parent_of
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -372,6 +372,30 @@ async def test_a_refused_run_outside_any_tool_raises_before_the_model_is_called(
 
     assert raised.value.reason == "cycle"
     assert client.requests == []
+
+
+async def test_each_agent_run_of_a_workflow_is_a_hop_from_the_workflows_context(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    # A workflow's executors run their agents: each run is a hop from where the workflow runs; the
+    # workflow's edges are not hops (budget runs after planner, not inside it).
+    planner, planner_client = answering_agent("planner")
+    budget, budget_client = answering_agent("budget")
+    workflow = WorkflowBuilder(start_executor=planner).add_edge(planner, budget).build()
+
+    with otel_guard.delegate("coordinator"):
+        result = await workflow.run("Plan the team offsite")
+
+    assert [output.text for output in result.get_outputs()] == [
+        "planner answers without tools",
+        "budget answers without tools",
+    ]
+    assert (len(planner_client.requests), len(budget_client.requests)) == (1, 1)
+    assert decisions(spans) == [
+        ("invoke_agent coordinator", "allow", ("coordinator",)),
+        ("invoke_agent planner", "allow", ("coordinator", "planner")),
+        ("invoke_agent budget", "allow", ("coordinator", "budget")),
+    ]
 
 
 # -- suppression and uninstrument ---------------------------------------------------------------
