@@ -32,7 +32,14 @@ from contextvars import Token
 from types import TracebackType
 from typing import Any, Final
 
-from agent_framework import AgentContext, AgentMiddleware, ResponseStream
+from agent_framework import (
+    AgentContext,
+    AgentMiddleware,
+    ChatMiddlewareLayer,
+    FunctionInvocationLayer,
+    MiddlewareTermination,
+    ResponseStream,
+)
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
@@ -71,6 +78,11 @@ class AgentRuns(AgentMiddleware):  # type: ignore[misc, unused-ignore]  # Any wi
             if settings.situational_prompt:
                 guide(context, name)  # in the run's hop: the path it names ends with this run
             await call_next()
+        except MiddlewareTermination:
+            # A later middleware ended the run on purpose (Agent Framework's own way to stop one).
+            otel_context.detach(token)
+            run.end()
+            raise
         except BaseException as exc:
             otel_context.detach(token)
             run.end(exc)
@@ -107,7 +119,19 @@ def remove_all() -> None:
 
 def _guard_calls_of(context: AgentContext, *, counted: bool) -> None:
     """Put the guard's function middleware (and, ``counted``, its chat middleware) last in the run's
-    chat and function middleware, which Agent Framework hands to the chat client in ``client_kwargs``."""
+    chat and function middleware, which Agent Framework hands to the chat client in ``client_kwargs``.
+
+    Only where the agent's chat client has the layer that takes it: a client without them would
+    hand ``middleware=`` on to its provider call.
+    """
+    client = getattr(context.agent, "client", None)
+    ours: list[Any] = []
+    if isinstance(client, FunctionInvocationLayer):
+        ours.append(TOOL_CALLS)
+    if counted and isinstance(client, ChatMiddlewareLayer):
+        ours.append(MODEL_REQUESTS)
+    if not ours:
+        return
     existing = context.client_kwargs.get("middleware")
     if existing is None:
         middleware: list[Any] = []
@@ -115,10 +139,7 @@ def _guard_calls_of(context: AgentContext, *, counted: bool) -> None:
         middleware = list(existing)
     else:
         middleware = [existing]
-    middleware.append(TOOL_CALLS)
-    if counted:
-        middleware.append(MODEL_REQUESTS)
-    context.client_kwargs["middleware"] = middleware
+    context.client_kwargs["middleware"] = [*middleware, *ours]
 
 
 def _open_while_read(stream: ResponseStream[Any, Any], run: Run) -> None:
@@ -128,7 +149,8 @@ def _open_while_read(stream: ResponseStream[Any, Any], run: Run) -> None:
     chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, hop_context) if hop_context is not None else None
     stream.with_pull_context_manager(lambda: _InRun(run, chain))
     stream.with_cleanup_hook(run.end)
-    weakref.finalize(stream, run.end)  # a stream dropped before its end
+    dropped = weakref.finalize(stream, run.end)  # a stream dropped before its end
+    dropped.atexit = False  # at exit the SDK has shut down: nothing left to record the span
 
 
 class _InRun:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
 
-from agent_framework import FunctionInvocationContext, FunctionMiddleware
+from agent_framework import FunctionInvocationContext, FunctionMiddleware, MiddlewareTermination
 from opentelemetry import context as otel_context
 
 from otel_guard.errors import DelegationRefused
@@ -79,6 +79,11 @@ class ToolCalls(FunctionMiddleware):  # type: ignore[misc, unused-ignore]  # Any
         token = otel_context.attach(otel_context.set_value(CALL, Call(name, hop), ctx))
         try:
             await call_next()
+        except MiddlewareTermination:
+            # A later middleware (or the tool) ended the function loop on purpose: the call is done.
+            otel_context.detach(token)
+            hop.finish()
+            raise
         except Exception as exc:
             otel_context.detach(token)
             hop.finish(exc)

@@ -14,7 +14,20 @@ from typing import Any
 
 import pytest
 import wrapt
-from agent_framework import Agent, FunctionInvocationContext, FunctionMiddleware, WorkflowBuilder, tool
+from agent_framework import (
+    Agent,
+    AgentContext,
+    AgentMiddleware,
+    AgentResponse,
+    BaseChatClient,
+    ChatResponse,
+    FunctionInvocationContext,
+    FunctionMiddleware,
+    Message,
+    MiddlewareTermination,
+    WorkflowBuilder,
+    tool,
+)
 from agent_framework_loop import CallBudget, ScriptedClient, build_loop
 from agent_framework_support import decisions, framework_spans, guard_spans, instrumented_fixture, parent_of
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -356,6 +369,63 @@ async def test_a_call_other_middleware_answers_is_no_hop(
     assert result.text == "searcher answers after cached"
     assert seen == []
     assert [s.name for s in guard_spans(spans)] == ["invoke_agent searcher"]
+
+
+async def test_a_run_another_middleware_ends_on_purpose_is_a_hop_that_did_not_fail(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    # MiddlewareTermination is Agent Framework's way for middleware to end a run with its own result.
+    class Canned(AgentMiddleware):
+        async def process(self, context: AgentContext, call_next: Any) -> None:
+            context.result = AgentResponse(messages=[Message(role="assistant", contents=["canned"])])
+            raise MiddlewareTermination
+
+    solo, client = answering_agent("solo")
+    solo.middleware = [*(solo.middleware or ()), Canned()]
+
+    result = await solo.run("a")
+
+    assert result.text == "canned"
+    assert client.requests == []
+    (hop,) = guard_spans(spans)
+    assert hop.name == "invoke_agent solo"
+    assert hop.status.status_code == StatusCode.UNSET
+
+
+async def test_a_tool_that_ends_the_function_loop_on_purpose_is_a_hop_that_did_not_fail(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    @tool
+    def finish(question: str) -> str:
+        """Stop here."""
+        raise MiddlewareTermination("done")
+
+    client = ScriptedClient("searcher", "finish", CallBudget(1))
+    await Agent(client=client, name="searcher", tools=[finish]).run("find")
+
+    hop = next(s for s in guard_spans(spans) if s.name == "execute_tool finish")
+    assert hop.status.status_code == StatusCode.UNSET
+    assert len(client.requests) == 1  # the loop ended with the tool call
+
+
+async def test_a_chat_client_without_agent_frameworks_layers_is_left_as_it_is(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    # A bare BaseChatClient (no function-invocation or chat-middleware layer) would hand a
+    # `middleware=` keyword on to its provider call: the guard gives it none, budgets on or not.
+    class Bare(BaseChatClient[Any]):
+        def _inner_get_response(self, *, messages: Any, stream: bool, options: Any) -> Any:
+            async def response() -> ChatResponse[Any]:
+                return ChatResponse(messages=[Message(role="assistant", contents=["bare answer"])])
+
+            return response()
+
+    otel_guard.configure(max_model_requests=5)
+
+    result = await Agent(client=Bare(), name="bare").run("a")
+
+    assert result.text == "bare answer"
+    assert decisions(spans) == [("invoke_agent bare", "allow", ("bare",))]
 
 
 async def test_a_refused_run_outside_any_tool_raises_before_the_model_is_called(
