@@ -19,9 +19,9 @@ Framework's ``with_pull_context_manager``, the way its own telemetry keeps its s
 run's chain is put in the context, and the hop ends with the stream's cleanup (read to its end,
 failed or closed), or when a stream never read to its end is collected.
 
-The middleware also puts the guard's function middleware (:mod:`._tools`) at the end of the run's
-function middleware, so each of the run's tool calls is a hop, and with a model budget on, its chat
-middleware (:mod:`._usage`), so each model request is counted.
+The middleware also puts the guard's function middleware (:mod:`._tools`) after the run's own, so
+each of the run's tool calls is a hop, and with a model budget on, its chat middleware
+(:mod:`._usage`), so each model request is counted.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def remove_all() -> None:
 
 
 def _guard_calls_of(context: AgentContext, *, counted: bool) -> None:
-    """Put the guard's function middleware (and, ``counted``, its chat middleware) last in the run's
+    """Put the guard's function middleware (and, ``counted``, its chat middleware) after the run's own
     chat and function middleware, which Agent Framework hands to the chat client in ``client_kwargs``.
 
     Only where the agent's chat client has the layer that takes it: a client without them would

@@ -3,8 +3,8 @@
 Agent Framework runs every function call the model asks for through the run's function middleware
 pipeline, whose last link invokes the tool (and opens Agent Framework's own ``execute_tool`` span).
 The guard's :class:`ToolCalls` is added to each guarded run's pipeline by the run's agent middleware
-(:mod:`._runs`), after the agent's and the run's own function middleware: a call another middleware
-answered or stopped is no hop (nothing was delegated).
+(:mod:`._runs`), after the chat client's, the agent's and the run's own function middleware (a context
+provider's comes after it): a call one of those answered or stopped is no hop (nothing was delegated).
 
 Which hop a call is (:func:`hop_of`):
 
