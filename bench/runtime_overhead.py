@@ -244,6 +244,7 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "crewai": runtime_of_its_own("_runtime_crewai"),
     "strands": runtime_of_its_own("_runtime_strands"),
     "smolagents": runtime_of_its_own("_runtime_smolagents"),
+    "agent-framework": runtime_of_its_own("_runtime_agent_framework"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")

@@ -40,6 +40,7 @@ EXAMPLES = {
     "crewai": "crewai",
     "strands": "strands",
     "smolagents": "smolagents",
+    "agent_framework": "agent-framework",
 }
 # How each example runs without the guard: plainly, but for the ASGI middleware, which is the app's
 # own code (the example leaves it out when asked).

@@ -27,6 +27,7 @@ OWN_ENVIRONMENT = {
     "otel_guard_crewai",
     "otel_guard_strands",
     "otel_guard_smolagents",
+    "otel_guard_agent_framework",
 }
 
 

@@ -1,0 +1,63 @@
+"""Guard Microsoft Agent Framework: agent runs, tool calls and agents as tools are hops.
+
+Switch it on with ``opentelemetry-instrument`` (extra ``agent-framework``), or in code before the
+agents are built: ``AgentFrameworkInstrumentor().instrument()``. The guard is Agent Framework's own
+middleware, added to every agent as it is built, so agents built before ``instrument()`` are not
+guarded. What is a hop, what the model sees, what is left out: docs/runtimes.md, "Microsoft Agent
+Framework".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any, Final
+
+from wrapt import wrap_function_wrapper
+
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+from otel_guard.instrumentation.agent_framework._scope import switch_on
+from otel_guard.instrumentation.agent_framework.package import _instruments
+
+_LAYER_INIT: Final = ("agent_framework._middleware", "AgentMiddlewareLayer.__init__")
+
+PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
+    # Where every agent with middleware (Agent, and any agent built on the middleware layer) is
+    # built: the guard's run middleware goes first in its middleware.
+    _LAYER_INIT,
+)
+"""Every (module, attribute) this instrumentor patches."""
+
+INTERNAL_NAMES: Final[tuple[PatchTarget, ...]] = (
+    # The agent a tool of as_tool() runs is read from the function it wraps (_tools.agent_behind).
+    ("agent_framework._agents", "BaseAgent.as_tool"),
+)
+"""Agent Framework names this instrumentor relies on without patching them."""
+
+
+class AgentFrameworkInstrumentor(GuardInstrumentor):
+    """Makes Agent Framework agent runs, tool calls and agents as tools guarded hops."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        # wrapt imports the target's module here: this module imports without the runtime.
+        wrap_function_wrapper(*_LAYER_INIT, _guard_new_agent)
+        switch_on(True)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        from otel_guard.instrumentation.agent_framework import _runs
+
+        switch_on(False)
+        unwrap_all(PATCH_TARGETS)
+        _runs.remove_all()
+
+
+def _guard_new_agent(
+    wrapped: Callable[..., None], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """``AgentMiddlewareLayer.__init__``: the agent, built, gets the guard's run middleware."""
+    wrapped(*args, **kwargs)
+    from otel_guard.instrumentation.agent_framework import _runs
+
+    _runs.install(instance)

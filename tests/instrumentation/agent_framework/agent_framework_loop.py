@@ -1,0 +1,221 @@
+"""Planner and budget, two Agent Framework agents that ask each other through tools, on scripted models.
+
+:class:`ScriptedClient` is a chat client built the way Agent Framework's own test suite builds its
+``MockBaseChatClient``: ``BaseChatClient`` under the function-invocation, chat-middleware and telemetry
+layers, with ``_inner_get_response`` as the model. It decides each response from what it receives, as
+a real model reacts to its input:
+
+- a fresh user turn: call the configured tool, while the shared :class:`CallBudget` lasts; after
+  that, answer in text;
+- a tool result (a refusal included): answer in text, naming the result, so the model "reads" it
+  and answers.
+
+:func:`build_loop` makes the "tool that runs an agent" pattern: each agent has a ``@tool`` that runs the
+other agent and returns its answer. Left alone, planner and budget bounce until the budget of tool
+calls runs out.
+
+Run as a program (``opentelemetry-instrument python agent_framework_loop.py``), it runs the planner
+once and prints one line ``RESULT {json}`` of what happened; settings come from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_framework import (
+    Agent,
+    BaseChatClient,
+    ChatMiddlewareLayer,
+    ChatResponse,
+    ChatResponseUpdate,
+    Content,
+    FunctionInvocationLayer,
+    Message,
+    ResponseStream,
+    tool,
+)
+from agent_framework.observability import ChatTelemetryLayer
+
+_call_ids = itertools.count(1)
+
+
+class CallBudget:
+    """How many tool calls all the models of one loop may still make (so every loop ends)."""
+
+    def __init__(self, calls: int) -> None:
+        self.left = calls
+        self.made = 0
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        self.made += 1
+        return True
+
+
+@dataclass
+class Request:
+    """What one model request received."""
+
+    messages: list[tuple[str, list[str]]]  # (role, the text of each text content), oldest first
+    tool_names: list[str]
+    instructions: str | None
+
+    @property
+    def last_role(self) -> str:
+        return self.messages[-1][0]
+
+
+class ScriptedClient(
+    FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], ChatTelemetryLayer[Any], BaseChatClient[Any]
+):
+    """An agent's model: calls ``tool`` on each new turn, answers from each tool result."""
+
+    OTEL_PROVIDER_NAME = "scripted"
+
+    def __init__(
+        self,
+        me: str,
+        tool: str | None,
+        budget: CallBudget,
+        *,
+        tokens: tuple[int, int] = (10, 5),
+        parallel: int = 1,
+        tool_input: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = f"scripted-{me}"  # the model Agent Framework's chat spans name
+        self.me = me
+        self.tool = tool
+        self.budget = budget
+        self.tokens = tokens  # (input, output) reported per response
+        self.parallel = parallel  # tool calls per response
+        self.tool_input = tool_input
+        self.requests: list[Request] = []
+        self.tool_results: list[Content] = []
+
+    @property
+    def runs(self) -> int:
+        """How many runs reached this model (a run's first request ends with the user's turn)."""
+        return sum(1 for request in self.requests if request.last_role == "user")
+
+    def _inner_get_response(
+        self, *, messages: Sequence[Message], stream: bool, options: dict[str, Any], **kwargs: Any
+    ) -> Awaitable[ChatResponse[Any]] | ResponseStream[ChatResponseUpdate, ChatResponse[Any]]:
+        tools = options.get("tools") or []
+        texts = [(m.role, [c.text or "" for c in m.contents if c.type == "text"]) for m in messages]
+        self.requests.append(Request(texts, [t.name for t in tools], options.get("instructions")))
+        reply = self._respond(messages, options)
+        usage = {"input_token_count": self.tokens[0], "output_token_count": self.tokens[1]}
+        if stream:
+
+            async def updates() -> AsyncIterator[ChatResponseUpdate]:
+                yield ChatResponseUpdate(role="assistant", contents=reply.contents)
+                yield ChatResponseUpdate(
+                    role="assistant", contents=[Content.from_usage(usage)], finish_reason="stop"
+                )
+
+            return ResponseStream(updates(), finalizer=ChatResponse.from_updates)
+
+        async def response() -> ChatResponse[Any]:
+            return ChatResponse(messages=[reply], usage_details=usage, finish_reason="stop")
+
+        return response()
+
+    def _respond(self, messages: Sequence[Message], options: dict[str, Any]) -> Message:
+        last = messages[-1]
+        returned = [c for c in last.contents if c.type == "function_result"]
+        if returned:
+            self.tool_results.extend(returned)
+            seen = "; ".join(str(result.result) for result in returned)
+            return Message(role="assistant", contents=[f"{self.me} answers after {seen}"])
+        calls = (
+            [self.tool] * self.parallel
+            if self.tool is not None and options.get("tool_choice") != "none"
+            else []
+        )
+        calls = [name for name in calls if self.budget.take()]
+        if not calls:
+            return Message(role="assistant", contents=[f"{self.me} answers without tools"])
+        arguments = self.tool_input or {"question": f"from {self.me}"}
+        return Message(
+            role="assistant",
+            contents=[
+                Content.from_function_call(f"call_{next(_call_ids)}", name, arguments=arguments)
+                for name in calls
+            ],
+        )
+
+
+@dataclass
+class Loop:
+    """Planner and budget: each agent's tool runs the other agent."""
+
+    planner_client: ScriptedClient
+    budget_client: ScriptedClient
+    calls: CallBudget
+    tool_bodies: Counter[str] = field(default_factory=Counter)
+    agents: dict[str, Agent[Any]] = field(default_factory=dict)
+
+    @property
+    def planner(self) -> Agent[Any]:
+        return self.agents["planner"]
+
+    @property
+    def budget(self) -> Agent[Any]:
+        return self.agents["budget"]
+
+
+def build_loop(
+    *, planner_tool: str = "ask_budget", budget_tool: str = "ask_planner", max_tool_calls: int = 6
+) -> Loop:
+    """Planner and budget, each with a tool (named as given) that runs the other."""
+    calls = CallBudget(max_tool_calls)
+    loop = Loop(
+        ScriptedClient("planner", planner_tool, calls), ScriptedClient("budget", budget_tool, calls), calls
+    )
+
+    @tool(name=planner_tool)
+    async def ask_budget(question: str) -> str:
+        """Ask the budget agent what a plan costs."""
+        loop.tool_bodies[planner_tool] += 1
+        return (await loop.budget.run(question)).text
+
+    @tool(name=budget_tool)
+    async def ask_planner(question: str) -> str:
+        """Ask the planner agent what the plan is."""
+        loop.tool_bodies[budget_tool] += 1
+        return (await loop.planner.run(question)).text
+
+    loop.agents["planner"] = Agent(
+        client=loop.planner_client, name="planner", instructions="You plan.", tools=[ask_budget]
+    )
+    loop.agents["budget"] = Agent(
+        client=loop.budget_client, name="budget", instructions="You price plans.", tools=[ask_planner]
+    )
+    return loop
+
+
+def main() -> None:
+    loop = build_loop()
+    result = asyncio.run(loop.planner.run("Plan the team offsite"))
+    report = {
+        "output": result.text,
+        "planner_runs": loop.planner_client.runs,
+        "budget_runs": loop.budget_client.runs,
+        "tool_calls": loop.calls.made,
+        "tool_bodies": dict(loop.tool_bodies),
+        "budget_saw": [str(r.result) for r in loop.budget_client.tool_results],
+    }
+    print("RESULT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The way a user runs it: ``opentelemetry-instrument python app.py``, configured by the environment.
+
+``agent_framework_loop.py`` is an ordinary Agent Framework program with no otel-guard code in it; the
+``opentelemetry_instrumentor`` entry point installs the guard. Spans (Agent Framework's own and the
+guard's) go to the console exporter, and the program prints one ``RESULT {json}`` line of what its
+models saw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from instrumented_app import hops, run_instrumented
+
+APP = Path(__file__).with_name("agent_framework_loop.py")
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_app(**guard_env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run the app under opentelemetry-instrument; its RESULT and the spans it exported."""
+    return run_instrumented(APP, service="agent-framework-app", **guard_env)
+
+
+def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument() -> None:
+    result, spans = run_app(OTEL_GUARD_CYCLE_RULE="agent")
+
+    assert result["planner_runs"] == 1
+    assert result["tool_calls"] == 2
+    assert result["tool_bodies"] == {"ask_budget": 1, "ask_planner": 1}
+    # The refusal's own text reached the budget model as the tool's result, and the run completed.
+    (text,) = result["budget_saw"]
+    assert text.startswith("Refused by otel-guard (a2a_delegation_cycle, reason: cycle)")
+    assert "planner → ask_budget → budget → ask_planner" in text
+    assert result["output"].startswith("planner answers after budget answers after Refused by otel-guard")
+
+    (refused,) = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
+    assert refused["name"] == "invoke_agent planner"
+    assert refused["attributes"]["otel_guard.reason"] == "cycle"
+    assert refused["attributes"]["otel_guard.chain.agents"] == [
+        "planner",
+        "ask_budget",
+        "budget",
+        "ask_planner",
+        "planner",
+    ]
+    assert [e["name"] for e in refused["events"]] == ["otel_guard.refused"]
+    # Agent Framework's own spans are there too, in the same trace, each under the guard's hop of
+    # the same call.
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    theirs = [s for s in spans if s not in hops(spans)]
+    assert {s["name"] for s in theirs} >= {"invoke_agent planner", "execute_tool ask_budget"}
+    for hop in hops(spans):
+        if hop["attributes"]["otel_guard.decision"] == "allow":
+            assert any(
+                s["parent_id"] == hop["context"]["span_id"] and s["name"] == hop["name"] for s in theirs
+            )
+    assert all(s["parent_id"] is None or s["parent_id"] in by_id for s in spans)
+    assert len({s["context"]["trace_id"] for s in spans}) == 1
+
+
+def test_observe_mode_from_the_environment_records_would_refuse() -> None:
+    result, spans = run_app(OTEL_GUARD_CYCLE_RULE="agent", OTEL_GUARD_MODE="observe")
+
+    # Let through: the scripted models bounded the loop (six tool calls in all).
+    assert result["planner_runs"] == 4
+    assert result["tool_calls"] == 6
+    assert not any(text.startswith("Refused") for text in result["budget_saw"])
+    would = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "would_refuse"]
+    assert would
+    assert {s["attributes"]["otel_guard.mode"] for s in hops(spans)} == {"observe"}
+    assert all([e["name"] for e in s["events"]] == ["otel_guard.would_refuse"] for s in would)
