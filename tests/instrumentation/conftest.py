@@ -2,8 +2,8 @@
 
 google_adk, crewai and strands pin versions of mcp, OpenTelemetry or pydantic that cannot share the
 main environment, and smolagents and agent_framework are kept apart the same way: scripts/test runs
-each folder in its ``.venv-runtimes/<extra>`` (``scripts/test tests/instrumentation/crewai`` picks it), and the main run
-leaves the folders out.
+each folder in its ``.venv-runtimes/<extra>`` (``scripts/test tests/instrumentation/crewai`` picks
+it), and the main run leaves the folders out.
 
 Installed means the distribution is, not that the name imports: with this folder on ``sys.path``,
 ``import crewai`` finds the test folder ``crewai/`` as a namespace package where CrewAI is absent.
