@@ -1,7 +1,8 @@
 """Leaves out the runtimes whose tests need an environment of their own, where they are not installed.
 
 google_adk, crewai and strands pin versions of mcp, OpenTelemetry or pydantic that cannot share the
-main environment: scripts/test runs each folder in its ``.venv-runtimes/<extra>`` (``scripts/test
+main environment, and llama_index (a large tree of dependencies of its own) is kept apart too:
+scripts/test runs each folder in its ``.venv-runtimes/<extra>`` (``scripts/test
 tests/instrumentation/crewai`` picks it), and the main run leaves the folders out.
 
 Installed means the distribution is, not that the name imports: with this folder on ``sys.path``,
@@ -12,7 +13,12 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, distribution
 
-OWN_ENVIRONMENT = {"google_adk": "google-adk", "crewai": "crewai", "strands": "strands-agents"}
+OWN_ENVIRONMENT = {
+    "google_adk": "google-adk",
+    "crewai": "crewai",
+    "strands": "strands-agents",
+    "llama_index": "llama-index-core",
+}
 """Test folder -> the distribution of the runtime it tests."""
 
 

@@ -22,7 +22,12 @@ InstrumentorT = TypeVar("InstrumentorT", bound=GuardInstrumentor)
 
 # The runtimes whose tests run in an environment of their own (.venv-runtimes/<extra>,
 # tests/instrumentation/<runtime>): their pins cannot share this one.
-OWN_ENVIRONMENT = {"otel_guard_google_adk", "otel_guard_crewai", "otel_guard_strands"}
+OWN_ENVIRONMENT = {
+    "otel_guard_google_adk",
+    "otel_guard_crewai",
+    "otel_guard_strands",
+    "otel_guard_llama_index",
+}
 
 
 def our_entry_points(*, here_only: bool = True) -> list[EntryPoint]:
