@@ -39,6 +39,7 @@ EXAMPLES = {
     "google_adk": "google-adk",
     "crewai": "crewai",
     "strands": "strands",
+    "llama_index": "llama-index",
 }
 # How each example runs without the guard: plainly, but for the ASGI middleware, which is the app's
 # own code (the example leaves it out when asked).
