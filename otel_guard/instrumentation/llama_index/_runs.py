@@ -14,6 +14,9 @@ run ends, however it ends, before the handler's result is set. So:
   call's hop instead (one call, one hop);
 * :class:`RunEnds`, a span handler on the root dispatcher, ends the hop (and the run's handoffs) at
   the run span's exit or drop, with the run's error if it failed.
+
+With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, ``run()`` also leads the run's user message with the
+situational guidance (:mod:`._guidance`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from pydantic import PrivateAttr
 
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.instrumentation.llama_index._guidance import guided
 from otel_guard.instrumentation.llama_index._scope import CALL, RUN, Call, Run
+from otel_guard.settings import current_settings
 
 
 def agent_name(workflow: Any) -> str:
@@ -56,6 +61,8 @@ def guard_run(
     # What runs inside is this run's own: no tool call of its caller's is in progress there.
     token = otel_context.attach(otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx)))
     try:
+        if current_settings().situational_prompt:
+            args = guided(name, instance, args, kwargs) or args
         handler = wrapped(*args, **kwargs)
     except BaseException as exc:
         run.end(exc)

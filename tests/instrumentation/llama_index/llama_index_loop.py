@@ -25,12 +25,12 @@ import itertools
 import json
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
@@ -75,6 +75,7 @@ class ScriptedModel:
         parallel: int = 1,
         tool_input: dict[str, Any] | None = None,
         handoff_to: str | None = None,
+        tokens: tuple[int, int] | None = None,
     ) -> None:
         self.me = me
         self.tool = tool
@@ -82,12 +83,15 @@ class ScriptedModel:
         self.parallel = parallel
         self.tool_input = tool_input
         self.handoff_to = handoff_to
+        self.tokens = tokens  # (input, output) reported per response, as a provider's raw usage
         self.requests: list[Request] = []
         self.tool_results: list[str] = []
 
     def llm(self) -> MockFunctionCallingLLM:
-        """A fresh LlamaIndex model object answering with this script."""
-        return MockFunctionCallingLLM(response_generator=self.respond)
+        """A fresh LlamaIndex model object answering with this script (reporting ``tokens``)."""
+        if self.tokens is None:
+            return MockFunctionCallingLLM(response_generator=self.respond)
+        return ReportingLLM(response_generator=self.respond, usage=self.tokens)
 
     @property
     def runs(self) -> int:
@@ -125,6 +129,24 @@ class ScriptedModel:
         if self.tool == "handoff":
             return {"to_agent": self.handoff_to, "reason": f"{self.me} needs {self.handoff_to}"}
         return {"question": f"from {self.me}"}
+
+
+class ReportingLLM(MockFunctionCallingLLM):
+    """``MockFunctionCallingLLM`` whose streamed responses carry a provider's usage in ``raw``, as
+    OpenAI's do (``{"usage": {"prompt_tokens": ..., "completion_tokens": ...}}``)."""
+
+    usage: tuple[int, int] = (0, 0)
+
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+        responses = await super().astream_chat(messages, **kwargs)
+        prompt, completion = self.usage
+        raw = {"usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+        async def reported() -> AsyncGenerator[ChatResponse, None]:
+            async for response in responses:
+                yield response.model_copy(update={"raw": raw})
+
+        return reported()
 
 
 @dataclass
