@@ -243,6 +243,7 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "google-adk": runtime_of_its_own("_runtime_google_adk"),
     "crewai": runtime_of_its_own("_runtime_crewai"),
     "strands": runtime_of_its_own("_runtime_strands"),
+    "llama-index": runtime_of_its_own("_runtime_llama_index"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")

@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 import wrapt
 from instrumentors import instrumentor_fixture
-from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
+from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.agent.workflow.base_agent import BaseWorkflowAgent
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
+from llama_index.core.workflow import Context
 from llama_index.core.workflow.errors import WorkflowRuntimeError
 from llama_index_loop import CallBudget, ScriptedModel, agent, build_handoffs, build_loop
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -296,6 +299,62 @@ async def test_a_refused_run_outside_any_tool_raises_from_run_before_the_model_i
 
     assert raised.value.reason == "cycle"
     assert model.requests == []
+
+
+# LlamaIndex warns that a context's memory is not serialized when a run continues it: "expected".
+@pytest.mark.filterwarnings("ignore::workflows.context.state_store.UnserializableKeyWarning")
+async def test_a_streamed_run_and_a_run_continuing_a_context_are_one_hop_each(
+    instrumented: LlamaIndexInstrumentor, spans: Any
+) -> None:
+    model = ScriptedModel("solo", None, CallBudget(0))
+    solo = agent("solo", model, [])
+
+    handler = solo.run(user_msg="a")
+    events = [type(event).__name__ async for event in handler.stream_events()]
+    await handler
+    ctx = Context(solo)
+    await solo.run(user_msg="b", ctx=ctx)
+    await solo.run(user_msg="c", ctx=ctx)  # the same conversation, a run of its own
+
+    assert "AgentOutput" in events
+    assert model.runs == 3
+    assert [s.attributes["otel_guard.chain.agents"] for s in guard_spans(spans)] == [("solo",)] * 3  # type: ignore[index]
+
+
+async def test_a_react_agent_reads_a_refusal_as_its_observation(
+    instrumented: LlamaIndexInstrumentor, spans: Any
+) -> None:
+    # ReActAgent calls tools in text (Thought / Action / Action Input), through the same tool step.
+    observations: list[str] = []
+
+    def respond(messages: Any, **kwargs: Any) -> ChatMessage:
+        last = messages[-1].content or ""
+        if last.startswith("Observation:"):
+            observations.append(last)
+            return ChatMessage(
+                role=MessageRole.ASSISTANT, content="Thought: I can answer.\nAnswer: priced it"
+            )
+        action = 'Thought: I ask the planner.\nAction: planner\nAction Input: {"question": "the plan?"}'
+        return ChatMessage(role=MessageRole.ASSISTANT, content=action)
+
+    def planner(question: str) -> str:
+        """Ask the planner."""
+        raise AssertionError("a refused call never runs")
+
+    budget = ReActAgent(
+        name="budget",
+        description="Prices a plan.",
+        llm=MockFunctionCallingLLM(response_generator=respond),
+        tools=[FunctionTool.from_defaults(fn=planner)],
+    )
+
+    with otel_guard.delegate("planner"):
+        output = await budget.run(user_msg="Price the offsite")
+
+    assert str(output) == "priced it"
+    (observation,) = observations
+    assert observation.startswith("Observation: Refused by otel-guard (a2a_delegation_cycle, reason: cycle)")
+    assert decisions(spans)[-1] == ("execute_tool planner", "refuse", ("planner", "budget", "planner"))
 
 
 def lookup_agent(seen: list[tuple[str, ...]], *, parallel: int = 1, sync: bool = True) -> FunctionAgent:
