@@ -75,8 +75,8 @@ def guard_run(
 class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  # Any without LlamaIndex
     """Ends a guarded run's hop when LlamaIndex's span of the run ends (see the module docstring).
 
-    Every other span passes through untouched: :meth:`span_enter` looks only for the first span
-    whose instance is the workflow of the run in the current context.
+    Every other span passes through untouched: :meth:`span_enter` looks only for the span of the run
+    in the current context (its workflow the span's instance, its id ``{Workflow}.run-{uuid}``).
     """
 
     _open: dict[str, Run] = PrivateAttr(default_factory=dict)
@@ -103,7 +103,12 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
         if instance is None:
             return
         run = otel_context.get_value(RUN)
-        if isinstance(run, Run) and run.span_id is None and instance is run.workflow:
+        if (
+            isinstance(run, Run)
+            and run.span_id is None
+            and instance is run.workflow
+            and id_.startswith(f"{type(instance).__name__}.run-")
+        ):
             run.span_id = id_
             self._open[id_] = run
 
