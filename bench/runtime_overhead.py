@@ -245,6 +245,7 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "strands": runtime_of_its_own("_runtime_strands"),
     "smolagents": runtime_of_its_own("_runtime_smolagents"),
     "agent-framework": runtime_of_its_own("_runtime_agent_framework"),
+    "llama-index": runtime_of_its_own("_runtime_llama_index"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")

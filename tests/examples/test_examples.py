@@ -41,6 +41,7 @@ EXAMPLES = {
     "strands": "strands",
     "smolagents": "smolagents",
     "agent_framework": "agent-framework",
+    "llama_index": "llama-index",
 }
 # How each example runs without the guard: plainly, but for the ASGI middleware, which is the app's
 # own code (the example leaves it out when asked).

@@ -28,6 +28,7 @@ OWN_ENVIRONMENT = {
     "otel_guard_strands",
     "otel_guard_smolagents",
     "otel_guard_agent_framework",
+    "otel_guard_llama_index",
 }
 
 

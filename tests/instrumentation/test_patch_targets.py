@@ -26,6 +26,7 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
         "otel_guard_crewai",
         "otel_guard_google_adk",
         "otel_guard_langgraph",
+        "otel_guard_llama_index",
         "otel_guard_mcp",
         "otel_guard_openai_agents",
         "otel_guard_pydantic_ai",

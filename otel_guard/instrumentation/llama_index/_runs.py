@@ -1,0 +1,177 @@
+"""Agent runs as hops: ``run()`` of every workflow agent and ``AgentWorkflow``, ended by LlamaIndex's
+own span of the run.
+
+``FunctionAgent``, ``ReActAgent`` (any ``BaseWorkflowAgent``) and ``AgentWorkflow`` are workflows:
+``run()`` starts the run as a task and returns its handler at once, and LlamaIndex's instrumentation
+dispatcher opens a span for the run inside that task (``{Workflow}.run-{uuid}``) and closes it when the
+run ends, however it ends, before the handler's result is set. So:
+
+* ``run()`` (patched: the dispatcher's handlers cannot refuse anything, it swallows their errors)
+  decides the hop ``invoke_agent {agent.name}`` (an ``AgentWorkflow``'s is its ``root_agent``) and
+  attaches its context while the run's task is created, so every step of the run, every model and
+  tool call, inherits the chain. A refused run raises :class:`~otel_guard.DelegationRefused` from
+  ``run()``: the run never starts. A run of the agent a tool call of the same name is for joins that
+  call's hop instead (one call, one hop);
+* :class:`RunEnds`, a span handler on the root dispatcher, ends the hop (and the run's handoffs) at
+  the run span's exit or drop, with the run's error if it failed.
+
+With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, ``run()`` also leads the run's user message with the
+situational guidance (:mod:`._guidance`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from llama_index.core.agent.workflow import AgentWorkflow
+from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+from llama_index_instrumentation import get_dispatcher
+from llama_index_instrumentation.span import BaseSpan
+from opentelemetry import context as otel_context
+from pydantic import PrivateAttr
+
+from otel_guard.guard import delegate
+from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.instrumentation.llama_index._guidance import guided
+from otel_guard.instrumentation.llama_index._scope import CALL, RUN, Call, Run
+from otel_guard.settings import current_settings
+
+
+def agent_name(workflow: Any) -> str:
+    """The agent a run is a hop into: the agent, or the agent an ``AgentWorkflow`` starts with."""
+    return str(workflow.root_agent if isinstance(workflow, AgentWorkflow) else workflow.name)
+
+
+@unless_suppressed
+def guard_run(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``BaseWorkflowAgent.run`` and ``AgentWorkflow.run``: the run is a hop until its span ends."""
+    name = agent_name(instance)
+    parent = otel_context.get_current()
+    call = otel_context.get_value(CALL, parent)
+    if isinstance(call, Call) and call.name == name:
+        run, ctx = Run(instance, None), parent  # the tool call's hop is this run's
+    else:
+        hop = delegate(name)
+        ctx = hop.start()  # a refusal raises here: the run never starts
+        run = Run(instance, hop)
+    # What runs inside is this run's own: no tool call of its caller's is in progress there.
+    token = otel_context.attach(otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx)))
+    try:
+        if current_settings().situational_prompt:
+            args = guided(name, instance, args, kwargs) or args
+        handler = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        run.end(exc)
+        raise
+    finally:
+        otel_context.detach(token)
+    return handler
+
+
+class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  # Any without LlamaIndex
+    """Ends a guarded run's hop when LlamaIndex's span of the run ends (see the module docstring).
+
+    Every other span passes through untouched: :meth:`span_enter` looks only for the span of the run
+    in the current context (its workflow the span's instance, its id ``{Workflow}.run-{uuid}``).
+    """
+
+    _open: dict[str, Run] = PrivateAttr(default_factory=dict)
+    _leaving: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "OtelGuardRunEnds"
+
+    @property
+    def open_runs(self) -> int:
+        """How many guarded runs have started and not ended."""
+        return len(self._open)
+
+    def span_enter(
+        self,
+        id_: str,
+        bound_args: inspect.BoundArguments,
+        instance: Any | None = None,
+        parent_id: str | None = None,
+        tags: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if instance is None:
+            return
+        run = otel_context.get_value(RUN)
+        if (
+            isinstance(run, Run)
+            and run.span_id is None
+            and instance is run.workflow
+            and id_.startswith(f"{type(instance).__name__}.run-")
+        ):
+            run.span_id = id_
+            self._open[id_] = run
+
+    def span_exit(
+        self,
+        id_: str,
+        bound_args: inspect.BoundArguments,
+        instance: Any | None = None,
+        result: Any | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._open.pop(id_, None)
+        if run is not None:
+            run.end(None)
+            self._left_if_done()
+
+    def span_drop(
+        self,
+        id_: str,
+        bound_args: inspect.BoundArguments,
+        instance: Any | None = None,
+        err: BaseException | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._open.pop(id_, None)
+        if run is not None:
+            run.end(err)
+            self._left_if_done()
+
+    def stay(self, on: bool) -> None:
+        """On the root dispatcher (``on``), or off it once the runs it has seen start have ended."""
+        self._leaving = not on
+        if on:
+            _attach(self)
+        else:
+            self._left_if_done()
+
+    def _left_if_done(self) -> None:
+        if self._leaving and not self._open:
+            _detach(self)
+
+    # BaseSpanHandler's abstract steps: this handler keeps no spans of its own.
+    def new_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_to_exit_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_to_drop_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _attach(handler: BaseSpanHandler[Any]) -> None:
+    root = get_dispatcher()
+    if all(other is not handler for other in root.span_handlers):
+        # A new list, never one changed in place: the dispatcher may be iterating the old one.
+        root.span_handlers = [*root.span_handlers, handler]
+
+
+def _detach(handler: BaseSpanHandler[Any]) -> None:
+    root = get_dispatcher()
+    root.span_handlers = [other for other in root.span_handlers if other is not handler]
+
+
+run_ends = RunEnds()
+"""The one handler: :meth:`RunEnds.stay` puts it on the root dispatcher and takes it off."""

@@ -1,0 +1,54 @@
+"""A tree's model requests and tokens in LlamaIndex: each agent step's model request, checked and counted.
+
+An agent's ``take_step`` (``FunctionAgent``, ``ReActAgent``, ``CodeActAgent``) is one step of its
+run: it sends the run's messages to the model once (streamed or not) and turns the response into the
+step's ``AgentOutput``. While ``max_model_requests`` or ``max_tokens`` is on, the patched step first
+counts the request against the run's tree; a request the tree may not make is not sent: the step
+raises :class:`TreeBudgetExceeded`, a ``WorkflowRuntimeError`` as LlamaIndex's own per-run limit
+("Max iterations of 20 reached!") is, which ends the run. Every other run of the tree (a caller
+waiting on this one through a tool reads the error as the tool's result) ends the same way at its
+next step. After the step, the response's tokens (input + output, as LlamaIndex's own
+``get_tokens_from_response`` reads them from the provider's raw response) are added to the tree.
+The refusal (in observe mode, the would-refuse) is an event on the span of the hop the agent runs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse
+from llama_index.core.callbacks.token_counting import get_tokens_from_response
+from opentelemetry import context as otel_context
+from workflows.errors import WorkflowRuntimeError
+
+from otel_guard.instrumentation.llama_index._scope import RUN, Run
+from otel_guard.usage import aafter_model_request, abefore_model_request, model_requests_counted
+
+
+class TreeBudgetExceeded(WorkflowRuntimeError):  # type: ignore[misc, unused-ignore]  # Any without LlamaIndex
+    """The run's delegation tree made its ``max_model_requests`` or spent its ``max_tokens``."""
+
+
+async def guard_model_request(
+    wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``FunctionAgent.take_step`` (and ReAct's, CodeAct's): the step's request counted against its tree."""
+    if not model_requests_counted():
+        return await wrapped(*args, **kwargs)
+    run = otel_context.get_value(RUN)
+    in_charge = run.in_charge if isinstance(run, Run) else None
+    token = otel_context.attach(in_charge) if in_charge is not None else None
+    try:
+        refused = await abefore_model_request()
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+    if refused is not None:
+        raise TreeBudgetExceeded(refused)
+    output = await wrapped(*args, **kwargs)
+    # The step's output keeps the provider's raw response, where its usage is.
+    response = ChatResponse(message=ChatMessage(), raw=getattr(output, "raw", None))
+    prompt, completion = get_tokens_from_response(response)
+    await aafter_model_request(int(prompt or 0) + int(completion or 0))
+    return output
