@@ -2,14 +2,17 @@
 //!
 //! Layers, each fed by the one before: [`decode`] (a request's bytes -> spans, read once, in
 //! place), [`dialects`] (a span -> a call or not, by the dialect table), [`calls`] (the one-call
-//! rules: calls -> hops); next, the graph (paths, cycles, edges, trees). The Python service calls
-//! in once per request through the binding (`binding.rs`, built with the `python` feature), never
-//! once per span.
+//! rules: calls -> hops), [`graph`] (paths, cycles, edges, decisions, trees, in bounded state:
+//! [`graph::Engine`]). The Python service calls in once per request through the binding
+//! (`binding.rs`, built with the `python` feature), never once per span.
 #![deny(unsafe_code)]
 
 pub mod calls;
 pub mod decode;
 pub mod dialects;
+pub mod graph;
+mod ids;
+mod lru;
 
 #[cfg(feature = "python")]
 mod binding;

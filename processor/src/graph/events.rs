@@ -1,0 +1,146 @@
+//! What one call into the engine counted ([`Events`]), and how label values are bounded.
+#![forbid(unsafe_code)]
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+const CUT: char = '…';
+
+/// A cycle's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CycleKind {
+    /// Nothing named stands between the two occurrences.
+    Direct,
+    /// Other names stand between.
+    CrossFunction,
+    /// The path crossed into another trace between them.
+    CrossTrace,
+}
+
+impl CycleKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CycleKind::Direct => "direct",
+            CycleKind::CrossFunction => "cross_function",
+            CycleKind::CrossTrace => "cross_trace",
+        }
+    }
+}
+
+/// A counted cycle: its kind, its label, and the span where the name returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cycle {
+    pub kind: CycleKind,
+    pub label: String,
+    pub trace_id: Vec<u8>,
+    pub span_id: Vec<u8>,
+}
+
+/// Why a trace or a tree went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Ttl,
+    Capacity,
+}
+
+/// What one call into the engine counted.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Events {
+    /// Spans in the request.
+    pub received: usize,
+    pub cycles: Vec<Cycle>,
+    /// (caller, callee) -> calls, packed (see [`Events::delegations`]).
+    pub(super) delegations: HashMap<Box<str>, u64>,
+    /// (decision, reason, name) -> spans, packed.
+    pub(super) decisions: HashMap<Box<str>, u64>,
+    /// The largest hop count of each delegation tree let go of.
+    pub tree_hops: Vec<i64>,
+    /// Traces evicted: [ttl, capacity].
+    pub evictions: [u64; 2],
+    /// Trees let go of for a reason: [ttl, capacity] (not those released at stop).
+    pub tree_evictions: [u64; 2],
+    /// Spans left out because their trace was full.
+    pub dropped: u64,
+    /// Spans received again while their trace was held.
+    pub duplicates: u64,
+    /// Names and labels cut to their bound.
+    pub truncated_names: u64,
+    pub truncated_labels: u64,
+}
+
+impl Events {
+    pub fn delegations(&self) -> impl Iterator<Item = ([&str; 2], u64)> {
+        self.delegations
+            .iter()
+            .map(|(key, &count)| (unpack(key), count))
+    }
+
+    pub fn decisions(&self) -> impl Iterator<Item = ([&str; 3], u64)> {
+        self.decisions
+            .iter()
+            .map(|(key, &count)| (unpack(key), count))
+    }
+
+    pub(super) fn add(
+        tally: &mut HashMap<Box<str>, u64>,
+        scratch: &mut String,
+        parts: &[&str],
+        by: u64,
+    ) {
+        pack(scratch, parts);
+        match tally.get_mut(scratch.as_str()) {
+            Some(count) => *count += by,
+            None => {
+                tally.insert(scratch.as_str().into(), by);
+            }
+        }
+    }
+}
+
+/// Label values in one string, each but the last after its length and a colon.
+fn pack(out: &mut String, parts: &[&str]) {
+    use std::fmt::Write as _;
+    out.clear();
+    for (at, part) in parts.iter().enumerate() {
+        if at + 1 < parts.len() {
+            let _ = write!(out, "{}:", part.len());
+        }
+        out.push_str(part);
+    }
+}
+
+fn unpack<const N: usize>(mut packed: &str) -> [&str; N] {
+    let mut parts = [""; N];
+    for (at, part) in parts.iter_mut().enumerate() {
+        if at + 1 == N {
+            *part = packed;
+            break;
+        }
+        let (length, rest) = packed.split_once(':').unwrap_or(("0", packed));
+        let length = length.parse::<usize>().unwrap_or(0).min(rest.len());
+        let (head, tail) = rest.split_at(length);
+        *part = head;
+        packed = tail;
+    }
+    parts
+}
+
+/// `text` within `limit` characters, the cut shown by a last `…`.
+pub fn cut(text: &str, limit: usize) -> Cow<'_, str> {
+    if text.len() <= limit {
+        return Cow::Borrowed(text);
+    }
+    match text.char_indices().nth(limit) {
+        None => Cow::Borrowed(text),
+        Some(_) => {
+            let end = text
+                .char_indices()
+                .nth(limit - 1)
+                .map_or(text.len(), |(at, _)| at);
+            let mut out = String::with_capacity(end + CUT.len_utf8());
+            out.push_str(&text[..end]);
+            out.push(CUT);
+            Cow::Owned(out)
+        }
+    }
+}
