@@ -49,10 +49,10 @@ pub struct Events {
     /// Spans in the request.
     pub received: usize,
     pub cycles: Vec<Cycle>,
-    /// (caller, callee) -> calls, packed (see [`Events::delegations`]).
-    pub(super) delegations: HashMap<Box<str>, u64>,
-    /// (decision, reason, name) -> spans, packed.
-    pub(super) decisions: HashMap<Box<str>, u64>,
+    /// (caller, callee) -> calls (see [`Events::delegations`]).
+    pub(super) delegations: Labelled,
+    /// (decision, reason, name) -> spans.
+    pub(super) decisions: Labelled,
     /// The largest hop count of each delegation tree let go of.
     pub tree_hops: Vec<i64>,
     /// Traces evicted: [ttl, capacity].
@@ -69,31 +69,41 @@ pub struct Events {
 }
 
 impl Events {
+    /// The calls counted on each edge, (caller, callee), in the order the edges were first counted.
     pub fn delegations(&self) -> impl Iterator<Item = ([&str; 2], u64)> {
-        self.delegations
-            .iter()
-            .map(|(key, &count)| (unpack(key), count))
+        self.delegations.iter()
     }
 
+    /// The spans counted per (decision, reason, name), in the order first counted.
     pub fn decisions(&self) -> impl Iterator<Item = ([&str; 3], u64)> {
-        self.decisions
-            .iter()
-            .map(|(key, &count)| (unpack(key), count))
+        self.decisions.iter()
     }
+}
 
-    pub(super) fn add(
-        tally: &mut HashMap<Box<str>, u64>,
-        scratch: &mut String,
-        parts: &[&str],
-        by: u64,
-    ) {
-        pack(scratch, parts);
-        match tally.get_mut(scratch.as_str()) {
-            Some(count) => *count += by,
+/// Counts by label values, in the order each set of values was first counted (so that a
+/// metric that keeps only so many label sets keeps the first ones, as the detector does).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Labelled {
+    counts: Vec<(Box<str>, u64)>,
+    index: HashMap<Box<str>, usize>,
+}
+
+impl Labelled {
+    /// Add `by` to the count of `values` (`scratch`: a buffer to pack them in).
+    pub(super) fn add(&mut self, scratch: &mut String, values: &[&str], by: u64) {
+        pack(scratch, values);
+        match self.index.get(scratch.as_str()) {
+            Some(&at) => self.counts[at].1 += by,
             None => {
-                tally.insert(scratch.as_str().into(), by);
+                self.index
+                    .insert(scratch.as_str().into(), self.counts.len());
+                self.counts.push((scratch.as_str().into(), by));
             }
         }
+    }
+
+    fn iter<const N: usize>(&self) -> impl Iterator<Item = ([&str; N], u64)> {
+        self.counts.iter().map(|(key, count)| (unpack(key), *count))
     }
 }
 

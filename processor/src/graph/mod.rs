@@ -286,7 +286,7 @@ impl Engine {
             let callee = trace.entry(path.tail);
             let caller = trace.entry(callee.parent);
             let names = [trace.name(caller.name), trace.name(callee.name)];
-            Events::add(&mut events.delegations, text, &names, u64::from(by));
+            events.delegations.add(text, &names, u64::from(by));
         }
     }
 

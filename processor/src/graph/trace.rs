@@ -535,7 +535,7 @@ impl Shared {
     pub(super) fn decide(&mut self, facts: &Facts<'_>, name: &str) {
         if let Some((verdict, reason)) = &facts.decision {
             let Shared { events, text, .. } = self;
-            Events::add(&mut events.decisions, text, &[verdict, reason, name], 1);
+            events.decisions.add(text, &[verdict, reason, name], 1);
         }
     }
 }
