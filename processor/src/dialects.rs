@@ -304,30 +304,36 @@ pub fn same_form_again(above: RowId, below: RowId) -> bool {
 
 /// A span's attributes as the rules read them: the first value of each key, and where it stood.
 #[derive(Debug, Clone, Copy)]
-pub struct Attributes<'a> {
-    first: [Option<(u16, Value<'a>)>; KEY_COUNT],
+pub struct Attributes<'l, 'a> {
+    list: &'l [Attribute<'a>],
+    /// Key -> where its first value stands in `list` (ABSENT: nowhere).
+    first: [u16; KEY_COUNT],
 }
 
-impl<'a> Attributes<'a> {
+const ABSENT: u16 = u16::MAX;
+
+impl<'l, 'a> Attributes<'l, 'a> {
     /// The attributes of one decoded span (the request decoded with the keys of [`Key::ALL`]).
-    pub fn of(request: &Request<'a>, span: &Span<'a>) -> Attributes<'a> {
+    pub fn of(request: &'l Request<'a>, span: &Span<'a>) -> Attributes<'l, 'a> {
         Attributes::from_list(request.attributes_of(span))
     }
 
-    pub fn from_list(list: &[Attribute<'a>]) -> Attributes<'a> {
-        let mut first = [None; KEY_COUNT];
-        for (at, attribute) in list.iter().enumerate() {
+    pub fn from_list(list: &'l [Attribute<'a>]) -> Attributes<'l, 'a> {
+        let mut first = [ABSENT; KEY_COUNT];
+        // (A span with more than 65,534 of the keys asked for reads the first of them.)
+        for (at, attribute) in list.iter().enumerate().take(usize::from(ABSENT)) {
             if let Some(slot) = first.get_mut(usize::from(attribute.key))
-                && slot.is_none()
+                && *slot == ABSENT
             {
-                *slot = Some((u16::try_from(at).unwrap_or(u16::MAX), attribute.value));
+                *slot = at as u16;
             }
         }
-        Attributes { first }
+        Attributes { list, first }
     }
 
     pub fn value(&self, key: Key) -> Option<Value<'a>> {
-        self.first[key as usize].map(|(_, value)| value)
+        let at = self.first[key as usize];
+        (at != ABSENT).then(|| self.list[usize::from(at)].value)
     }
 
     /// The key's string value; None when it is missing or of another type.
@@ -348,7 +354,8 @@ impl<'a> Attributes<'a> {
     /// Of `keys`, the one that stands first among the span's attributes.
     fn first_of(&self, keys: &[Key]) -> Option<Key> {
         keys.iter()
-            .filter_map(|&key| self.first[key as usize].map(|(at, _)| (at, key)))
+            .map(|&key| (self.first[key as usize], key))
+            .filter(|&(at, _)| at != ABSENT)
             .min_by_key(|&(at, _)| at)
             .map(|(_, key)| key)
     }
@@ -373,7 +380,7 @@ impl Call<'_> {
 pub fn call_of<'a>(
     span_name: &'a str,
     scope: &str,
-    attributes: &Attributes<'a>,
+    attributes: &Attributes<'_, 'a>,
 ) -> Option<Call<'a>> {
     let rows = ROWS.iter().enumerate();
     for (at, row) in rows.clone().filter(|(_, row)| row.on == On::SpanName) {
@@ -404,7 +411,7 @@ pub fn call_of<'a>(
         .map(|(at, row)| call(at, row, span_name, attributes))
 }
 
-fn call<'a>(at: usize, row: &Row, span_name: &'a str, attributes: &Attributes<'a>) -> Call<'a> {
+fn call<'a>(at: usize, row: &Row, span_name: &'a str, attributes: &Attributes<'_, 'a>) -> Call<'a> {
     let name = row.names.iter().find_map(|source| {
         let name = match *source {
             Subject => span_name.split_once(' ').map_or("", |(_, subject)| subject),
@@ -424,15 +431,14 @@ mod tests {
     use super::*;
     use crate::decode::Attribute;
 
-    fn attributes<'a>(pairs: &[(Key, Value<'a>)]) -> Attributes<'a> {
-        let list: Vec<Attribute<'a>> = pairs
+    fn list<'a>(pairs: &[(Key, Value<'a>)]) -> Vec<Attribute<'a>> {
+        pairs
             .iter()
             .map(|&(key, value)| Attribute {
                 key: key as u16,
                 value,
             })
-            .collect();
-        Attributes::from_list(&list)
+            .collect()
     }
 
     fn read<'a>(
@@ -444,7 +450,8 @@ mod tests {
             .iter()
             .map(|&(key, text)| (key, Value::Str(text)))
             .collect();
-        let attributes = attributes(&pairs);
+        let list = list(&pairs);
+        let attributes = Attributes::from_list(&list);
         call_of(name, scope, &attributes)
             .map(|call| (call.kind(), call.name, call.row.row().conditional))
     }
@@ -586,21 +593,21 @@ mod tests {
 
     #[test]
     fn a_value_of_another_type_is_no_text() {
-        let attributes = attributes(&[
+        let other = list(&[
             (OiKind, Value::Int(3)),
             (Operation, Value::Str("invoke_agent")),
         ]);
-        let call = call_of("x", "s", &attributes).map(|call| (call.kind(), call.name));
+        let call =
+            call_of("x", "s", &Attributes::from_list(&other)).map(|call| (call.kind(), call.name));
         assert_eq!(call, Some((Kind::Agent, None)));
-        let repeated = attributes_list_first();
-        assert_eq!(repeated.text(AgentName), Some("first"));
-    }
-
-    fn attributes_list_first() -> Attributes<'static> {
-        attributes(&[
+        let repeated = list(&[
             (AgentName, Value::Str("first")),
             (AgentName, Value::Str("second")),
-        ])
+        ]);
+        assert_eq!(
+            Attributes::from_list(&repeated).text(AgentName),
+            Some("first")
+        );
     }
 
     #[test]

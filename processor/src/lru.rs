@@ -7,8 +7,9 @@
 #![forbid(unsafe_code)]
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
+
+use crate::ids::Map;
 
 const NIL: u32 = u32::MAX;
 
@@ -31,7 +32,7 @@ struct Slot<K, V> {
 pub struct Lru<K, V> {
     slots: Vec<Slot<K, V>>,
     free: Vec<u32>,
-    index: HashMap<K, u32>,
+    index: Map<K, u32>,
     oldest: u32,
     newest: u32,
 }
@@ -41,7 +42,7 @@ impl<K: Hash + Eq + Clone, V> Default for Lru<K, V> {
         Lru {
             slots: Vec::new(),
             free: Vec::new(),
-            index: HashMap::new(),
+            index: Map::default(),
             oldest: NIL,
             newest: NIL,
         }

@@ -2,7 +2,8 @@
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+
+use crate::ids::Map;
 
 const CUT: char = '…';
 
@@ -85,7 +86,7 @@ impl Events {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Labelled {
     counts: Vec<(Box<str>, u64)>,
-    index: HashMap<Box<str>, usize>,
+    index: Map<Box<str>, usize>,
 }
 
 impl Labelled {
@@ -107,13 +108,15 @@ impl Labelled {
     }
 }
 
-/// Label values in one string, each but the last after its length and a colon.
+/// Label values in one string: each but the last after its length in bytes, as two characters
+/// of ten bits each (a value is at most 256 characters, 1 KiB, long).
 fn pack(out: &mut String, parts: &[&str]) {
-    use std::fmt::Write as _;
     out.clear();
     for (at, part) in parts.iter().enumerate() {
         if at + 1 < parts.len() {
-            let _ = write!(out, "{}:", part.len());
+            let length = u32::try_from(part.len()).unwrap_or(u32::MAX).min(0xf_ffff);
+            out.push(char::from_u32(0x100 + (length >> 10)).unwrap_or('?'));
+            out.push(char::from_u32(0x100 + (length & 0x3ff)).unwrap_or('?'));
         }
         out.push_str(part);
     }
@@ -126,9 +129,15 @@ fn unpack<const N: usize>(mut packed: &str) -> [&str; N] {
             *part = packed;
             break;
         }
-        let (length, rest) = packed.split_once(':').unwrap_or(("0", packed));
-        let length = length.parse::<usize>().unwrap_or(0).min(rest.len());
-        let (head, tail) = rest.split_at(length);
+        let mut chars = packed.chars();
+        let mut ten = || {
+            chars
+                .next()
+                .map_or(0, |c| (u32::from(c).saturating_sub(0x100)) as usize)
+        };
+        let length = (ten() << 10) | ten();
+        let rest = chars.as_str();
+        let (head, tail) = rest.split_at(length.min(rest.len()));
         *part = head;
         packed = tail;
     }

@@ -415,7 +415,7 @@ impl Engine {
         &mut self,
         span: &decode::Span<'a>,
         scope: &ScopeFacts<'a>,
-        attributes: &Attributes<'a>,
+        attributes: &Attributes<'_, 'a>,
     ) -> Facts<'a> {
         let call = dialects::call_of(span.name, scope.name, attributes).and_then(|call| {
             let name = call.name?;
@@ -461,7 +461,7 @@ impl Engine {
         &mut self,
         request: &Request<'_>,
         facts: &Facts<'_>,
-        attributes: &Attributes<'_>,
+        attributes: &Attributes<'_, '_>,
     ) -> Option<Vec<Box<str>>> {
         let call = facts.call.as_ref()?;
         if attributes.integer(Key::ChainDepth).unwrap_or(0) <= 1 {
@@ -573,12 +573,11 @@ impl Engine {
     fn release(&mut self, holder: Handle, span: SpanId, path: PathRef) {
         let mut stack = vec![(holder, span, path)];
         while let Some((holder, awaited, path)) = stack.pop() {
-            let Some(group) = self
-                .traces
-                .get_mut(holder)
-                .and_then(|trace| trace.rare.as_mut())
-                .and_then(|rare| rare.waiting.remove(&awaited))
-            else {
+            let Some(group) = self.traces.get_mut(holder).and_then(|trace| {
+                let group = trace.rare.as_mut()?.waiting.remove(&awaited);
+                trace.tidy();
+                group
+            }) else {
                 continue;
             };
             for waiter in group {
@@ -605,6 +604,7 @@ impl Engine {
     fn take_waiting(&mut self, waiter: Waiter) -> Option<Box<Waiting>> {
         let trace = self.traces.get_mut(waiter.trace)?;
         let waiting = trace.rare.as_mut()?.pending.remove(&waiter.span)?;
+        trace.tidy();
         self.pending -= 1;
         Some(waiting)
     }

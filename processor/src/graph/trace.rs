@@ -239,6 +239,25 @@ impl Trace {
         }
     }
 
+    /// Let go of what waiting held once nothing waits (and of the rare parts once all empty).
+    pub(super) fn tidy(&mut self) {
+        let Some(rare) = self.rare.as_mut() else {
+            return;
+        };
+        if !rare.waiting.is_empty() || !rare.pending.is_empty() {
+            return;
+        }
+        rare.waiting.shrink_to_fit();
+        rare.pending.shrink_to_fit();
+        let unused = rare.cycles.is_empty()
+            && rare.runs.is_empty()
+            && rare.name_index.is_empty()
+            && rare.tally_index.is_empty();
+        if unused {
+            self.rare = None;
+        }
+    }
+
     pub(super) fn rare(&mut self, keys: Keyed) -> &mut Rare {
         self.rare.get_or_insert_with(|| Box::new(Rare::new(keys)))
     }
