@@ -3,16 +3,19 @@
 //! Every call runs its work under `catch_unwind`: a panic (a bug, never an input's fault) becomes
 //! `EngineFault`, an ordinary exception the service counts and answers as a refused request,
 //! rather than PyO3's `PanicException` (a `BaseException`, which would escape the service's
-//! handlers). The decoding itself runs with the GIL released.
+//! handlers). An [`Engine`] that panicked starts again empty (its state may be half changed):
+//! its detection state is lost, never a span. The work itself runs with the GIL released.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::decode::{self, Keys, Request, Value};
+use crate::dialects::{self, On, Source};
+use crate::graph::{self, Limits};
 
 create_exception!(
     otel_guard_processor._engine,
@@ -30,15 +33,16 @@ create_exception!(
 fn guarded<T>(work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(work)) {
         Ok(result) => result,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|text| (*text).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_owned());
-            Err(EngineFault::new_err(message))
-        }
+        Err(panic) => Err(EngineFault::new_err(panic_message(&*panic))),
     }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
 }
 
 fn keys_of(keys: Vec<String>) -> PyResult<Keys> {
@@ -135,6 +139,256 @@ fn decode_summary<'py>(
     })
 }
 
+/// Engine(*, max_traces=50000, max_spans=1000000, max_spans_per_trace=10000, trace_ttl=120.0,
+///        tool_edge_wait=10.0, cycle_wait=10.0)
+///
+/// The detection state of one processor: requests in (`ingest`), counts out (`Events`), in bounded
+/// state (see docs/processor.md). Times are seconds on a clock that does not go back.
+#[pyclass(module = "otel_guard_processor._engine", name = "Engine")]
+struct PyEngine {
+    engine: graph::Engine,
+    faults: u64,
+}
+
+impl PyEngine {
+    /// `work` on the engine, with the GIL released; a panic starts the engine again empty.
+    fn run<T: Send>(
+        &mut self,
+        py: Python<'_>,
+        work: impl FnOnce(&mut graph::Engine) -> T + Send,
+    ) -> PyResult<T> {
+        let engine = &mut self.engine;
+        let outcome = py.detach(move || catch_unwind(AssertUnwindSafe(|| work(engine))));
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(panic) => {
+                self.faults += 1;
+                let limits = self.engine.limits();
+                if let Ok(fresh) = graph::Engine::new(limits) {
+                    self.engine = fresh;
+                }
+                Err(EngineFault::new_err(panic_message(&*panic)))
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl PyEngine {
+    #[new]
+    #[pyo3(signature = (
+        *,
+        max_traces = 50_000,
+        max_spans = 1_000_000,
+        max_spans_per_trace = 10_000,
+        trace_ttl = 120.0,
+        tool_edge_wait = 10.0,
+        cycle_wait = 10.0,
+    ))]
+    fn new(
+        max_traces: usize,
+        max_spans: usize,
+        max_spans_per_trace: usize,
+        trace_ttl: f64,
+        tool_edge_wait: f64,
+        cycle_wait: f64,
+    ) -> PyResult<Self> {
+        let limits = Limits {
+            max_traces,
+            max_spans,
+            max_spans_per_trace,
+            trace_ttl,
+            tool_edge_wait,
+            cycle_wait,
+        };
+        let engine =
+            graph::Engine::new(limits).map_err(|error| PyValueError::new_err(error.to_string()))?;
+        Ok(PyEngine { engine, faults: 0 })
+    }
+
+    /// ingest(request, now) -> Events
+    ///
+    /// Read one ExportTraceServiceRequest (its protobuf bytes) received at `now`. Raises
+    /// DecodeError for bytes that do not decode (nothing changed), EngineFault for a bug.
+    fn ingest(&mut self, py: Python<'_>, request: &[u8], now: f64) -> PyResult<PyEvents> {
+        let events = self
+            .run(py, |engine| engine.ingest(request, now))?
+            .map_err(|error| DecodeError::new_err(error.to_string()))?;
+        guarded(|| PyEvents::of(py, &events))
+    }
+
+    /// expire(now) -> Events
+    ///
+    /// Evict the traces idle for longer than the TTL (settling what waited in them), let go of
+    /// such trees, and make the counts whose wait is over.
+    fn expire(&mut self, py: Python<'_>, now: f64) -> PyResult<PyEvents> {
+        let events = self.run(py, |engine| engine.expire(now))?;
+        guarded(|| PyEvents::of(py, &events))
+    }
+
+    /// release_trees() -> Events
+    ///
+    /// Let go of every delegation tree held (the processor stops): each observed in `tree_hops`.
+    fn release_trees(&mut self, py: Python<'_>) -> PyResult<PyEvents> {
+        let events = self.run(py, graph::Engine::release_trees)?;
+        guarded(|| PyEvents::of(py, &events))
+    }
+
+    /// Traces held.
+    #[getter]
+    fn active_traces(&self) -> usize {
+        self.engine.active_traces()
+    }
+
+    /// Delegation trees held.
+    #[getter]
+    fn active_trees(&self) -> usize {
+        self.engine.active_trees()
+    }
+
+    /// Spans held, settled or waiting.
+    #[getter]
+    fn stored_spans(&self) -> usize {
+        self.engine.stored_spans()
+    }
+
+    /// Held spans waiting for their parent or linked span.
+    #[getter]
+    fn pending_spans(&self) -> usize {
+        self.engine.pending_spans()
+    }
+
+    /// Calls that panicked (each raised EngineFault and started the engine again empty).
+    #[getter]
+    fn faults(&self) -> u64 {
+        self.faults
+    }
+
+    /// _fault(message): panic inside the engine's work (for the tests).
+    fn _fault(&mut self, py: Python<'_>, message: String) -> PyResult<()> {
+        self.run(py, move |_| panic!("{message}"))
+    }
+}
+
+/// What one call into an Engine counted.
+///
+/// `received`: spans in the request; `cycles`: a (kind, label, trace_id, span_id) per counted
+/// cycle, the ids of the span where the name returned; `delegations`: {(caller, callee): calls};
+/// `decisions`: {(decision, reason, name): spans}; `tree_hops`: the largest hop count of each
+/// tree let go of; `evictions`, `tree_evictions`: {"ttl": n, "capacity": n}; `dropped`: spans of
+/// full traces left out; `duplicates`: spans received again; `truncated`: {"name": n, "label": n}.
+#[pyclass(frozen, module = "otel_guard_processor._engine", name = "Events")]
+struct PyEvents {
+    #[pyo3(get)]
+    received: usize,
+    #[pyo3(get)]
+    cycles: Py<PyList>,
+    #[pyo3(get)]
+    delegations: Py<PyDict>,
+    #[pyo3(get)]
+    decisions: Py<PyDict>,
+    #[pyo3(get)]
+    tree_hops: Py<PyList>,
+    #[pyo3(get)]
+    evictions: Py<PyDict>,
+    #[pyo3(get)]
+    tree_evictions: Py<PyDict>,
+    #[pyo3(get)]
+    dropped: u64,
+    #[pyo3(get)]
+    duplicates: u64,
+    #[pyo3(get)]
+    truncated: Py<PyDict>,
+}
+
+fn reasons<'py>(py: Python<'py>, counts: [u64; 2]) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("ttl", counts[0])?;
+    out.set_item("capacity", counts[1])?;
+    Ok(out)
+}
+
+impl PyEvents {
+    fn of(py: Python<'_>, events: &graph::Events) -> PyResult<PyEvents> {
+        let cycles = PyList::empty(py);
+        for cycle in &events.cycles {
+            cycles.append((
+                cycle.kind.name(),
+                cycle.label.as_str(),
+                PyBytes::new(py, &cycle.trace_id),
+                PyBytes::new(py, &cycle.span_id),
+            ))?;
+        }
+        let delegations = PyDict::new(py);
+        for ([caller, callee], count) in events.delegations() {
+            delegations.set_item((caller, callee), count)?;
+        }
+        let decisions = PyDict::new(py);
+        for ([decision, reason, name], count) in events.decisions() {
+            decisions.set_item((decision, reason, name), count)?;
+        }
+        let truncated = PyDict::new(py);
+        truncated.set_item("name", events.truncated_names)?;
+        truncated.set_item("label", events.truncated_labels)?;
+        Ok(PyEvents {
+            received: events.received,
+            cycles: cycles.unbind(),
+            delegations: delegations.unbind(),
+            decisions: decisions.unbind(),
+            tree_hops: PyList::new(py, &events.tree_hops)?.unbind(),
+            evictions: reasons(py, events.evictions)?.unbind(),
+            tree_evictions: reasons(py, events.tree_evictions)?.unbind(),
+            dropped: events.dropped,
+            duplicates: events.duplicates,
+            truncated: truncated.unbind(),
+        })
+    }
+}
+
+/// dialect_table() -> (rows, wrappers)
+///
+/// The dialect table the engine reads calls by, as data: a row is (dialect, key, value, kind,
+/// names, conditional, scope), `key` an attribute or "<the span name>", `kind` "agent", "tool" or
+/// None, `names` attributes, "<the span name>" or "<the span name's subject>"; a wrapper pair is
+/// (the wrapper's row, the wrapped call's row), as indices into the rows.
+#[pyfunction]
+fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyList>)> {
+    guarded(|| {
+        const SPAN_NAME: &str = "<the span name>";
+        const SUBJECT: &str = "<the span name's subject>";
+        let rows = PyList::empty(py);
+        for row in &dialects::ROWS {
+            let key = match row.on {
+                On::SpanName => SPAN_NAME,
+                On::Attribute(key) => key.name(),
+            };
+            let names: Vec<&str> = row
+                .names
+                .iter()
+                .map(|source| match source {
+                    Source::Subject => SUBJECT,
+                    Source::SpanName => SPAN_NAME,
+                    Source::Attribute(key) => key.name(),
+                })
+                .collect();
+            rows.append((
+                row.dialect,
+                key,
+                row.value,
+                row.kind.map(dialects::Kind::name),
+                PyTuple::new(py, names)?,
+                row.conditional,
+                row.scope,
+            ))?;
+        }
+        let wrappers = PyList::empty(py);
+        for (wrapper, wrapped) in dialects::WRAPPERS {
+            wrappers.append((wrapper.0, wrapped.0))?;
+        }
+        Ok((rows, wrappers))
+    })
+}
+
 /// _fault(message): panic inside the engine, so that the tests can see the panic become
 /// EngineFault and the interpreter carry on.
 #[pyfunction]
@@ -151,5 +405,8 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(decode_counts, module)?)?;
     module.add_function(wrap_pyfunction!(decode_summary, module)?)?;
     module.add_function(wrap_pyfunction!(_fault, module)?)?;
+    module.add_function(wrap_pyfunction!(dialect_table, module)?)?;
+    module.add_class::<PyEngine>()?;
+    module.add_class::<PyEvents>()?;
     Ok(())
 }

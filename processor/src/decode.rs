@@ -131,13 +131,17 @@ impl From<Fault> for DecodeError {
 type Result<T> = std::result::Result<T, Fault>;
 
 /// The attribute keys a decode keeps, each with its index (the order they were given in, repeats
-/// dropped). Looking a key up costs a length check and, for keys of a length asked for, a binary
-/// search among those of that length.
+/// dropped). Looking a key up costs a length check and, for keys of a length asked for, a word
+/// compare of their last 8 bytes with each of that length (then the whole key, when they match):
+/// keys of one length mostly differ at their end (`otel_guard.chain.agents`, `.depth`, `.skills`).
 #[derive(Debug, Clone, Default)]
 pub struct Keys {
     names: Vec<String>,
-    by_len: Vec<Vec<(Box<[u8]>, u16)>>, // key length -> (key, index), sorted
+    by_len: Vec<Vec<Known>>, // key length -> the keys of that length
 }
+
+/// A key asked for: its last 8 bytes (see [`tail`]), the key, its index.
+type Known = (u64, Box<[u8]>, u16);
 
 /// More keys than an attribute's key index can hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,11 +172,8 @@ impl Keys {
             if set.by_len.len() <= key.len() {
                 set.by_len.resize(key.len() + 1, Vec::new());
             }
-            set.by_len[key.len()].push((key.as_bytes().into(), index));
+            set.by_len[key.len()].push((tail(key.as_bytes()), key.as_bytes().into(), index));
             set.names.push(key.to_owned());
-        }
-        for bucket in &mut set.by_len {
-            bucket.sort_unstable();
         }
         Ok(set)
     }
@@ -181,14 +182,14 @@ impl Keys {
     #[inline]
     pub fn index(&self, key: &[u8]) -> Option<u16> {
         let bucket = self.by_len.get(key.len())?;
-        match bucket.as_slice() {
-            [] => None,
-            [(only, index)] => (**only == *key).then_some(*index),
-            _ => bucket
-                .binary_search_by(|(name, _)| (**name).cmp(key))
-                .ok()
-                .map(|at| bucket[at].1),
+        if bucket.is_empty() {
+            return None;
         }
+        let tail = tail(key);
+        bucket
+            .iter()
+            .find(|(last, name, _)| *last == tail && **name == *key)
+            .map(|(_, _, index)| *index)
     }
 
     /// The key of an index [`Keys::index`] gave.
@@ -203,6 +204,15 @@ impl Keys {
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
+}
+
+/// A key's last 8 bytes as a word (all of a shorter key, zero-padded).
+#[inline(always)]
+fn tail(key: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let from = key.len().saturating_sub(8);
+    word[..key.len() - from].copy_from_slice(&key[from..]);
+    u64::from_le_bytes(word)
 }
 
 /// One `ScopeSpans` of the request: the resource it is under (the index of its `ResourceSpans`)

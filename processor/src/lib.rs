@@ -1,12 +1,18 @@
 //! The compiled engine of otel-guard-processor.
 //!
 //! Layers, each fed by the one before: [`decode`] (a request's bytes -> spans, read once, in
-//! place); next, the dialect table (a span -> a call or not), the one-call rules (calls -> hops)
-//! and the graph (paths, cycles, edges, trees). The Python service calls in once per request
-//! through the binding (`binding.rs`, built with the `python` feature), never once per span.
+//! place), [`dialects`] (a span -> a call or not, by the dialect table), [`calls`] (the one-call
+//! rules: calls -> hops), [`graph`] (paths, cycles, edges, decisions, trees, in bounded state:
+//! [`graph::Engine`]). The Python service calls in once per request through the binding
+//! (`binding.rs`, built with the `python` feature), never once per span.
 #![deny(unsafe_code)]
 
+pub mod calls;
 pub mod decode;
+pub mod dialects;
+pub mod graph;
+mod ids;
+mod lru;
 
 #[cfg(feature = "python")]
 mod binding;

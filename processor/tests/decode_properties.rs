@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::mutations::*;
 use common::*;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
@@ -237,37 +238,6 @@ fn decoded(bytes: &[u8]) -> Result<OwnedRequest, String> {
     decode(bytes, &keys)
         .map(|request| owned(&request, &keys))
         .map_err(|error| error.to_string())
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Flip(usize, u8),
-    Insert(usize, u8),
-    Remove(usize),
-    Cut(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        3 => (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Flip(at, byte)),
-        1 => (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Insert(at, byte)),
-        1 => any::<usize>().prop_map(Mutation::Remove),
-        1 => any::<usize>().prop_map(Mutation::Cut),
-    ]
-}
-
-fn mutate(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
-    for mutation in mutations {
-        let n = bytes.len();
-        match *mutation {
-            Mutation::Flip(at, byte) if n > 0 => bytes[at % n] ^= byte | 1,
-            Mutation::Insert(at, byte) => bytes.insert(at % (n + 1), byte),
-            Mutation::Remove(at) if n > 0 => drop(bytes.remove(at % n)),
-            Mutation::Cut(at) => bytes.truncate(at % (n + 1)),
-            _ => {}
-        }
-    }
-    bytes
 }
 
 proptest! {

@@ -2,6 +2,10 @@
 //! an encoding's fields), and the decoder's answer as owned values to compare.
 #![allow(dead_code)] // each test file uses part of it
 
+pub mod counted;
+pub mod mutations;
+pub mod spans;
+
 use otel_guard_engine::decode::{Request, Value};
 
 // --- writing protobuf by hand --------------------------------------------------------------------

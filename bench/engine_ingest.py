@@ -1,0 +1,132 @@
+"""What detection costs a span: the compiled engine against the Python Detector, side by side in one run.
+
+On the same requests (``bench/_processor_traffic.py``'s mixes, ``--traces`` traces a request, new
+trace ids each cycle of the template), time advancing a millisecond a request and a sweep
+(``expire``) every thousand requests, as the service's clock and sweeper would: ``--warmup``
+requests first, untimed, to fill the state to its bounds (50,000 traces held, the oldest evicted
+as new ones come, as under load), then ``--requests`` timed; the best and the median of
+``--rounds`` rounds, µs of CPU a span, with each of:
+
+- ``engine``: :class:`~otel_guard_processor.engine.EngineDetector` -- ``Engine.ingest(raw, now)``
+  (decode, dialects, one-call rules, graph, all in Rust) and its events tallied in Python;
+- ``detector``: ``Detector.ingest(request, raw, now)`` on a request already parsed by upb (the
+  service parses each request anyway, to answer a malformed one);
+- ``detector+parse``: the same with the parse (``parse_request``) counted in.
+
+The ratio printed is detector+parse ÷ engine: the engine needs no parse of its own. Run from a
+checkout whose engine is built (``pip install -e ./processor``: a release build).
+
+Usage: python bench/engine_ingest.py [--mix guarded --mix dialects --mix budget] [--traces 40]
+       [--rounds 5] [--warmup 1500] [--requests 1000] [--save DIR]
+
+``--save DIR`` also writes the warm-up's and the timed requests (``DIR/<mix>-<n>.bin``, in order)
+for the engine's native bench (``cargo run --release --example ingest_bench -- DIR/<mix>-*.bin``
+in processor/, which times the requests after the first WARMUP=1500 likewise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _processor_traffic as traffic
+from otel_guard_processor.detector import Detector
+from otel_guard_processor.engine import EngineDetector
+from otel_guard_processor.otlp import RequestView, parse_request
+
+SWEEP_EVERY = 1000
+TICK = 0.001  # seconds a request
+
+
+def run_engine(warmup: Iterator[bytes], raws: list[bytes]) -> float:
+    detector = EngineDetector()
+    index = 0
+    for raw in warmup:
+        detector.ingest(raw, index * TICK)
+        index += 1
+    start = time.process_time_ns()
+    for raw in raws:
+        now = index * TICK
+        detector.ingest(raw, now)
+        if index % SWEEP_EVERY == SWEEP_EVERY - 1:
+            detector.expire(now)
+        index += 1
+    return time.process_time_ns() - start
+
+
+def run_detector(warmup: Iterator[bytes], raws: list[bytes], parsed: list[RequestView] | None) -> float:
+    detector = Detector()
+    index = 0
+    for raw in warmup:
+        detector.ingest(parse_request(raw), raw, index * TICK)
+        index += 1
+    start = time.process_time_ns()
+    for at, raw in enumerate(raws):
+        now = index * TICK
+        request = parsed[at] if parsed is not None else parse_request(raw)
+        detector.ingest(request, raw, now)
+        if index % SWEEP_EVERY == SWEEP_EVERY - 1:
+            detector.expire(now)
+        index += 1
+    return time.process_time_ns() - start
+
+
+def fresh(template: traffic.Template, count: int) -> Iterator[bytes]:
+    """``count`` requests of ``template``, made as they are read (their ids new to whoever reads)."""
+    for _ in range(count):
+        yield template.next()[0]
+
+
+def measure(mix: str, args: argparse.Namespace) -> None:
+    template = traffic.MIXES[mix](args.traces)
+    requests = [template.next() for _ in range(args.requests)]
+    raws = [raw for raw, _ in requests]
+    spans = sum(count for _, count in requests)
+    parsed = [parse_request(raw) for raw in raws]
+    if args.save is not None:
+        args.save.mkdir(parents=True, exist_ok=True)
+        for index, raw in enumerate([*fresh(template, args.warmup), *raws]):
+            (args.save / f"{mix}-{index:05d}.bin").write_bytes(raw)
+    warmup = args.warmup
+    runs: dict[str, Callable[[], float]] = {
+        "engine": lambda: run_engine(fresh(template, warmup), raws),
+        "detector": lambda: run_detector(fresh(template, warmup), raws, parsed),
+        "detector+parse": lambda: run_detector(fresh(template, warmup), raws, None),
+    }
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, run in runs.items():  # side by side, round after round
+            times[name].append(run() / spans / 1000)
+    cells = [f"{name} {min(times[name]):.2f} / {statistics.median(times[name]):.2f}" for name in runs]
+    engine = statistics.median(times["engine"])
+    print(
+        f"{mix:9} {requests[0][1]:4} spans a request | µs a span, min / median: "
+        + " | ".join(cells)
+        + f" | detector+parse ÷ engine {statistics.median(times['detector+parse']) / engine:.1f}×"
+        + f", detector ÷ engine {statistics.median(times['detector']) / engine:.1f}×"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mix", action="append", choices=sorted(traffic.MIXES))
+    parser.add_argument("--traces", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=1500)
+    parser.add_argument("--save", type=Path, metavar="DIR")
+    args = parser.parse_args()
+    for mix in args.mix or ["guarded", "dialects", "budget"]:
+        measure(mix, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,635 @@
+//! Spans -> calls: the dialect table, as data (one row per rule), and the keys the engine reads.
+//!
+//! A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of
+//! the first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of
+//! its `gen_ai.operation.name`. A kind row with no kind says "no call by its kind": the span is then
+//! read by its operation. A row's name is the first of its sources the span has (the span name's
+//! subject, the span name, or an attribute); a call with no name is no call.
+//!
+//! | dialect | key | value | kind | named by |
+//! |---|---|---|---|---|
+//! | GenAI | span name | `invoke_agent` | agent | subject, `gen_ai.agent.name` |
+//! | GenAI | span name | `execute_tool` | tool | subject, `gen_ai.tool.name` |
+//! | GenAI | span name | `invoke_workflow` | agent | subject, `gen_ai.workflow.name` |
+//! | OpenInference (LangChain scope) | `openinference.span.kind` | `AGENT` | none | |
+//! | OpenInference (LangChain scope) | `openinference.span.kind` | `CHAIN` | agent, first below a tool | span name |
+//! | OpenInference | `openinference.span.kind` | `AGENT` | agent | `agent.name`, `graph.node.id` |
+//! | OpenInference | `openinference.span.kind` | `TOOL` | tool | `tool.name`, span name |
+//! | Traceloop | `traceloop.span.kind` | `agent` | agent | `traceloop.entity.name`, `gen_ai.agent.name` |
+//! | Traceloop | `traceloop.span.kind` | `workflow` | agent | `traceloop.entity.name`, `gen_ai.workflow.name` |
+//! | Traceloop | `traceloop.span.kind` | `tool` | tool | `traceloop.entity.name`, `gen_ai.tool.name` |
+//! | Traceloop | `traceloop.span.kind` | `task` | agent, first below a tool | `traceloop.entity.name` |
+//! | GenAI | `gen_ai.operation.name` | `invoke_agent` | agent | `gen_ai.agent.name` |
+//! | GenAI | `gen_ai.operation.name` | `execute_tool` | tool | `gen_ai.tool.name` |
+//! | GenAI | `gen_ai.operation.name` | `invoke_workflow` | agent | `gen_ai.workflow.name` |
+//!
+//! What a reader would not guess: the row that read a span is part of what the call *is* (its
+//! form). Two spans of one instrumentation with one name, one directly inside the other, are a
+//! re-entry when one row read both, and one call when two rows did (a wrapper: ADK's
+//! `invoke_workflow X` around `invoke_agent X`) -- except a wrapper's row inside the row of the
+//! call it wraps ([`WRAPPERS`]): that call started a new run. The table mirrors
+//! `tests/processor/reference/dialects.py` row for row; a test through the binding keeps them equal.
+#![forbid(unsafe_code)]
+
+use crate::decode::{Attribute, Request, Span, Value};
+
+/// What a call is: an agent run or a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Agent,
+    Tool,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Agent => "agent",
+            Kind::Tool => "tool",
+        }
+    }
+}
+
+/// Every attribute the engine reads: the table's, then the hop's. The walker keeps these alone
+/// (a [`crate::decode::Keys`] of [`Key::ALL`], in this order, so a decoded attribute's key index
+/// is its `Key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Key {
+    Operation,
+    AgentName,
+    ToolName,
+    WorkflowName,
+    OiKind,
+    OiAgentName,
+    GraphNodeId,
+    OiToolName,
+    TlKind,
+    TlName,
+    /// A call span that starts a trace and names the agent that called it (agent-to-agent
+    /// servers) continues that caller's path.
+    Caller,
+    /// The inline guard's attributes on its hop spans.
+    Decision,
+    Reason,
+    /// How often the guard's chain holds the hop's name.
+    NameDepth,
+    ChainAgents,
+    ChainDepth,
+    ChainRoot,
+    /// The hops the chain root's tree has used.
+    TreeHops,
+}
+
+pub const KEY_COUNT: usize = 18;
+
+impl Key {
+    pub const ALL: [Key; KEY_COUNT] = [
+        Key::Operation,
+        Key::AgentName,
+        Key::ToolName,
+        Key::WorkflowName,
+        Key::OiKind,
+        Key::OiAgentName,
+        Key::GraphNodeId,
+        Key::OiToolName,
+        Key::TlKind,
+        Key::TlName,
+        Key::Caller,
+        Key::Decision,
+        Key::Reason,
+        Key::NameDepth,
+        Key::ChainAgents,
+        Key::ChainDepth,
+        Key::ChainRoot,
+        Key::TreeHops,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Key::Operation => "gen_ai.operation.name",
+            Key::AgentName => "gen_ai.agent.name",
+            Key::ToolName => "gen_ai.tool.name",
+            Key::WorkflowName => "gen_ai.workflow.name",
+            Key::OiKind => "openinference.span.kind",
+            Key::OiAgentName => "agent.name",
+            Key::GraphNodeId => "graph.node.id",
+            Key::OiToolName => "tool.name",
+            Key::TlKind => "traceloop.span.kind",
+            Key::TlName => "traceloop.entity.name",
+            Key::Caller => "gen_ai.caller.agent.name",
+            Key::Decision => "otel_guard.decision",
+            Key::Reason => "otel_guard.reason",
+            Key::NameDepth => "otel_guard.name_depth",
+            Key::ChainAgents => "otel_guard.chain.agents",
+            Key::ChainDepth => "otel_guard.chain.depth",
+            Key::ChainRoot => "otel_guard.chain.root",
+            Key::TreeHops => "otel_guard.budget.hops",
+        }
+    }
+}
+
+/// The instrumentation scope of the inline guard's spans.
+pub const GUARD_SCOPE: &str = "otel_guard";
+pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langchain";
+
+pub const GENAI: &str = "OpenTelemetry GenAI";
+pub const OI: &str = "OpenInference";
+pub const TL: &str = "OpenLLMetry / Traceloop";
+
+/// What a row matches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum On {
+    /// The span name is the value, or starts with the value and a space.
+    SpanName,
+    Attribute(Key),
+}
+
+/// Where a call's name comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The span name after its first space (`invoke_agent X` -> `X`).
+    Subject,
+    SpanName,
+    Attribute(Key),
+}
+
+/// One rule: spans whose `on` is `value` are calls of `kind`, named by the first of `names`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    pub dialect: &'static str,
+    pub on: On,
+    pub value: &'static str,
+    /// None: no call by this kind (the span is read by its operation).
+    pub kind: Option<Kind>,
+    pub names: &'static [Source],
+    /// A call only first below a tool call, or at the top of a path.
+    pub conditional: bool,
+    /// Only in this instrumentation scope.
+    pub scope: Option<&'static str>,
+}
+
+/// A row of [`ROWS`], by its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RowId(pub u8);
+
+impl RowId {
+    pub fn row(self) -> &'static Row {
+        &ROWS[usize::from(self.0)]
+    }
+}
+
+const fn row(
+    dialect: &'static str,
+    on: On,
+    value: &'static str,
+    kind: Option<Kind>,
+    names: &'static [Source],
+) -> Row {
+    Row {
+        dialect,
+        on,
+        value,
+        kind,
+        names,
+        conditional: false,
+        scope: None,
+    }
+}
+
+const fn conditional(mut row: Row) -> Row {
+    row.conditional = true;
+    row
+}
+
+const fn scoped(mut row: Row, scope: &'static str) -> Row {
+    row.scope = Some(scope);
+    row
+}
+
+use Key::*;
+use Source::{SpanName, Subject};
+
+const AGENT: Option<Kind> = Some(Kind::Agent);
+const TOOL: Option<Kind> = Some(Kind::Tool);
+const NAME: On = On::SpanName;
+const OI_KIND: On = On::Attribute(OiKind);
+const TL_KIND: On = On::Attribute(TlKind);
+const OPERATION: On = On::Attribute(Operation);
+const fn attr(key: Key) -> Source {
+    Source::Attribute(key)
+}
+
+/// The rows, read in order: the span-name rows, the kind rows, the operation rows.
+#[rustfmt::skip]
+pub const ROWS: [Row; 14] = [
+    // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
+    row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
+    row(GENAI, NAME, "execute_tool", TOOL, &[Subject, attr(ToolName)]),
+    row(GENAI, NAME, "invoke_workflow", AGENT, &[Subject, attr(WorkflowName)]),
+    // Read by the first of the kind keys a span carries; the first row that matches its value and
+    // scope. LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
+    scoped(row(OI, OI_KIND, "AGENT", None, &[]), OPENINFERENCE_LANGCHAIN),
+    scoped(conditional(row(OI, OI_KIND, "CHAIN", AGENT, &[SpanName])), OPENINFERENCE_LANGCHAIN),
+    row(OI, OI_KIND, "AGENT", AGENT, &[attr(OiAgentName), attr(GraphNodeId)]),
+    row(OI, OI_KIND, "TOOL", TOOL, &[attr(OiToolName), SpanName]),
+    // CrewAI's instrumentation names its agents by gen_ai.agent.name alone.
+    row(TL, TL_KIND, "agent", AGENT, &[attr(TlName), attr(AgentName)]),
+    row(TL, TL_KIND, "workflow", AGENT, &[attr(TlName), attr(WorkflowName)]),
+    row(TL, TL_KIND, "tool", TOOL, &[attr(TlName), attr(ToolName)]),
+    // The run of an agent called as a tool.
+    conditional(row(TL, TL_KIND, "task", AGENT, &[attr(TlName)])),
+    row(GENAI, OPERATION, "invoke_agent", AGENT, &[attr(AgentName)]),
+    row(GENAI, OPERATION, "execute_tool", TOOL, &[attr(ToolName)]),
+    row(GENAI, OPERATION, "invoke_workflow", AGENT, &[attr(WorkflowName)]),
+];
+
+/// The dialect kind keys, in the order [`call_of`] prefers them when a span carries both.
+pub const KIND_KEYS: [Key; 2] = [OiKind, TlKind];
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut at = 0;
+    while at < a.len() {
+        if a[at] != b[at] {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}
+
+const fn same_on(a: On, b: On) -> bool {
+    match (a, b) {
+        (On::SpanName, On::SpanName) => true,
+        (On::Attribute(x), On::Attribute(y)) => x as u16 == y as u16,
+        _ => false,
+    }
+}
+
+/// The row (with a kind) that matches `on` = `value`; a missing one fails the build.
+const fn find(on: On, value: &str) -> RowId {
+    let mut at = 0;
+    while at < ROWS.len() {
+        let row = &ROWS[at];
+        if same_on(row.on, on) && same(row.value, value) && row.kind.is_some() {
+            return RowId(at as u8);
+        }
+        at += 1;
+    }
+    panic!("no such row")
+}
+
+/// A wrapper span's row (first) around the row of the call it wraps (second), of the same name
+/// and instrumentation. Any two rows read one call so, nested either way, except a pair's wrapper
+/// row inside its call's row: a new run (`invoke_workflow X` that `invoke_agent X` starts).
+#[rustfmt::skip]
+pub const WRAPPERS: [(RowId, RowId); 5] = [
+    // Google ADK
+    (find(NAME, "invoke_workflow"), find(NAME, "invoke_agent")),
+    (find(OPERATION, "invoke_workflow"), find(OPERATION, "invoke_agent")),
+    // Traceloop's LangGraph graph
+    (find(NAME, "invoke_agent"), find(TL_KIND, "workflow")),
+    (find(TL_KIND, "workflow"), find(TL_KIND, "agent")),
+    (find(TL_KIND, "task"), find(TL_KIND, "agent")),
+];
+
+/// Whether `below`, directly inside `above` (one name, one instrumentation), is a new run: the
+/// same row again, or a wrapper's row inside the row of the call it wraps.
+pub fn same_form_again(above: RowId, below: RowId) -> bool {
+    above == below || WRAPPERS.contains(&(below, above))
+}
+
+/// A span's attributes as the rules read them: the first value of each key, and where it stood.
+#[derive(Debug, Clone, Copy)]
+pub struct Attributes<'l, 'a> {
+    list: &'l [Attribute<'a>],
+    /// Key -> where its first value stands in `list` (ABSENT: nowhere).
+    first: [u16; KEY_COUNT],
+}
+
+const ABSENT: u16 = u16::MAX;
+
+impl<'l, 'a> Attributes<'l, 'a> {
+    /// The attributes of one decoded span (the request decoded with the keys of [`Key::ALL`]).
+    pub fn of(request: &'l Request<'a>, span: &Span<'a>) -> Attributes<'l, 'a> {
+        Attributes::from_list(request.attributes_of(span))
+    }
+
+    pub fn from_list(list: &'l [Attribute<'a>]) -> Attributes<'l, 'a> {
+        let mut first = [ABSENT; KEY_COUNT];
+        // (A span with more than 65,534 of the keys asked for reads the first of them.)
+        for (at, attribute) in list.iter().enumerate().take(usize::from(ABSENT)) {
+            if let Some(slot) = first.get_mut(usize::from(attribute.key))
+                && *slot == ABSENT
+            {
+                *slot = at as u16;
+            }
+        }
+        Attributes { list, first }
+    }
+
+    pub fn value(&self, key: Key) -> Option<Value<'a>> {
+        let at = self.first[key as usize];
+        (at != ABSENT).then(|| self.list[usize::from(at)].value)
+    }
+
+    /// The key's string value; None when it is missing or of another type.
+    pub fn text(&self, key: Key) -> Option<&'a str> {
+        match self.value(key) {
+            Some(Value::Str(text)) => Some(text),
+            _ => None,
+        }
+    }
+
+    pub fn integer(&self, key: Key) -> Option<i64> {
+        match self.value(key) {
+            Some(Value::Int(number)) => Some(number),
+            _ => None,
+        }
+    }
+
+    /// Of `keys`, the one that stands first among the span's attributes.
+    fn first_of(&self, keys: &[Key]) -> Option<Key> {
+        keys.iter()
+            .map(|&key| (self.first[key as usize], key))
+            .filter(|&(at, _)| at != ABSENT)
+            .min_by_key(|&(at, _)| at)
+            .map(|(_, key)| key)
+    }
+}
+
+/// What a span is as a call: the row that read it, and the name it gives (None: no name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call<'a> {
+    pub row: RowId,
+    pub name: Option<&'a str>,
+}
+
+impl Call<'_> {
+    pub fn kind(&self) -> Kind {
+        // Only rows with a kind make calls.
+        self.row.row().kind.unwrap_or(Kind::Agent)
+    }
+}
+
+/// The call a span records, by its name, its instrumentation scope and its attributes; None when
+/// it is none.
+pub fn call_of<'a>(
+    span_name: &'a str,
+    scope: &str,
+    attributes: &Attributes<'_, 'a>,
+) -> Option<Call<'a>> {
+    let rows = ROWS.iter().enumerate();
+    for (at, row) in rows.clone().filter(|(_, row)| row.on == On::SpanName) {
+        let named = span_name
+            .strip_prefix(row.value)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '));
+        if named {
+            return Some(call(at, row, span_name, attributes));
+        }
+    }
+    if let Some(kind_key) = attributes.first_of(&KIND_KEYS) {
+        let value = attributes.text(kind_key);
+        for (at, row) in rows.clone() {
+            if row.on == On::Attribute(kind_key)
+                && Some(row.value) == value
+                && row.scope.is_none_or(|only| only == scope)
+            {
+                if row.kind.is_some() {
+                    return Some(call(at, row, span_name, attributes));
+                }
+                break;
+            }
+        }
+    }
+    let operation = attributes.text(Operation)?;
+    rows.filter(|(_, row)| row.on == OPERATION)
+        .find(|(_, row)| row.value == operation)
+        .map(|(at, row)| call(at, row, span_name, attributes))
+}
+
+fn call<'a>(at: usize, row: &Row, span_name: &'a str, attributes: &Attributes<'_, 'a>) -> Call<'a> {
+    let name = row.names.iter().find_map(|source| {
+        let name = match *source {
+            Subject => span_name.split_once(' ').map_or("", |(_, subject)| subject),
+            SpanName => span_name,
+            Source::Attribute(key) => attributes.text(key)?,
+        };
+        (!name.is_empty()).then_some(name)
+    });
+    Call {
+        row: RowId(u8::try_from(at).unwrap_or(u8::MAX)),
+        name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::Attribute;
+
+    fn list<'a>(pairs: &[(Key, Value<'a>)]) -> Vec<Attribute<'a>> {
+        pairs
+            .iter()
+            .map(|&(key, value)| Attribute {
+                key: key as u16,
+                value,
+            })
+            .collect()
+    }
+
+    fn read<'a>(
+        name: &'a str,
+        scope: &str,
+        pairs: &[(Key, &'a str)],
+    ) -> Option<(Kind, Option<&'a str>, bool)> {
+        let pairs: Vec<_> = pairs
+            .iter()
+            .map(|&(key, text)| (key, Value::Str(text)))
+            .collect();
+        let list = list(&pairs);
+        let attributes = Attributes::from_list(&list);
+        call_of(name, scope, &attributes)
+            .map(|call| (call.kind(), call.name, call.row.row().conditional))
+    }
+
+    #[test]
+    fn the_keys_are_in_the_order_of_their_indices() {
+        for (at, key) in Key::ALL.iter().enumerate() {
+            assert_eq!(*key as usize, at);
+        }
+        let mut names: Vec<_> = Key::ALL.iter().map(|key| key.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), KEY_COUNT);
+    }
+
+    #[test]
+    fn every_key_a_row_reads_is_a_key_the_walker_keeps() {
+        for row in &ROWS {
+            if let On::Attribute(key) = row.on {
+                assert!(Key::ALL.contains(&key));
+            }
+            assert_eq!(row.kind.is_none(), row.names.is_empty(), "{row:?}");
+        }
+    }
+
+    #[test]
+    fn genai_span_names_are_read_by_their_subject_then_their_attribute() {
+        assert_eq!(
+            read("invoke_agent planner", "s", &[]),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("execute_tool search", "s", &[]),
+            Some((Kind::Tool, Some("search"), false))
+        );
+        assert_eq!(
+            read("invoke_workflow crew", "s", &[]),
+            Some((Kind::Agent, Some("crew"), false))
+        );
+        assert_eq!(
+            read("invoke_agent", "s", &[(AgentName, "budget")]),
+            Some((Kind::Agent, Some("budget"), false))
+        );
+        assert_eq!(
+            read("invoke_agent ", "s", &[]),
+            Some((Kind::Agent, None, false))
+        );
+        // Not the prefix and a space: no name row.
+        assert_eq!(read("invoke_agentx", "s", &[]), None);
+        assert_eq!(
+            read("invoke_agent a b", "s", &[]),
+            Some((Kind::Agent, Some("a b"), false))
+        );
+    }
+
+    #[test]
+    fn a_dialect_kind_comes_before_the_operation_and_the_first_kind_key_wins() {
+        let workflow = [
+            (TlKind, "workflow"),
+            (TlName, "graph"),
+            (Operation, "invoke_agent"),
+            (AgentName, "x"),
+        ];
+        assert_eq!(
+            read("graph.workflow", "s", &workflow),
+            Some((Kind::Agent, Some("graph"), false))
+        );
+        let both = [(OiKind, "TOOL"), (TlKind, "agent"), (OiToolName, "search")];
+        assert_eq!(
+            read("s", "s", &both),
+            Some((Kind::Tool, Some("search"), false))
+        );
+        let both = [(TlKind, "agent"), (OiKind, "TOOL"), (TlName, "planner")];
+        assert_eq!(
+            read("s", "s", &both),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        // An unknown kind value falls through to the operation.
+        let unknown = [
+            (OiKind, "LLM"),
+            (Operation, "execute_tool"),
+            (ToolName, "t"),
+        ];
+        assert_eq!(
+            read("chat", "s", &unknown),
+            Some((Kind::Tool, Some("t"), false))
+        );
+    }
+
+    #[test]
+    fn langchains_agent_guess_is_no_call_and_its_chain_is_a_conditional_agent() {
+        let guess = [
+            (OiKind, "AGENT"),
+            (Operation, "invoke_agent"),
+            (AgentName, "a"),
+        ];
+        assert_eq!(
+            read("agent", OPENINFERENCE_LANGCHAIN, &guess),
+            Some((Kind::Agent, Some("a"), false))
+        );
+        assert_eq!(read("agent", OPENINFERENCE_LANGCHAIN, &guess[..1]), None);
+        assert_eq!(
+            read("planner", OPENINFERENCE_LANGCHAIN, &[(OiKind, "CHAIN")]),
+            Some((Kind::Agent, Some("planner"), true))
+        );
+        assert_eq!(read("planner", "other", &[(OiKind, "CHAIN")]), None);
+        assert_eq!(
+            read("x", "other", &[(OiKind, "AGENT"), (GraphNodeId, "node")]),
+            Some((Kind::Agent, Some("node"), false))
+        );
+        assert_eq!(
+            read("lookup", "s", &[(OiKind, "TOOL")]),
+            Some((Kind::Tool, Some("lookup"), false))
+        );
+    }
+
+    #[test]
+    fn traceloop_agents_fall_back_to_the_genai_name_and_a_task_is_conditional() {
+        let crewai = [
+            (TlKind, "agent"),
+            (Operation, "invoke_agent"),
+            (AgentName, "planner"),
+        ];
+        assert_eq!(
+            read("planner.agent", "s", &crewai),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("x.task", "s", &[(TlKind, "task"), (TlName, "x")]),
+            Some((Kind::Agent, Some("x"), true))
+        );
+        // A task with no entity name: a call with no name.
+        let unnamed = [(TlKind, "task"), (Operation, "invoke_agent")];
+        assert_eq!(
+            read("y.task", "s", &unnamed),
+            Some((Kind::Agent, None, true))
+        );
+    }
+
+    #[test]
+    fn a_value_of_another_type_is_no_text() {
+        let other = list(&[
+            (OiKind, Value::Int(3)),
+            (Operation, Value::Str("invoke_agent")),
+        ]);
+        let call =
+            call_of("x", "s", &Attributes::from_list(&other)).map(|call| (call.kind(), call.name));
+        assert_eq!(call, Some((Kind::Agent, None)));
+        let repeated = list(&[
+            (AgentName, Value::Str("first")),
+            (AgentName, Value::Str("second")),
+        ]);
+        assert_eq!(
+            Attributes::from_list(&repeated).text(AgentName),
+            Some("first")
+        );
+    }
+
+    #[test]
+    fn the_wrapper_pairs_name_the_rows_they_say() {
+        let pairs: Vec<_> = WRAPPERS
+            .iter()
+            .map(|(wrapper, wrapped)| (wrapper.row().value, wrapped.row().value))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("invoke_workflow", "invoke_agent"),
+                ("invoke_workflow", "invoke_agent"),
+                ("invoke_agent", "workflow"),
+                ("workflow", "agent"),
+                ("task", "agent"),
+            ]
+        );
+        let (workflow, agent) = WRAPPERS[0];
+        assert!(!same_form_again(workflow, agent)); // the wrapper around its call: one call
+        assert!(same_form_again(agent, workflow)); // the wrapper inside its call: a new run
+        assert!(same_form_again(agent, agent));
+        assert!(!same_form_again(find(NAME, "execute_tool"), agent));
+    }
+}

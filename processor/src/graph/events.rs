@@ -1,0 +1,165 @@
+//! What one call into the engine counted ([`Events`]), and how label values are bounded.
+#![forbid(unsafe_code)]
+
+use std::borrow::Cow;
+
+use crate::ids::Map;
+
+const CUT: char = '…';
+
+/// A cycle's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CycleKind {
+    /// Nothing named stands between the two occurrences.
+    Direct,
+    /// Other names stand between.
+    CrossFunction,
+    /// The path crossed into another trace between them.
+    CrossTrace,
+}
+
+impl CycleKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CycleKind::Direct => "direct",
+            CycleKind::CrossFunction => "cross_function",
+            CycleKind::CrossTrace => "cross_trace",
+        }
+    }
+}
+
+/// A counted cycle: its kind, its label, and the span where the name returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cycle {
+    pub kind: CycleKind,
+    pub label: String,
+    pub trace_id: Vec<u8>,
+    pub span_id: Vec<u8>,
+}
+
+/// Why a trace or a tree went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Ttl,
+    Capacity,
+}
+
+/// What one call into the engine counted.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Events {
+    /// Spans in the request.
+    pub received: usize,
+    pub cycles: Vec<Cycle>,
+    /// (caller, callee) -> calls (see [`Events::delegations`]).
+    pub(super) delegations: Labelled,
+    /// (decision, reason, name) -> spans.
+    pub(super) decisions: Labelled,
+    /// The largest hop count of each delegation tree let go of.
+    pub tree_hops: Vec<i64>,
+    /// Traces evicted: [ttl, capacity].
+    pub evictions: [u64; 2],
+    /// Trees let go of for a reason: [ttl, capacity] (not those released at stop).
+    pub tree_evictions: [u64; 2],
+    /// Spans left out because their trace was full.
+    pub dropped: u64,
+    /// Spans received again while their trace was held.
+    pub duplicates: u64,
+    /// Names and labels cut to their bound.
+    pub truncated_names: u64,
+    pub truncated_labels: u64,
+}
+
+impl Events {
+    /// The calls counted on each edge, (caller, callee), in the order the edges were first counted.
+    pub fn delegations(&self) -> impl Iterator<Item = ([&str; 2], u64)> {
+        self.delegations.iter()
+    }
+
+    /// The spans counted per (decision, reason, name), in the order first counted.
+    pub fn decisions(&self) -> impl Iterator<Item = ([&str; 3], u64)> {
+        self.decisions.iter()
+    }
+}
+
+/// Counts by label values, in the order each set of values was first counted (so that a
+/// metric that keeps only so many label sets keeps the first ones, as the detector does).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Labelled {
+    counts: Vec<(Box<str>, u64)>,
+    index: Map<Box<str>, usize>,
+}
+
+impl Labelled {
+    /// Add `by` to the count of `values` (`scratch`: a buffer to pack them in).
+    pub(super) fn add(&mut self, scratch: &mut String, values: &[&str], by: u64) {
+        pack(scratch, values);
+        match self.index.get(scratch.as_str()) {
+            Some(&at) => self.counts[at].1 += by,
+            None => {
+                self.index
+                    .insert(scratch.as_str().into(), self.counts.len());
+                self.counts.push((scratch.as_str().into(), by));
+            }
+        }
+    }
+
+    fn iter<const N: usize>(&self) -> impl Iterator<Item = ([&str; N], u64)> {
+        self.counts.iter().map(|(key, count)| (unpack(key), *count))
+    }
+}
+
+/// Label values in one string: each but the last after its length in bytes, as two characters
+/// of ten bits each (a value is at most 256 characters, 1 KiB, long).
+fn pack(out: &mut String, parts: &[&str]) {
+    out.clear();
+    for (at, part) in parts.iter().enumerate() {
+        if at + 1 < parts.len() {
+            let length = u32::try_from(part.len()).unwrap_or(u32::MAX).min(0xf_ffff);
+            out.push(char::from_u32(0x100 + (length >> 10)).unwrap_or('?'));
+            out.push(char::from_u32(0x100 + (length & 0x3ff)).unwrap_or('?'));
+        }
+        out.push_str(part);
+    }
+}
+
+fn unpack<const N: usize>(mut packed: &str) -> [&str; N] {
+    let mut parts = [""; N];
+    for (at, part) in parts.iter_mut().enumerate() {
+        if at + 1 == N {
+            *part = packed;
+            break;
+        }
+        let mut chars = packed.chars();
+        let mut ten = || {
+            chars
+                .next()
+                .map_or(0, |c| (u32::from(c).saturating_sub(0x100)) as usize)
+        };
+        let length = (ten() << 10) | ten();
+        let rest = chars.as_str();
+        let (head, tail) = rest.split_at(length.min(rest.len()));
+        *part = head;
+        packed = tail;
+    }
+    parts
+}
+
+/// `text` within `limit` characters, the cut shown by a last `…`.
+pub fn cut(text: &str, limit: usize) -> Cow<'_, str> {
+    if text.len() <= limit {
+        return Cow::Borrowed(text);
+    }
+    match text.char_indices().nth(limit) {
+        None => Cow::Borrowed(text),
+        Some(_) => {
+            let end = text
+                .char_indices()
+                .nth(limit - 1)
+                .map_or(text.len(), |(at, _)| at);
+            let mut out = String::with_capacity(end + CUT.len_utf8());
+            out.push_str(&text[..end]);
+            out.push(CUT);
+            Cow::Owned(out)
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! The graph through `Engine::ingest`, case by case: cycles and their kinds, the span each count
+//! names, edges, decisions, tree hops, spans in any order, and the bounds.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::counted::Counted;
+use common::spans::*;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use otel_guard_engine::graph::{Engine, Limits};
+
+const SWEEP: f64 = 1e12;
+
+/// Every request at `now` 0, then a sweep past every wait and TTL, then the trees let go.
+fn run(requests: &[Vec<u8>]) -> Counted {
+    run_with(Limits::default(), requests)
+}
+
+fn run_with(limits: Limits, requests: &[Vec<u8>]) -> Counted {
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    for request in requests {
+        counted.add(&engine.ingest(request, 0.0).expect("a request"));
+    }
+    counted.add(&engine.expire(SWEEP));
+    counted.add(&engine.release_trees());
+    assert_eq!(
+        (engine.stored_spans(), engine.pending_spans()),
+        (0, 0),
+        "{counted:?}"
+    );
+    counted
+}
+
+fn one(scope: &str, spans: Vec<Span>) -> Vec<Vec<u8>> {
+    vec![encode(&[(scope, spans)])]
+}
+
+/// planner > budget > planner in one trace, in pydantic-ai's spans.
+fn a_loop() -> Vec<Span> {
+    vec![
+        span(1, 1, None, "invoke_agent planner", 10),
+        span(1, 2, Some(1), "invoke_agent budget", 20),
+        span(1, 3, Some(2), "invoke_agent planner", 30),
+        span(1, 4, Some(3), "invoke_agent budget", 40),
+    ]
+}
+
+#[test]
+fn a_loop_counts_once_from_the_span_where_the_name_first_returned() {
+    let counted = run(&one("pydantic-ai", a_loop()));
+    assert_eq!(
+        counted.cycles(),
+        [("cross_function", "planner>budget>planner")]
+    );
+    let spans = &counted.cycles[&("cross_function".into(), "planner>budget>planner".into())];
+    assert_eq!(spans, &[(trace_id(1), span_id(3))]);
+    assert_eq!(
+        counted.edges(),
+        [("budget", "planner", 1), ("planner", "budget", 2)]
+    );
+}
+
+#[test]
+fn any_order_and_any_batches_count_alike() {
+    let spans = a_loop();
+    let whole = run(&one("pydantic-ai", spans.clone()));
+    let reversed: Vec<Span> = spans.iter().rev().cloned().collect();
+    assert_eq!(run(&one("pydantic-ai", reversed.clone())), whole);
+    let singly: Vec<Vec<u8>> = reversed
+        .iter()
+        .map(|span| encode(&[("pydantic-ai", vec![span.clone()])]))
+        .collect();
+    assert_eq!(run(&singly), whole);
+    let mut engine = Engine::new(Limits::default()).expect("limits");
+    engine.ingest(&singly[0], 0.0).expect("a request");
+    assert_eq!((engine.stored_spans(), engine.pending_spans()), (1, 1));
+    engine.ingest(&singly[1], 0.0).expect("a request");
+    assert_eq!((engine.stored_spans(), engine.pending_spans()), (2, 2));
+}
+
+#[test]
+fn the_same_form_again_is_a_direct_cycle_and_two_instrumentations_one_call() {
+    let again = vec![
+        span(1, 1, None, "invoke_agent wiki", 1),
+        span(1, 2, Some(1), "invoke_agent wiki", 2),
+    ];
+    assert_eq!(
+        run(&one("pydantic-ai", again.clone())).cycles(),
+        [("direct", "wiki>wiki")]
+    );
+    let two = encode(&[
+        ("pydantic-ai", vec![again[0].clone()]),
+        ("openinference", vec![again[1].clone()]),
+    ]);
+    let counted = run(&[two]);
+    assert!(counted.cycles.is_empty() && counted.edges.is_empty());
+}
+
+#[test]
+fn adks_workflow_around_its_agent_is_one_call_and_the_reverse_a_new_run() {
+    let wrapped = vec![
+        span(1, 1, None, "invoke_workflow planner", 1),
+        span(1, 2, Some(1), "invoke_agent planner", 2),
+    ];
+    assert!(run(&one("gcp.vertex.agent", wrapped)).cycles.is_empty());
+    let again = vec![
+        span(1, 1, None, "invoke_agent planner", 1),
+        span(1, 2, Some(1), "invoke_workflow planner", 2),
+    ];
+    assert_eq!(
+        run(&one("gcp.vertex.agent", again)).cycles(),
+        [("direct", "planner>planner")]
+    );
+}
+
+#[test]
+fn a_remote_calls_two_sides_are_one_call() {
+    let spans = vec![
+        span(1, 1, None, "invoke_agent planner", 1),
+        kind(span(1, 2, Some(1), "invoke_agent budget", 2), CLIENT),
+        span(1, 3, Some(2), "POST", 3),
+        kind(span(1, 4, Some(3), "invoke_agent budget", 4), SERVER),
+    ];
+    let counted = run(&one("pydantic-ai", spans));
+    assert!(counted.cycles.is_empty());
+    assert_eq!(counted.edges(), [("planner", "budget", 1)]);
+}
+
+#[test]
+fn an_agent_run_below_a_tool_is_the_tools_run_and_a_plain_tools_edge_waits() {
+    let spans = vec![
+        span(1, 1, None, "invoke_agent planner", 1),
+        span(1, 2, Some(1), "execute_tool ask_budget", 2),
+        span(1, 3, Some(2), "invoke_agent budget", 3),
+        span(1, 4, Some(1), "execute_tool search", 4),
+    ];
+    let request = one("pydantic-ai", spans);
+    assert_eq!(
+        run(&request).edges(),
+        [("planner", "budget", 1), ("planner", "search", 1)]
+    );
+    let limits = Limits {
+        tool_edge_wait: 5.0,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    counted.add(&engine.ingest(&request[0], 100.0).expect("a request"));
+    assert_eq!(counted.edges(), [("planner", "budget", 1)]);
+    counted.add(&engine.expire(104.9));
+    assert_eq!(counted.edges(), [("planner", "budget", 1)]);
+    counted.add(&engine.expire(105.0));
+    assert_eq!(
+        counted.edges(),
+        [("planner", "budget", 1), ("planner", "search", 1)]
+    );
+}
+
+#[test]
+fn a_loop_waits_for_an_earlier_return_before_it_counts() {
+    let spans = [
+        span(1, 1, None, "invoke_agent fx", 1),
+        span(1, 2, Some(1), "invoke_agent planner", 2),
+        span(1, 3, Some(2), "invoke_agent budget", 3),
+        span(1, 4, Some(3), "invoke_agent planner", 4),
+        span(1, 5, Some(1), "invoke_agent budget", 5),
+        span(1, 6, Some(5), "invoke_agent planner", 6),
+        span(1, 7, Some(6), "invoke_agent budget", 7),
+    ];
+    let later_first = encode(&[("pydantic-ai", spans[4..].to_vec())]);
+    let first = encode(&[("pydantic-ai", spans[..4].to_vec())]);
+    let limits = Limits {
+        cycle_wait: 3.0,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    counted.add(&engine.ingest(&later_first, 10.0).expect("a request"));
+    counted.add(&engine.ingest(&first, 11.0).expect("a request"));
+    assert!(counted.cycles.is_empty());
+    counted.add(&engine.expire(13.9)); // first seen at 11: due at 14
+    assert!(counted.cycles.is_empty());
+    counted.add(&engine.expire(14.0));
+    assert_eq!(
+        counted.cycles(),
+        [("cross_function", "planner>budget>planner")]
+    );
+    counted.add(&engine.expire(SWEEP));
+    assert_eq!(counted.cycles.values().map(Vec::len).sum::<usize>(), 1);
+}
+
+#[test]
+fn a_linked_root_and_a_chained_root_continue_their_path_across_traces() {
+    let first = vec![
+        span(1, 1, None, "invoke_agent planner", 1),
+        kind(span(1, 2, Some(1), "publish", 2), 4),
+    ];
+    let second = vec![
+        linked(kind(span(2, 3, None, "process", 3), 5), 1, 2),
+        span(2, 4, Some(3), "invoke_agent planner", 4),
+    ];
+    let counted = run(&[
+        encode(&[("pydantic-ai", second.clone())]),
+        encode(&[("pydantic-ai", first.clone())]),
+    ]);
+    assert_eq!(counted.cycles(), [("cross_trace", "planner>planner")]);
+    assert_eq!(counted.edges(), [("planner", "planner", 1)]);
+    // The guard's chain: a trace's first span carries the earlier hops.
+    let chained = guarded(
+        span(3, 1, None, "invoke_agent budget", 1),
+        &["planner", "budget", "planner", "budget"],
+        "would_refuse",
+    );
+    let counted = run(&one(GUARD, vec![chained]));
+    assert_eq!(counted.cycles(), [("cross_trace", "budget>planner>budget")]);
+    assert_eq!(
+        counted.decisions.keys().collect::<Vec<_>>(),
+        [&("would_refuse".into(), String::new(), "budget".into())]
+    );
+}
+
+#[test]
+fn a_span_whose_parent_never_comes_settles_on_its_chain_when_its_trace_goes() {
+    let orphan = guarded(
+        span(1, 2, Some(99), "invoke_agent planner", 2),
+        &["planner", "budget", "planner"],
+        "allow",
+    );
+    let below = span(1, 3, Some(2), "invoke_agent budget", 3);
+    let mut engine = Engine::new(Limits::default()).expect("limits");
+    let mut counted = Counted::default();
+    counted.add(
+        &engine
+            .ingest(&encode(&[(GUARD, vec![orphan, below])]), 0.0)
+            .expect("a request"),
+    );
+    assert_eq!(engine.pending_spans(), 2);
+    counted.add(&engine.expire(119.0));
+    assert_eq!((engine.active_traces(), engine.pending_spans()), (1, 2));
+    counted.add(&engine.expire(120.0));
+    counted.add(&engine.expire(SWEEP));
+    assert_eq!((engine.active_traces(), engine.stored_spans()), (0, 0));
+    assert_eq!(counted.evictions, [1, 0]);
+    // planner returns on its chain's path; so does budget below it, one turn later: one loop.
+    assert_eq!(
+        counted.cycles(),
+        [("cross_trace", "planner>budget>planner")]
+    );
+}
+
+#[test]
+fn decisions_and_tree_hops_are_the_guards() {
+    let mut planner = guarded(
+        span(1, 1, None, "invoke_agent planner", 1),
+        &["planner"],
+        "allow",
+    );
+    let mut budget = guarded(
+        span(1, 2, Some(1), "invoke_agent budget", 2),
+        &["planner", "budget"],
+        "refuse",
+    );
+    budget = with(budget, "otel_guard.reason", text("budget"));
+    for (span, hops) in [(&mut planner, 1), (&mut budget, 7)] {
+        *span = with(span.clone(), "otel_guard.chain.root", text("r1"));
+        *span = with(span.clone(), "otel_guard.budget.hops", int(hops));
+    }
+    let counted = run(&one(GUARD, vec![planner.clone(), budget.clone()]));
+    assert_eq!(
+        counted.decisions,
+        BTreeMap::from([
+            (("allow".into(), "".into(), "planner".into()), 1),
+            (("refuse".into(), "budget".into(), "budget".into()), 1),
+        ])
+    );
+    assert_eq!(counted.tree_hops, [7]);
+    // Another scope's hop counts are not the guard's.
+    assert!(
+        run(&one("other", vec![planner, budget]))
+            .tree_hops
+            .is_empty()
+    );
+}
+
+#[test]
+fn names_and_labels_are_cut_to_their_bound() {
+    let long = "p".repeat(300);
+    let spans = vec![
+        span(1, 1, None, &format!("invoke_agent {long}"), 1),
+        span(1, 2, Some(1), &format!("invoke_agent {long}"), 2),
+    ];
+    let counted = run(&one("pydantic-ai", spans));
+    let (kind, label) = counted.cycles()[0];
+    assert_eq!(kind, "direct");
+    assert_eq!(label.chars().count(), 2 * 256 + 1);
+    assert!(label.contains("p…>p"));
+    assert_eq!(counted.truncated.0, 2);
+    let many: Vec<Span> = (0..6)
+        .map(|at| {
+            let name = format!("invoke_agent {at}{}", "x".repeat(300));
+            span(1, at + 1, at.checked_sub(1).map(|p| p + 1), &name, at)
+        })
+        .chain([span(1, 7, Some(6), "invoke_agent 0", 7)])
+        .collect();
+    let counted = run(&one("pydantic-ai", many));
+    assert!(counted.cycles.is_empty()); // "0" is no name cut short of "0xxx…"
+}
+
+#[test]
+fn a_path_keeps_its_last_64_names() {
+    let mut spans = vec![span(1, 1, None, "invoke_agent agent-0", 0)];
+    for at in 1..=84u64 {
+        spans.push(span(
+            1,
+            at + 1,
+            Some(at),
+            &format!("invoke_agent agent-{at}"),
+            at,
+        ));
+    }
+    spans.push(span(1, 200, Some(85), "invoke_agent agent-0", 90));
+    spans.push(span(1, 201, Some(85), "invoke_agent agent-84", 91));
+    let counted = run(&one("pydantic-ai", spans));
+    assert_eq!(counted.cycles(), [("direct", "agent-84>agent-84")]);
+}
+
+#[test]
+fn a_span_received_again_counts_once_and_a_full_trace_drops_the_rest() {
+    let request = encode(&[("pydantic-ai", a_loop())]);
+    let counted = run(&[request.clone(), request.clone()]);
+    assert_eq!(counted.duplicates, 4);
+    assert_eq!(
+        counted.edges(),
+        [("budget", "planner", 1), ("planner", "budget", 2)]
+    );
+    let limits = Limits {
+        max_spans_per_trace: 2,
+        ..Limits::default()
+    };
+    let halves = [
+        encode(&[("pydantic-ai", a_loop()[..3].to_vec())]),
+        encode(&[("pydantic-ai", a_loop()[3..].to_vec())]),
+    ];
+    let counted = run_with(limits, &halves);
+    assert_eq!(counted.dropped, 1); // checked as a request starts on the trace
+    assert_eq!(
+        counted.cycles(),
+        [("cross_function", "planner>budget>planner")]
+    );
+}
+
+#[test]
+fn traces_past_capacity_go_oldest_first_and_settle_what_waited() {
+    let limits = Limits {
+        max_traces: 2,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    let orphan = span(1, 2, Some(1), "invoke_agent budget", 2);
+    let orphan_child = span(1, 3, Some(2), "invoke_agent budget", 3);
+    counted.add(
+        &engine
+            .ingest(&encode(&[("x", vec![orphan, orphan_child])]), 0.0)
+            .expect("a request"),
+    );
+    for trace in 2..5 {
+        let request = encode(&[("x", vec![span(trace, 1, None, "chat", 1)])]);
+        counted.add(&engine.ingest(&request, 1.0).expect("a request"));
+    }
+    assert_eq!(counted.evictions, [0, 2]);
+    assert_eq!(engine.active_traces(), 2);
+    assert_eq!(counted.cycles(), [("direct", "budget>budget")]);
+    let limits = Limits {
+        max_spans: 3,
+        ..Limits::default()
+    };
+    let counted = run_with(limits, &one("x", a_loop()));
+    assert_eq!(counted.evictions[1], 0); // one trace is never evicted for its own spans
+}
+
+#[test]
+fn trees_are_let_go_after_their_ttl_and_at_capacity() {
+    let limits = Limits {
+        max_traces: 2,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    for (trace, root) in [(1, "a"), (2, "b"), (3, "c")] {
+        let hop = with(
+            with(
+                span(trace, 1, None, "chat", 1),
+                "otel_guard.chain.root",
+                text(root),
+            ),
+            "otel_guard.budget.hops",
+            int(trace as i64),
+        );
+        counted.add(
+            &engine
+                .ingest(&encode(&[(GUARD, vec![hop])]), 0.0)
+                .expect("a request"),
+        );
+    }
+    assert_eq!(counted.tree_hops, [1]);
+    assert_eq!(engine.active_trees(), 2);
+    counted.add(&engine.expire(120.0));
+    assert_eq!(counted.tree_hops, [1, 2, 3]);
+    assert_eq!(engine.active_trees(), 0);
+}
+
+#[test]
+fn bytes_that_are_no_request_change_nothing() {
+    let mut engine = Engine::new(Limits::default()).expect("limits");
+    engine
+        .ingest(&encode(&[("x", a_loop()[..2].to_vec())]), 0.0)
+        .expect("a request");
+    assert!(engine.ingest(b"\x0a\x05", 0.0).is_err());
+    assert_eq!(engine.stored_spans(), 2);
+    assert!(
+        Engine::new(Limits {
+            max_traces: 1,
+            ..Limits::default()
+        })
+        .is_err()
+    );
+    assert!(
+        Engine::new(Limits {
+            cycle_wait: f64::NAN,
+            ..Limits::default()
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn a_tools_run_is_the_source_of_its_span_that_started_first_in_any_order() {
+    // Beside the guard: the guard's spans record planner -> budget twice, and a tool call that ran
+    // budget, recorded by the guard's span (started first) and pydantic-ai's; the run is the
+    // guard's, so the guard's calls at planner > budget are three.
+    let planner = span(1, 1, None, "invoke_agent planner", 1);
+    let guard_calls = vec![
+        span(1, 2, Some(1), "invoke_agent budget", 2),
+        span(1, 3, Some(1), "invoke_agent budget", 3),
+        span(1, 6, Some(4), "invoke_agent budget", 5),
+    ];
+    let tool = span(1, 4, Some(1), "execute_tool ask_budget", 4);
+    let later = span(1, 5, Some(4), "invoke_agent budget", 6);
+    let others_first = [
+        encode(&[(
+            "pydantic-ai",
+            vec![planner.clone(), tool.clone(), later.clone()],
+        )]),
+        encode(&[(GUARD, guard_calls.clone())]),
+    ];
+    let guards_first = [
+        encode(&[("pydantic-ai", vec![planner, tool])]),
+        encode(&[(GUARD, guard_calls)]),
+        encode(&[("pydantic-ai", vec![later])]),
+    ];
+    assert_eq!(run(&others_first).edges(), [("planner", "budget", 3)]);
+    assert_eq!(run(&guards_first).edges(), [("planner", "budget", 3)]);
+}

@@ -1,0 +1,241 @@
+"""The compiled engine against the plain reference: the same counts from the same request bytes.
+
+The engine is fed through its binding (``Engine.ingest``), every request at one instant, then swept
+once everything may go (``expire`` past every TTL and wait: waiting spans settle, due counts are
+made) and its trees let go; the reference (``tests/processor/reference``) reads the same bytes.
+They must count alike -- cycles, the span each cycle's count names, delegation edges, decisions,
+tree hops, spans received and received again -- on every recording of
+``tests/processor/dialects/corpus`` (``runtimes/`` included: Google ADK's own spans, CrewAI under
+OpenLLMetry) in several arrival orders, batch splits, a retry, key-first and value-first encodings;
+on hypothesis span forests of every style; and on the forests the detector gets wrong
+(``KNOWN_FOREST_DIFFERENCES``), where the reference is right.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus_spans import read_spans
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from otel_guard_processor.engine import Engine, EngineDetector, dialect_table
+from processor_spans import Trace, encode
+from reference import dialects
+from reference.forests import (
+    FIXED_STYLES,
+    ROOTS,
+    STYLES,
+    Call,
+    Delivery,
+    calls,
+    deliveries,
+    requests,
+    spans_of,
+)
+from reference.reference import detect
+from reference.test_reference import (
+    ENCODINGS,
+    KNOWN_FOREST_DIFFERENCES,
+    RECORDINGS,
+    SWEEP,
+    Counts,
+    bounded,
+    counts,
+    recording,
+)
+from test_corpus import ORDERS
+
+Returns = dict[tuple[str, str], list[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one side counted: the counts as the processor serves them, and each cycle's spans."""
+
+    counts: Counts
+    returns: Returns  # (kind, label) -> the (trace id, span id) of each count, hex, sorted
+
+
+def engine(raws: Sequence[bytes]) -> Seen:
+    detector = EngineDetector()
+    received = 0
+    returns: Returns = {}
+    for raw in raws:
+        received += detector.ingest(raw, 0.0)
+    for events in (detector.engine.expire(SWEEP), detector.engine.release_trees()):
+        detector._tally(events)
+        for kind, label, trace_id, span_id in events.cycles:
+            returns.setdefault((kind, label), []).append((trace_id.hex(), span_id.hex()))
+    assert (detector.stored_spans, detector.pending_spans, detector.active_traces) == (0, 0, 0)
+    assert detector.engine.faults == 0
+    seen = Counts(
+        detector.cycles,
+        detector.delegations,
+        detector.decisions,
+        (detector.tree_hops, detector.tree_hops_sum),
+        received,
+        detector.duplicates,
+    )
+    return Seen(seen, {key: sorted(spans) for key, spans in returns.items()})
+
+
+def reference(raws: Sequence[bytes]) -> Seen:
+    metrics = detect(raws)
+    return Seen(counts(metrics), {key: sorted(spans) for key, spans in metrics.returns.items()})
+
+
+# --- the recordings ------------------------------------------------------------------------------
+
+Records = list[dict[str, Any]]
+
+
+def ended(records: Records) -> list[Records]:
+    """One request, children first (as exporters send): the engine reads such a batch backwards."""
+    return [sorted(records, key=lambda record: record["start"], reverse=True)]
+
+
+def scattered(records: Records) -> list[Records]:
+    """Shuffled into requests of one to five spans."""
+    mixed = list(records)
+    rng = random.Random(len(records) + 1)
+    rng.shuffle(mixed)
+    batches = []
+    while mixed:
+        size = rng.randint(1, 5)
+        batches.append(mixed[:size])
+        mixed = mixed[size:]
+    return batches
+
+
+def retried(records: Records) -> list[Records]:
+    """Three requests, the second sent again at the end (a client's retry)."""
+    third = max(1, len(records) // 3)
+    batches = [records[:third], records[third : 2 * third], records[2 * third :]]
+    return [*batches, batches[1]]
+
+
+ENGINE_ORDERS: list[Callable[[Records], list[Records]]] = [*ORDERS, ended, scattered, retried]
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+@pytest.mark.parametrize("order", ENGINE_ORDERS, ids=lambda order: order.__name__)
+@pytest.mark.parametrize("path", RECORDINGS, ids=recording)
+def test_every_recording_counts_as_the_reference_in_any_order_and_encoding(
+    path: Path, order: Callable[[Records], list[Records]], encoding: str
+) -> None:
+    raws = [ENCODINGS[encoding](batch) for batch in order(read_spans(path))]
+    assert engine(raws) == reference(raws)
+
+
+def test_the_runtimes_the_detector_gets_wrong_count_right() -> None:
+    """ADK's invoke_workflow around invoke_agent is one call; CrewAI's X.agent spans are named by
+    gen_ai.agent.name: one loop, planner>budget>planner, and one edge per call."""
+    runtimes = [path for path in RECORDINGS if path.parent.name == "runtimes"]
+    assert {recording(path) for path in runtimes} == {
+        "runtimes/adk.loop",
+        "runtimes/adk.control",
+        "runtimes/crewai_tl.loop",
+        "runtimes/crewai_tl.control",
+    }
+    for path in runtimes:
+        raws = [ENCODINGS["key_first"](batch) for batch in scattered(read_spans(path))]
+        seen = engine(raws).counts
+        if path.name.endswith(".loop.spans.jsonl"):
+            assert seen.cycles == {("cross_function", "planner>budget>planner"): 1}
+            assert seen.delegations == {("planner", "budget"): 3, ("budget", "planner"): 2}
+        else:
+            assert (seen.cycles, seen.delegations) == ({}, {("planner", "budget"): 1})
+
+
+def test_names_labels_and_paths_are_bounded_as_the_reference_bounds_them() -> None:
+    raws = [encode(*bounded())]
+    assert engine(raws) == reference(raws)
+    detector = EngineDetector()
+    detector.ingest(raws[0], 0.0)
+    detector.expire(SWEEP)
+    assert detector.truncated["label"] == 1
+    assert detector.truncated["name"] > 0
+
+
+# --- forests -------------------------------------------------------------------------------------
+
+FORESTS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FORESTS
+@given(calls(STYLES), st.sampled_from(STYLES), deliveries, st.sampled_from(ROOTS))
+def test_any_forest_in_any_delivery_counts_as_the_reference(
+    call: Call, style: str, delivery: Delivery, root: str
+) -> None:
+    raws = requests(spans_of(call, style, root), delivery)
+    assert engine(raws) == reference(raws)
+
+
+@FORESTS
+@given(calls(FIXED_STYLES, hops=("in_process",)), st.sampled_from(FIXED_STYLES), deliveries)
+def test_any_forest_of_the_fixed_runtimes_counts_as_the_reference(
+    call: Call, style: str, delivery: Delivery
+) -> None:
+    """Google ADK's spans and CrewAI's under OpenLLMetry, agents in one process (CrewAI's tool
+    calls make no span, so a call through a tool starts nowhere else)."""
+    raws = requests(spans_of(call, style), delivery)
+    assert engine(raws) == reference(raws)
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_FOREST_DIFFERENCES))
+def test_the_forests_the_detector_counts_otherwise_count_as_the_reference(name: str) -> None:
+    known = KNOWN_FOREST_DIFFERENCES[name]
+    for delivery, _ in known.today:
+        for again in (delivery, replace(delivery, order="ended"), replace(delivery, order="shuffled")):
+            raws = requests(known.spans(), again, known.keep_linked)
+            ours = engine(raws)
+            assert ours == reference(raws), known.why
+            assert ours.counts.delegations == known.right
+            if known.right_cycles is not None:
+                assert ours.counts.cycles == known.right_cycles
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def test_the_engines_dialect_table_is_the_references_row_for_row() -> None:
+    rows, wrappers = dialect_table()
+    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS]
+    assert rows == [
+        (row.dialect, row.key, row.value, row.kind, row.names, row.conditional, row.scope) for row in table
+    ]
+    assert [(table[wrapper], table[wrapped]) for wrapper, wrapped in wrappers] == list(dialects.WRAPPERS)
+
+
+# --- waits ---------------------------------------------------------------------------------------
+
+
+def test_a_loops_count_waits_for_an_earlier_return_and_then_names_the_first() -> None:
+    """fx runs planner > budget > planner and budget > planner > budget: one loop in the trace.
+    Delivered the later turn first, the engine waits cycle_wait before it counts, so the turn that
+    started first names it; counted at once, the later turn would have."""
+    spans = KNOWN_FOREST_DIFFERENCES["which turn names a loop"].spans()
+    later_first = requests(spans, Delivery("ended", 8, [False] * 8, None, [], 0))
+    engine_ = Engine(cycle_wait=5.0)
+    seen = [engine_.ingest(raw, 100.0).cycles for raw in later_first]
+    assert seen == [[]] * len(later_first)
+    assert engine_.expire(104.0).cycles == []
+    ((kind, label, _, _),) = engine_.expire(105.0).cycles
+    assert (kind, label) == ("cross_function", "planner>budget>planner")
+    assert engine_.expire(SWEEP).cycles == []  # counted once
+
+
+def test_an_agent_calls_edge_counts_at_once_and_a_tools_after_its_wait() -> None:
+    trace = Trace()
+    planner = trace.agent("planner")
+    trace.agent("budget", planner)
+    trace.tool("search", planner)
+    engine_ = Engine(tool_edge_wait=10.0)
+    assert engine_.ingest(encode(*trace.spans), 50.0).delegations == {("planner", "budget"): 1}
+    assert engine_.expire(59.0).delegations == {}
+    assert engine_.expire(60.0).delegations == {("planner", "search"): 1}
