@@ -10,13 +10,13 @@ every hop test would fail for a reason far from its cause), and uninstruments af
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
 import pytest
 
-from otel_guard.instrumentation._base import GuardInstrumentor
+from otel_guard.instrumentation._base import GuardInstrumentor, resolve
 
 InstrumentorT = TypeVar("InstrumentorT", bound=GuardInstrumentor)
 
@@ -55,3 +55,19 @@ def instrumentor_fixture(make: Callable[[], InstrumentorT]) -> Any:
         instrumentor.uninstrument()
 
     return instrumentor
+
+
+def unresolved(targets: Iterable[str]) -> list[str]:
+    """Why each of ``targets`` (``module:Class.attribute`` names) does not resolve to a callable in the
+    installed runtime: empty when every patch target and internal name is where the instrumentor
+    expects it."""
+    missing = []
+    for target in targets:
+        try:
+            found = resolve(target)
+        except LookupError as exc:
+            missing.append(str(exc))
+            continue
+        if not callable(found):
+            missing.append(f"{target} is not callable")
+    return missing

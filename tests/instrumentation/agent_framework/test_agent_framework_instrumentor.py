@@ -23,7 +23,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import telemetry
-from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.agent_framework import (
     INTERNAL_NAMES,
     PATCH_TARGETS,
@@ -31,15 +30,11 @@ from otel_guard.instrumentation.agent_framework import (
 )
 from otel_guard.instrumentation.agent_framework._tools import AGENT_TOOL, agent_behind
 from otel_guard.instrumentation.agent_framework.package import _instruments
+from tests.instrumentation.instrumentors import unresolved
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_agent_framework() -> None:
-    missing = []
-    for target in (*PATCH_TARGETS, *INTERNAL_NAMES):
-        try:
-            assert callable(resolve(target)), target
-        except LookupError as exc:
-            missing.append(str(exc))
+    missing = unresolved((*PATCH_TARGETS, *INTERNAL_NAMES))
     assert not missing, "\n".join(missing)
 
 

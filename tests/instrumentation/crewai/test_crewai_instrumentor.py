@@ -23,13 +23,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import telemetry
-from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.crewai import (
     INTERNAL_NAMES,
     PATCH_TARGETS,
     CrewAIInstrumentor,
 )
 from otel_guard.instrumentation.crewai.package import _instruments
+from tests.instrumentation.instrumentors import unresolved
 
 
 def test_the_entry_point_names_the_instrumentor() -> None:
@@ -45,12 +45,7 @@ def test_the_version_range_is_the_tested_one_and_admits_the_installed_crewai() -
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_crewai() -> None:
-    missing = []
-    for target in (*PATCH_TARGETS, *INTERNAL_NAMES):
-        try:
-            assert callable(resolve(target)), target
-        except LookupError as exc:
-            missing.append(str(exc))
+    missing = unresolved((*PATCH_TARGETS, *INTERNAL_NAMES))
     assert not missing, "\n".join(missing)
     # Read on the tool the hooks are handed: the BaseTool a CrewStructuredTool was made from.
     from crewai.tools.structured_tool import CrewStructuredTool

@@ -22,19 +22,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import telemetry
-from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.llama_index import PATCH_TARGETS, LlamaIndexInstrumentor
 from otel_guard.instrumentation.llama_index.package import _instruments
 from tests.hop_spans import guard_spans
+from tests.instrumentation.instrumentors import unresolved
 
 
 def test_every_patch_target_exists_in_the_installed_llama_index() -> None:
-    missing = []
-    for target in PATCH_TARGETS:
-        try:
-            assert callable(resolve(target)), target
-        except LookupError as exc:
-            missing.append(str(exc))
+    missing = unresolved(PATCH_TARGETS)
     assert not missing, "\n".join(missing)
 
 

@@ -21,19 +21,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from smolagents_loop import Ask, CallBudget, ScriptedModel, agent
 
 from otel_guard import telemetry
-from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.smolagents import PATCH_TARGETS, SmolagentsInstrumentor
 from otel_guard.instrumentation.smolagents.package import _instruments
 from tests.hop_spans import guard_spans
+from tests.instrumentation.instrumentors import unresolved
 
 
 def test_every_patch_target_exists_in_the_installed_smolagents() -> None:
-    missing = []
-    for target in PATCH_TARGETS:
-        try:
-            assert callable(resolve(target)), target
-        except LookupError as exc:
-            missing.append(str(exc))
+    missing = unresolved(PATCH_TARGETS)
     assert not missing, "\n".join(missing)
 
 

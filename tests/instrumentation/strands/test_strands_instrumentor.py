@@ -23,19 +23,14 @@ from strands_loop import CallBudget, ScriptedModel
 from strands_support import guard_spans
 
 from otel_guard import telemetry
-from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.strands import PATCH_TARGETS, StrandsInstrumentor
 from otel_guard.instrumentation.strands._tool_stream import INTERNAL_NAMES
 from otel_guard.instrumentation.strands.package import _instruments
+from tests.instrumentation.instrumentors import unresolved
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_strands() -> None:
-    missing = []
-    for target in (*PATCH_TARGETS, *INTERNAL_NAMES):
-        try:
-            assert callable(resolve(target)), target
-        except LookupError as exc:
-            missing.append(str(exc))
+    missing = unresolved((*PATCH_TARGETS, *INTERNAL_NAMES))
     assert not missing, "\n".join(missing)
 
 
