@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from otel_guard.instrumentation._base import GuardInstrumentor, resolve
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, resolve
 
 InstrumentorT = TypeVar("InstrumentorT", bound=GuardInstrumentor)
 
@@ -57,8 +57,8 @@ def instrumentor_fixture(make: Callable[[], InstrumentorT]) -> Any:
     return instrumentor
 
 
-def unresolved(targets: Iterable[str]) -> list[str]:
-    """Why each of ``targets`` (``module:Class.attribute`` names) does not resolve to a callable in the
+def unresolved(targets: Iterable[PatchTarget]) -> list[str]:
+    """Why each of ``targets`` (``(module, "Class.attribute")`` pairs) does not resolve to a callable in the
     installed runtime: empty when every patch target and internal name is where the instrumentor
     expects it."""
     missing = []
