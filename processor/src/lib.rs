@@ -12,6 +12,7 @@ pub mod decode;
 pub mod dialects;
 pub mod graph;
 mod ids;
+mod keys;
 mod lru;
 
 #[cfg(feature = "python")]
