@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 mod events;
+mod limits;
 mod rules;
 mod trace;
 
@@ -42,6 +43,9 @@ use std::collections::{HashMap, VecDeque};
 use std::mem;
 
 pub use events::{Cycle, CycleKind, Events, Reason, cut};
+pub use limits::{
+    BadLimits, Limits, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_PATH_NAMES, MAX_ROOT_BYTES,
+};
 use trace::{CallFacts, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting};
 
 use crate::calls::Hop;
@@ -49,63 +53,6 @@ use crate::decode::{self, DecodeError, Keys, Request, Value};
 use crate::dialects::{self, Attributes, Key};
 use crate::ids::{self, Keyed, SpanId};
 use crate::lru::{Handle, Lru};
-
-pub const MAX_NAME_CHARS: usize = 256;
-pub const MAX_LABEL_CHARS: usize = 1024;
-pub const MAX_PATH_NAMES: usize = 64;
-/// A tree's root longer than this (in bytes) is not read.
-pub const MAX_ROOT_BYTES: usize = 125;
-
-/// The bounds on the engine's state, and the waits (see the module docstring).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    pub max_traces: usize,
-    pub max_spans: usize,
-    pub max_spans_per_trace: usize,
-    pub trace_ttl: f64,
-    pub tool_edge_wait: f64,
-    pub cycle_wait: f64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_traces: 50_000,
-            max_spans: 1_000_000,
-            max_spans_per_trace: 10_000,
-            trace_ttl: 120.0,
-            tool_edge_wait: 10.0,
-            cycle_wait: 10.0,
-        }
-    }
-}
-
-/// Limits the engine cannot run with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadLimits(pub &'static str);
-
-impl std::fmt::Display for BadLimits {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for BadLimits {}
-
-impl Limits {
-    pub fn check(self) -> Result<Limits, BadLimits> {
-        if self.max_traces < 2 {
-            return Err(BadLimits("max_traces must be at least 2"));
-        }
-        let waits = [self.trace_ttl, self.tool_edge_wait, self.cycle_wait];
-        if waits.iter().any(|wait| !wait.is_finite() || *wait < 0.0) {
-            return Err(BadLimits(
-                "trace_ttl, tool_edge_wait and cycle_wait must be finite and not negative",
-            ));
-        }
-        Ok(self)
-    }
-}
 
 #[derive(Debug)]
 struct Tree {
