@@ -54,3 +54,10 @@ def assert_observe_mode_recorded_the_loop(spans: Any, metric_reader: Any, agent:
         and attributes.get("otel_guard.reason") == "cycle"
         for attributes, _ in points
     ), points
+
+
+def hop_named(spans: Any, name: str) -> ReadableSpan:
+    """The one hop span named ``name`` (``invoke_agent budget``); fails if there is none or more."""
+    found = [s for s in guard_spans(spans) if s.name == name]
+    assert len(found) == 1, (name, decisions(spans))
+    return found[0]

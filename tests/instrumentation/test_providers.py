@@ -3,15 +3,11 @@ for every runtime's instrumentor, as OpenTelemetry instrumentors do."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from importlib.metadata import EntryPoint
+from typing import Any
 
 import pytest
-from instrumentors import our_entry_points
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from instrumentors import given_providers, our_entry_points
 
 from otel_guard import delegate, telemetry
 
@@ -19,31 +15,10 @@ from otel_guard import delegate, telemetry
 OURS = our_entry_points()
 
 
-@pytest.fixture
-def restore_global_telemetry() -> Iterator[None]:
-    yield
-    telemetry.bind()  # back to the global providers the rest of the suite reads
-
-
-@pytest.mark.usefixtures("restore_global_telemetry")
 @pytest.mark.parametrize("entry_point", OURS, ids=lambda ep: ep.name)
-def test_hops_go_to_the_providers_given_to_instrument(entry_point: object, spans: object) -> None:
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    instrumentor = entry_point.load()()  # type: ignore[attr-defined]
-    instrumentor.instrument(
-        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
-    )
-    try:
-        with delegate("planner", "plan"):
-            pass
-    finally:
-        instrumentor.uninstrument()
-    assert [span.name for span in exporter.get_finished_spans()] == ["invoke_agent planner"]
-    data = reader.get_metrics_data()
-    assert data is not None
-    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert telemetry.METRIC_DECISIONS in names
-    assert spans.all() == []  # type: ignore[attr-defined]  # nothing went to the global provider
+def test_hops_go_to_the_providers_given_to_instrument(entry_point: EntryPoint, spans: Any) -> None:
+    with given_providers(entry_point.load()) as given, delegate("planner", "plan"):
+        pass
+    assert given.hop_names() == ["invoke_agent planner"]
+    assert telemetry.METRIC_DECISIONS in given.metric_names()
+    assert spans.all() == []  # nothing went to the global provider

@@ -4,23 +4,12 @@ only when the app imports it, and the providers given to ``instrument()`` get th
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-from collections.abc import Iterator
-from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
 from agent_framework import Agent, tool
 from agent_framework_loop import CallBudget, ScriptedClient
 from agent_framework_support import guard_spans
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import telemetry
 from otel_guard.instrumentation.agent_framework import (
@@ -30,7 +19,12 @@ from otel_guard.instrumentation.agent_framework import (
 )
 from otel_guard.instrumentation.agent_framework._tools import AGENT_TOOL, agent_behind
 from otel_guard.instrumentation.agent_framework.package import _instruments
-from tests.instrumentation.instrumentors import unresolved
+from tests.instrumentation.instrumentors import (
+    assert_registered,
+    given_providers,
+    patched_on_import,
+    unresolved,
+)
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_agent_framework() -> None:
@@ -55,57 +49,17 @@ def test_the_agent_behind_an_as_tool_tool_is_found() -> None:
 
 
 def test_the_entry_point_and_the_dependency_range_match_the_installed_agent_framework() -> None:
-    (entry_point,) = [
-        ep
-        for ep in entry_points(group="opentelemetry_instrumentor")
-        if ep.name == "otel_guard_agent_framework"
-    ]
-    assert entry_point.load() is AgentFrameworkInstrumentor
-    assert tuple(AgentFrameworkInstrumentor().instrumentation_dependencies()) == _instruments
-    assert AgentFrameworkInstrumentor()._check_dependency_conflicts() is None
+    assert_registered(AgentFrameworkInstrumentor, "otel_guard_agent_framework", _instruments)
 
 
 # -- lazy patching ------------------------------------------------------------------------------
 
-PROGRAM = textwrap.dedent(
-    """
-    import json, sys
-    import wrapt
-    from otel_guard.instrumentation._base import resolve
-    from otel_guard.instrumentation.agent_framework import PATCH_TARGETS, AgentFrameworkInstrumentor
-
-    uninstrument_first = sys.argv[1] == "yes"
-    instrumentor = AgentFrameworkInstrumentor()
-    instrumentor.instrument()
-    loaded_before = sorted(m for m in sys.modules if m.split(".")[0] == "agent_framework")
-    pending = instrumentor.is_instrumented_by_opentelemetry
-    if uninstrument_first:
-        instrumentor.uninstrument()
-    import agent_framework  # the app's import
-    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
-    patched = [isinstance(resolve(target), proxy) for target in PATCH_TARGETS]
-    print(json.dumps({"loaded_before": loaded_before, "pending": pending, "patched": patched}))
-    """
-)
-
-
-def run_lazily(uninstrument_first: bool) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, "yes" if uninstrument_first else "no"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "does not exist" not in done.stderr, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
-
 
 @pytest.mark.integration
 def test_agent_framework_is_patched_when_the_app_imports_it() -> None:
-    report = run_lazily(uninstrument_first=False)
+    report = patched_on_import(
+        AgentFrameworkInstrumentor, "import agent_framework", ["agent_framework"], uninstrument_first=False
+    )
     assert report["loaded_before"] == [], "instrument() imported Agent Framework before the app did"
     assert report["pending"] is True
     assert report["patched"] == [True] * len(PATCH_TARGETS)
@@ -113,30 +67,17 @@ def test_agent_framework_is_patched_when_the_app_imports_it() -> None:
 
 @pytest.mark.integration
 def test_uninstrument_before_the_import_leaves_agent_framework_unpatched() -> None:
-    report = run_lazily(uninstrument_first=True)
+    report = patched_on_import(
+        AgentFrameworkInstrumentor, "import agent_framework", ["agent_framework"], uninstrument_first=True
+    )
     assert report["patched"] == [False] * len(PATCH_TARGETS)
 
 
 # -- providers ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restore_global_telemetry() -> Iterator[None]:
-    yield
-    telemetry.bind()  # back to the global providers the rest of the suite reads
-
-
-@pytest.mark.usefixtures("restore_global_telemetry")
 async def test_hops_go_to_the_providers_given_to_instrument(spans: Any) -> None:
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    instrumentor = AgentFrameworkInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
-    )
-    try:
+    with given_providers(AgentFrameworkInstrumentor) as given:
 
         @tool
         def lookup(question: str) -> str:
@@ -145,17 +86,9 @@ async def test_hops_go_to_the_providers_given_to_instrument(spans: Any) -> None:
 
         client = ScriptedClient("searcher", "lookup", CallBudget(1))
         await Agent(client=client, name="searcher", tools=[lookup]).run("find")
-    finally:
-        instrumentor.uninstrument()
 
-    assert [span.name for span in exporter.get_finished_spans()] == [
-        "execute_tool lookup",
-        "invoke_agent searcher",
-    ]
-    data = reader.get_metrics_data()
-    assert data is not None
-    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert telemetry.METRIC_DECISIONS in names
+    assert given.hop_names() == ["execute_tool lookup", "invoke_agent searcher"]
+    assert telemetry.METRIC_DECISIONS in given.metric_names()
     # Nothing of the guard's went to the global provider (Agent Framework's own spans did).
     assert guard_spans(spans) == []
     assert spans.all()

@@ -15,17 +15,13 @@ from agent_framework_support import guard_spans, instrumented_fixture
 
 import otel_guard
 from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
+from tests.hop_spans import hop_named
 
 instrumented = instrumented_fixture()
 
 
 def tree() -> Loop:
     return build_loop(max_tool_calls=1)  # planner's one tool call; budget then answers without tools
-
-
-def hop(spans: Any, name: str) -> Any:
-    (found,) = [s for s in guard_spans(spans) if s.name == name]
-    return found
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
@@ -49,7 +45,7 @@ async def test_a_tree_that_made_its_model_requests_ends_the_run_with_a_last_answ
     assert "has made its 2 model requests (max_model_requests 2)" in result.text
     assert result.finish_reason == "length"
     assert (len(loop.planner_client.requests), len(loop.budget_client.requests)) == (1, 1)
-    [event] = [e for e in hop(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
+    [event] = [e for e in hop_named(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
     assert event.attributes["otel_guard.reason"] == "budget"
     assert event.attributes["otel_guard.budget.exhausted"] == "model_requests"
 
@@ -97,7 +93,7 @@ async def test_a_tree_that_spent_its_tokens_makes_no_more_requests_nor_hops(
     assert "has spent its 1 model tokens (max_tokens 1)" in result.text
     assert len(loop.planner_client.requests) == 1  # the tool call; the answer was refused before it was sent
     assert loop.budget_client.requests == []  # the tool hop that would run budget was refused
-    refused = hop(spans, "execute_tool ask_budget")
+    refused = hop_named(spans, "execute_tool ask_budget")
     assert refused.attributes["otel_guard.decision"] == "refuse"
     assert refused.attributes["otel_guard.budget.exhausted"] == "tokens"
 
@@ -126,7 +122,7 @@ async def test_observe_mode_lets_the_requests_through_and_records_would_refuse(
         ("invoke_agent planner", "model_requests"),  # planner's answer
     ]
     for name in ("execute_tool ask_budget", "invoke_agent budget"):
-        would = hop(spans, name)
+        would = hop_named(spans, name)
         assert would.attributes["otel_guard.decision"] == "would_refuse"
         assert would.attributes["otel_guard.budget.exhausted"] == "model_requests"
 

@@ -4,11 +4,6 @@ everything (the plugins left on existing runners make no more hops)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-from collections.abc import Iterator
 from importlib.metadata import distribution, entry_points
 from typing import Any
 
@@ -21,11 +16,6 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.adk.tools.transfer_to_agent_tool import TransferToAgentTool
 from google.genai import types
 from google_adk_models import ScriptedModel, ToolCalls, agents_as_tools
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from packaging.requirements import Requirement
 
 from otel_guard import telemetry
@@ -34,6 +24,7 @@ from otel_guard.instrumentation.google_adk import PATCH_TARGETS, GoogleADKInstru
 from otel_guard.instrumentation.google_adk import _tools as adk_tools
 from otel_guard.instrumentation.google_adk._plugin import GuardPlugin
 from otel_guard.instrumentation.google_adk.package import _instruments
+from tests.instrumentation.instrumentors import given_providers, patched_on_import
 
 PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
@@ -75,58 +66,22 @@ def test_the_declared_versions_are_the_ones_installed_and_the_entry_point_is_reg
 
 # -- lazy patching ------------------------------------------------------------------------------
 
-PROGRAM = textwrap.dedent(
-    """
-    import json, sys
-    import wrapt
-    from importlib.metadata import entry_points
-    from otel_guard.instrumentation._base import resolve
-    from otel_guard.instrumentation.google_adk import PATCH_TARGETS, GoogleADKInstrumentor
-
-    uninstrument_first = sys.argv[1] == "yes"
-    # Every otel-guard instrumentor, as opentelemetry-instrument does.
-    group = entry_points(group="opentelemetry_instrumentor")
-    ours = {ep.load() for ep in group if ep.value.startswith("otel_guard.")}
-    instrumentors = {cls: cls() for cls in ours}
-    for instrumentor in instrumentors.values():
-        instrumentor.instrument()
-    loaded_before = "google.adk" in sys.modules
-    adk = instrumentors[GoogleADKInstrumentor]
-    pending = adk.is_instrumented_by_opentelemetry
-    if uninstrument_first:
-        adk.uninstrument()
-    from google.adk.agents import LlmAgent  # the app's import
-    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
-    patched = [isinstance(resolve(t), proxy) for t in PATCH_TARGETS]
-    print(json.dumps({"loaded_before": loaded_before, "pending": pending, "patched": patched}))
-    """
-)
-
 
 @pytest.mark.integration
 @pytest.mark.parametrize("uninstrument_first", [False, True], ids=["instrumented", "uninstrumented-first"])
 def test_adk_is_patched_when_the_app_first_imports_it(uninstrument_first: bool) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, "yes" if uninstrument_first else "no"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    report = patched_on_import(
+        GoogleADKInstrumentor,
+        "from google.adk.agents import LlmAgent",
+        ["google.adk"],
+        uninstrument_first=uninstrument_first,
     )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert report["loaded_before"] is False, "instrument() imported ADK before the app did"
+    assert report["loaded_before"] == [], "instrument() imported ADK before the app did"
     assert report["pending"] is True
     assert report["patched"] == [not uninstrument_first] * len(PATCH_TARGETS)
 
 
 # -- providers, uninstrument --------------------------------------------------------------------
-
-
-@pytest.fixture
-def restore_global_telemetry() -> Iterator[None]:
-    yield
-    telemetry.bind()  # back to the global providers the rest of the suite reads
 
 
 def planner_with_lookup() -> LlmAgent:
@@ -147,26 +102,12 @@ async def run_in(runner: Runner) -> None:
         pass
 
 
-@pytest.mark.usefixtures("restore_global_telemetry")
 async def test_hops_go_to_the_providers_given_to_instrument(spans: Any) -> None:
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    instrumentor = GoogleADKInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
-    )
-    try:
+    with given_providers(GoogleADKInstrumentor) as given:
         await run_in(InMemoryRunner(agent=planner_with_lookup(), app_name="offsite"))
-    finally:
-        instrumentor.uninstrument()
 
-    assert guard_span_names(exporter.get_finished_spans()) == ["execute_tool lookup", "invoke_agent planner"]
-    data = reader.get_metrics_data()
-    assert data is not None
-    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert telemetry.METRIC_DECISIONS in names
+    assert given.hop_names() == ["execute_tool lookup", "invoke_agent planner"]
+    assert telemetry.METRIC_DECISIONS in given.metric_names()
     assert guard_span_names(spans.all()) == []  # ADK's own spans went to the global provider, ours did not
 
 

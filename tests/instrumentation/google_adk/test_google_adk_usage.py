@@ -17,6 +17,7 @@ from google_adk_models import TOKENS_PER_RESPONSE, Pair, agents_as_tools, final_
 import otel_guard
 from otel_guard.instrumentation.google_adk import GoogleADKInstrumentor
 from otel_guard.instrumentation.google_adk._usage import TreeBudgetExceeded
+from tests.hop_spans import hop_named
 from tests.instrumentation.instrumentors import instrumentor_fixture
 
 instrumented = instrumentor_fixture(GoogleADKInstrumentor)
@@ -24,11 +25,6 @@ instrumented = instrumentor_fixture(GoogleADKInstrumentor)
 
 def tree() -> Pair:
     return agents_as_tools(max_tool_calls=1)  # planner's one call; budget then answers without one
-
-
-def hop(spans: Any, name: str) -> Any:
-    (found,) = [s for s in spans.named(name) if s.attributes and "otel_guard.decision" in s.attributes]
-    return found
 
 
 async def test_a_tree_that_made_its_model_requests_ends_the_run_with_adks_limit_error(
@@ -45,7 +41,7 @@ async def test_a_tree_that_made_its_model_requests_ends_the_run_with_adks_limit_
     assert isinstance(ended.value, TreeBudgetExceeded)
     # planner's tool call and budget's answer were made; planner's answer, in the same tree, was not.
     assert (len(pair.planner_model.requests), len(pair.budget_model.requests)) == (1, 1)
-    [event] = [e for e in hop(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
+    [event] = [e for e in hop_named(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
     assert event.attributes is not None
     assert event.attributes["otel_guard.reason"] == "budget"
     assert event.attributes["otel_guard.budget.exhausted"] == "model_requests"
@@ -87,7 +83,7 @@ async def test_a_tree_that_spent_its_tokens_makes_no_more_hops_nor_requests(
     # planner's first response spent the tree's tokens: the call into budget was refused (the model
     # read why), and planner's next request ended the run.
     assert (len(pair.planner_model.requests), len(pair.budget_model.requests)) == (1, 0)
-    refused = hop(spans, "invoke_agent budget")
+    refused = hop_named(spans, "invoke_agent budget")
     assert refused.attributes["otel_guard.decision"] == "refuse"
     assert refused.attributes["otel_guard.budget.exhausted"] == "tokens"
 
@@ -113,4 +109,6 @@ async def test_observe_mode_lets_the_requests_through_and_records_would_refuse(
         ("invoke_agent budget", "model_requests"),
         ("invoke_agent planner", "model_requests"),
     ]
-    assert hop(spans, "invoke_agent budget").attributes["otel_guard.budget.exhausted"] == "model_requests"
+    assert (
+        hop_named(spans, "invoke_agent budget").attributes["otel_guard.budget.exhausted"] == "model_requests"
+    )

@@ -4,28 +4,22 @@ the providers given to ``instrument()`` get the hops of a real run."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-from collections.abc import Iterator
-from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
 from llama_index.core.tools import FunctionTool
 from llama_index_loop import CallBudget, ScriptedModel, agent
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import telemetry
 from otel_guard.instrumentation.llama_index import PATCH_TARGETS, LlamaIndexInstrumentor
 from otel_guard.instrumentation.llama_index.package import _instruments
 from tests.hop_spans import guard_spans
-from tests.instrumentation.instrumentors import unresolved
+from tests.instrumentation.instrumentors import (
+    assert_registered,
+    given_providers,
+    patched_on_import,
+    unresolved,
+)
 
 
 def test_every_patch_target_exists_in_the_installed_llama_index() -> None:
@@ -34,92 +28,51 @@ def test_every_patch_target_exists_in_the_installed_llama_index() -> None:
 
 
 def test_the_entry_point_and_the_dependency_range_match_the_installed_llama_index() -> None:
-    (entry_point,) = [
-        ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.name == "otel_guard_llama_index"
-    ]
-    assert entry_point.load() is LlamaIndexInstrumentor
-    assert tuple(LlamaIndexInstrumentor().instrumentation_dependencies()) == _instruments
-    assert LlamaIndexInstrumentor()._check_dependency_conflicts() is None
+    assert_registered(LlamaIndexInstrumentor, "otel_guard_llama_index", _instruments)
 
 
 # -- lazy patching ------------------------------------------------------------------------------
 
-PROGRAM = textwrap.dedent(
-    """
-    import json, sys
-    import wrapt
-    from otel_guard.instrumentation._base import resolve
-    from otel_guard.instrumentation.llama_index import PATCH_TARGETS, LlamaIndexInstrumentor
-
-    uninstrument_first = sys.argv[1] == "yes"
-    instrumentor = LlamaIndexInstrumentor()
-    instrumentor.instrument()
-    loaded_before = sorted(m for m in sys.modules if m.startswith(("llama_index", "workflows")))
-    pending = instrumentor.is_instrumented_by_opentelemetry
-    if uninstrument_first:
-        instrumentor.uninstrument()
-    import llama_index.core  # the app's import
-    from llama_index.core.instrumentation import get_dispatcher
-    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
-    patched = [isinstance(resolve(target), proxy) for target in PATCH_TARGETS]
-    handlers = [type(handler).__name__ for handler in get_dispatcher().span_handlers]
-    print(json.dumps({"loaded_before": loaded_before, "pending": pending, "patched": patched,
-                      "handlers": handlers}))
-    """
-)
-
-
-def run_lazily(uninstrument_first: bool) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, "yes" if uninstrument_first else "no"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "does not exist" not in done.stderr, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+SPAN_HANDLERS = """
+from llama_index.core.instrumentation import get_dispatcher
+report = [type(handler).__name__ for handler in get_dispatcher().span_handlers]
+"""
 
 
 @pytest.mark.integration
 def test_llama_index_is_patched_when_the_app_imports_it() -> None:
-    report = run_lazily(uninstrument_first=False)
+    report = patched_on_import(
+        LlamaIndexInstrumentor,
+        "import llama_index.core",
+        ["llama_index", "workflows"],
+        uninstrument_first=False,
+        after=SPAN_HANDLERS,
+    )
     # Finding llama_index.core imports the namespace package llama_index, which runs no code.
     assert report["loaded_before"] == ["llama_index"], "instrument() imported LlamaIndex before the app did"
+    assert report["after"] == ["NullSpanHandler", "RunEnds"]  # the span handlers
     assert report["pending"] is True
     assert report["patched"] == [True] * len(PATCH_TARGETS)
-    assert report["handlers"] == ["NullSpanHandler", "RunEnds"]
 
 
 @pytest.mark.integration
 def test_uninstrument_before_the_import_leaves_llama_index_unpatched() -> None:
-    report = run_lazily(uninstrument_first=True)
+    report = patched_on_import(
+        LlamaIndexInstrumentor,
+        "import llama_index.core",
+        ["llama_index", "workflows"],
+        uninstrument_first=True,
+        after=SPAN_HANDLERS,
+    )
     assert report["patched"] == [False] * len(PATCH_TARGETS)
-    assert report["handlers"] == ["NullSpanHandler"]
+    assert report["after"] == ["NullSpanHandler"]
 
 
 # -- providers ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restore_global_telemetry() -> Iterator[None]:
-    yield
-    telemetry.bind()  # back to the global providers the rest of the suite reads
-
-
-@pytest.mark.usefixtures("restore_global_telemetry")
 async def test_hops_go_to_the_providers_given_to_instrument(spans: Any) -> None:
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    instrumentor = LlamaIndexInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
-    )
-    try:
+    with given_providers(LlamaIndexInstrumentor) as given:
 
         def lookup(question: str) -> str:
             """Look something up."""
@@ -127,15 +80,7 @@ async def test_hops_go_to_the_providers_given_to_instrument(spans: Any) -> None:
 
         model = ScriptedModel("searcher", "lookup", CallBudget(1))
         await agent("searcher", model, [FunctionTool.from_defaults(fn=lookup)]).run(user_msg="find")
-    finally:
-        instrumentor.uninstrument()
 
-    assert [span.name for span in exporter.get_finished_spans()] == [
-        "execute_tool lookup",
-        "invoke_agent searcher",
-    ]
-    data = reader.get_metrics_data()
-    assert data is not None
-    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert telemetry.METRIC_DECISIONS in names
+    assert given.hop_names() == ["execute_tool lookup", "invoke_agent searcher"]
+    assert telemetry.METRIC_DECISIONS in given.metric_names()
     assert guard_spans(spans) == []  # nothing of the guard's went to the global provider

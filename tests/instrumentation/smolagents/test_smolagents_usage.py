@@ -17,18 +17,13 @@ from smolagents_loop import Ask, CallBudget, Loop, ScriptedModel, StreamingScrip
 import otel_guard
 from otel_guard.instrumentation.smolagents import SmolagentsInstrumentor
 from otel_guard.instrumentation.smolagents._usage import TreeBudgetExceeded
-from tests.hop_spans import guard_spans
+from tests.hop_spans import guard_spans, hop_named
 
 instrumented = instrumentor_fixture(SmolagentsInstrumentor)
 
 
 def tree(model: type[ScriptedModel] = ScriptedModel) -> Loop:
     return build_loop(max_tool_calls=1, model=model)  # planner's one tool call; budget then answers
-
-
-def hop(spans: Any, name: str) -> Any:
-    (found,) = [s for s in guard_spans(spans) if s.name == name]
-    return found
 
 
 @pytest.mark.parametrize("model", [ScriptedModel, StreamingScriptedModel], ids=["generate", "stream"])
@@ -49,7 +44,7 @@ def test_a_tree_that_made_its_model_requests_ends_the_run_with_smolagents_genera
     assert isinstance(e.value.__cause__, TreeBudgetExceeded)
     assert (len(loop.planner_model.requests), len(loop.budget_model.requests)) == (1, 1)
     assert planner.model is loop.planner_model  # the agent's own model is back
-    [event] = [e for e in hop(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
+    [event] = [e for e in hop_named(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
     assert event.attributes is not None
     assert event.attributes["otel_guard.reason"] == "budget"
     assert event.attributes["otel_guard.budget.exhausted"] == "model_requests"
@@ -92,7 +87,7 @@ def test_a_tree_that_spent_its_tokens_makes_no_more_requests_nor_hops(
 
     assert len(loop.planner_model.requests) == 1
     assert loop.budget_model.requests == []  # the tool hop that would run budget was refused
-    refused = hop(spans, "execute_tool ask_budget")
+    refused = hop_named(spans, "execute_tool ask_budget")
     assert refused.attributes["otel_guard.decision"] == "refuse"
     assert refused.attributes["otel_guard.budget.exhausted"] == "tokens"
 

@@ -15,17 +15,13 @@ from strands_support import guard_spans, instrumented_fixture
 
 import otel_guard
 from otel_guard.instrumentation.strands import StrandsInstrumentor
+from tests.hop_spans import hop_named
 
 instrumented = instrumented_fixture()
 
 
 def tree() -> Loop:
     return build_loop(max_tool_calls=1)  # planner's one tool call; budget then answers without tools
-
-
-def hop(spans: Any, name: str) -> Any:
-    (found,) = [s for s in guard_spans(spans) if s.name == name]
-    return found
 
 
 async def test_a_tree_that_made_its_model_requests_ends_the_run_at_strands_turn_limit(
@@ -41,7 +37,7 @@ async def test_a_tree_that_made_its_model_requests_ends_the_run_at_strands_turn_
     assert result.stop_reason == "limit_turns"
     assert "has made its 2 model requests (max_model_requests 2)" in str(result)
     assert (len(loop.planner_model.requests), len(loop.budget_model.requests)) == (1, 1)
-    [event] = [e for e in hop(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
+    [event] = [e for e in hop_named(spans, "invoke_agent planner").events if e.name == "otel_guard.refused"]
     assert event.attributes["otel_guard.reason"] == "budget"
     assert event.attributes["otel_guard.budget.exhausted"] == "model_requests"
 
@@ -84,7 +80,7 @@ async def test_a_tree_that_spent_its_tokens_makes_no_more_requests_nor_hops(
     assert "has spent its 1 model tokens (max_tokens 1)" in str(result)
     assert len(loop.planner_model.requests) == 1
     assert loop.budget_model.requests == []  # the tool hop that would run budget was refused
-    refused = hop(spans, "execute_tool ask_budget")
+    refused = hop_named(spans, "execute_tool ask_budget")
     assert refused.attributes["otel_guard.decision"] == "refuse"
     assert refused.attributes["otel_guard.budget.exhausted"] == "tokens"
 
@@ -113,7 +109,7 @@ async def test_observe_mode_lets_the_requests_through_and_records_would_refuse(
         ("invoke_agent planner", "model_requests"),  # planner's answer
     ]
     for name in ("execute_tool ask_budget", "invoke_agent budget"):
-        would = hop(spans, name)
+        would = hop_named(spans, name)
         assert would.attributes["otel_guard.decision"] == "would_refuse"
         assert would.attributes["otel_guard.budget.exhausted"] == "model_requests"
 
