@@ -67,3 +67,29 @@ def console_spans(text: str) -> list[dict[str, Any]]:
 def hops(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The guard's spans among ``spans``."""
     return [s for s in spans if "otel_guard.decision" in s["attributes"]]
+
+
+# The chain of the refused hop when planner's tool ``ask_budget`` runs budget, whose ``ask_planner``
+# runs planner again: the first bounce, refused.
+THROUGH_TOOLS = ("planner", "ask_budget", "budget", "ask_planner", "planner")
+
+
+def assert_planner_refused(spans: list[dict[str, Any]], chain: tuple[str, ...] = THROUGH_TOOLS) -> None:
+    """One hop among ``spans`` was refused: planner's re-entry, for a cycle, with its event and
+    ``chain`` as its chain."""
+    refused = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
+    assert len(refused) == 1, [(s["name"], s["attributes"]["otel_guard.decision"]) for s in hops(spans)]
+    (hop,) = refused
+    assert hop["name"] == "invoke_agent planner"
+    assert hop["attributes"]["otel_guard.reason"] == "cycle"
+    assert hop["attributes"]["otel_guard.chain.agents"] == list(chain)
+    assert [e["name"] for e in hop["events"]] == ["otel_guard.refused"]
+
+
+def assert_observe_mode_let_it_through(spans: list[dict[str, Any]]) -> None:
+    """Observe mode (set in the environment) recorded would-refuse hops, each with its event, and
+    refused none."""
+    would = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "would_refuse"]
+    assert would
+    assert {s["attributes"]["otel_guard.mode"] for s in hops(spans)} == {"observe"}
+    assert all([e["name"] for e in s["events"]] == ["otel_guard.would_refuse"] for s in would)

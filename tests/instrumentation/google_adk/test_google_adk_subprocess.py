@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from instrumented_app import hops, run_instrumented
+from instrumented_app import (
+    assert_observe_mode_let_it_through,
+    assert_planner_refused,
+    hops,
+    run_instrumented,
+)
 
 APP = Path(__file__).with_name("google_adk_app.py")
 
@@ -37,11 +42,7 @@ def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument(how: st
         if how == "transfer"
         else "planner answers after budget ok"
     )
-    (refused,) = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
-    assert refused["name"] == "invoke_agent planner"
-    assert refused["attributes"]["otel_guard.reason"] == "cycle"
-    assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
-    assert [e["name"] for e in refused["events"]] == ["otel_guard.refused"]
+    assert_planner_refused(spans, ("planner", "budget", "planner"))
     # ADK's own spans of the calls nest under the guard's hops, in one trace.
     assert len({s["context"]["trace_id"] for s in spans}) == 1
     by_id = {s["context"]["span_id"]: s for s in spans}
@@ -58,8 +59,5 @@ def test_observe_mode_and_guidance_from_the_environment() -> None:
 
     assert result["tool_calls"] == 6  # let through: the scripts bounded the loop
     assert result["budget_errors"] == []
-    would = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "would_refuse"]
-    assert would
-    assert {s["attributes"]["otel_guard.mode"] for s in hops(spans)} == {"observe"}
-    assert all([e["name"] for e in s["events"]] == ["otel_guard.would_refuse"] for s in would)
+    assert_observe_mode_let_it_through(spans)
     assert result["budget_first_user_text"].startswith("[Execution context] You are currently running INSIDE")
