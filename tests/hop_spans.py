@@ -61,3 +61,35 @@ def hop_named(spans: Any, name: str) -> ReadableSpan:
     found = [s for s in guard_spans(spans) if s.name == name]
     assert len(found) == 1, (name, decisions(spans))
     return found[0]
+
+
+def budget_events(spans: Any) -> list[tuple[str, str]]:
+    """(hop span name, the budget it found spent or ``""``) of every event on the hop spans, sorted."""
+    return sorted(
+        (s.name, str((e.attributes or {}).get("otel_guard.budget.exhausted") or ""))
+        for s in guard_spans(spans)
+        for e in s.events
+    )
+
+
+# Planner asks budget through the tool ask_budget under ``max_model_requests=1`` in observe mode:
+# planner's first request is the tree's one; the tool call and budget's run (hops) would have been
+# refused (their own events; their spans say which budget), and so would budget's request and
+# planner's answer (events on the hop the request is made in).
+OVER_ONE_REQUEST = [
+    ("execute_tool ask_budget", ""),
+    ("invoke_agent budget", ""),
+    ("invoke_agent budget", "model_requests"),
+    ("invoke_agent planner", "model_requests"),
+]
+
+
+def assert_observe_mode_recorded_the_spent_requests(spans: Any, hops: tuple[str, ...] = ()) -> None:
+    """Observe mode let planner -> ask_budget -> budget through past a budget of one model request and
+    recorded what it would have refused (:data:`OVER_ONE_REQUEST`); each of ``hops`` is a would-refuse
+    hop whose span names the spent budget."""
+    assert budget_events(spans) == OVER_ONE_REQUEST
+    for name in hops:
+        attributes = hop_named(spans, name).attributes or {}
+        assert attributes["otel_guard.decision"] == "would_refuse"
+        assert attributes["otel_guard.budget.exhausted"] == "model_requests"

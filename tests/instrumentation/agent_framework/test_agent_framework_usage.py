@@ -15,7 +15,7 @@ from agent_framework_support import guard_spans, instrumented_fixture
 
 import otel_guard
 from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
-from tests.hop_spans import hop_named
+from tests.hop_spans import assert_observe_mode_recorded_the_spent_requests, hop_named
 
 instrumented = instrumented_fixture()
 
@@ -110,21 +110,7 @@ async def test_observe_mode_lets_the_requests_through_and_records_would_refuse(
     assert (len(loop.planner_client.requests), len(loop.budget_client.requests)) == (2, 1)
     # Planner's first request is the tree's one; the tool call, budget's run (hops) and the
     # requests after them would have been refused.
-    events = sorted(
-        (s.name, e.attributes.get("otel_guard.budget.exhausted") or "")
-        for s in guard_spans(spans)
-        for e in s.events
-    )
-    assert events == [
-        ("execute_tool ask_budget", ""),  # the hops' own would-refuse events (their spans say what)
-        ("invoke_agent budget", ""),
-        ("invoke_agent budget", "model_requests"),  # budget's request
-        ("invoke_agent planner", "model_requests"),  # planner's answer
-    ]
-    for name in ("execute_tool ask_budget", "invoke_agent budget"):
-        would = hop_named(spans, name)
-        assert would.attributes["otel_guard.decision"] == "would_refuse"
-        assert would.attributes["otel_guard.budget.exhausted"] == "model_requests"
+    assert_observe_mode_recorded_the_spent_requests(spans, ("execute_tool ask_budget", "invoke_agent budget"))
 
 
 async def test_with_the_usage_budgets_off_no_request_is_counted(

@@ -14,7 +14,7 @@ from crewai_app import Loop, ScriptedLLM, build_crew, build_loop
 
 import otel_guard
 from otel_guard.instrumentation.crewai._usage import TreeBudgetExceeded
-from tests.hop_spans import guard_spans
+from tests.hop_spans import assert_observe_mode_recorded_the_spent_requests, guard_spans
 
 
 def tree(max_tool_calls: int = 1) -> Loop:
@@ -141,14 +141,4 @@ def test_observe_mode_lets_the_request_through_and_records_a_would_refuse(
 
     # Planner's first request is the tree's one; budget's run (a hop) and the two requests after it
     # would have been refused.
-    events = sorted(
-        (s.name, (e.attributes or {}).get("otel_guard.budget.exhausted") or "")
-        for s in spans.all()
-        for e in s.events
-    )
-    assert events == [
-        ("execute_tool ask_budget", ""),  # the hops' own would-refuse events (their spans say what)
-        ("invoke_agent budget", ""),
-        ("invoke_agent budget", "model_requests"),  # budget's request
-        ("invoke_agent planner", "model_requests"),  # planner's answer
-    ]
+    assert_observe_mode_recorded_the_spent_requests(spans)

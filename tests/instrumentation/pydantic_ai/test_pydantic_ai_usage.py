@@ -14,6 +14,7 @@ from pydantic_ai_app import build_loop
 
 import otel_guard
 from otel_guard.instrumentation.pydantic_ai import PydanticAIInstrumentor
+from tests.hop_spans import assert_observe_mode_recorded_the_spent_requests
 from tests.instrumentation.instrumentors import instrumentor_fixture
 
 instrumented = instrumentor_fixture(PydanticAIInstrumentor)
@@ -94,19 +95,7 @@ async def test_observe_mode_lets_the_request_through_and_records_a_would_refuse(
     assert result.output.startswith("planner answers after ask_budget")
     # Planner's first request is the tree's one; budget's run (a hop) and the two requests after it
     # would have been refused.
-    events = [
-        (s.name, e.attributes.get("otel_guard.budget.exhausted")) for s in spans.all() for e in s.events
-    ]
-    assert sorted(events, key=lambda event: (event[0], event[1] or "")) == [
-        ("execute_tool ask_budget", None),  # the hops' own would-refuse events (their spans say what)
-        ("invoke_agent budget", None),
-        ("invoke_agent budget", "model_requests"),  # budget's request
-        ("invoke_agent planner", "model_requests"),  # planner's answer
-    ]
-    for name in ("execute_tool ask_budget", "invoke_agent budget"):
-        hop = spans.one(name)
-        assert hop.attributes["otel_guard.decision"] == "would_refuse"
-        assert hop.attributes["otel_guard.budget.exhausted"] == "model_requests"
+    assert_observe_mode_recorded_the_spent_requests(spans, ("execute_tool ask_budget", "invoke_agent budget"))
 
 
 async def test_with_the_usage_budgets_off_no_capability_is_added(

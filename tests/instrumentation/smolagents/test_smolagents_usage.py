@@ -17,7 +17,7 @@ from smolagents_loop import Ask, CallBudget, Loop, ScriptedModel, StreamingScrip
 import otel_guard
 from otel_guard.instrumentation.smolagents import SmolagentsInstrumentor
 from otel_guard.instrumentation.smolagents._usage import TreeBudgetExceeded
-from tests.hop_spans import guard_spans, hop_named
+from tests.hop_spans import assert_observe_mode_recorded_the_spent_requests, hop_named
 
 instrumented = instrumentor_fixture(SmolagentsInstrumentor)
 
@@ -104,17 +104,7 @@ def test_observe_mode_lets_the_requests_through_and_records_would_refuse(
     assert (len(loop.planner_model.requests), len(loop.budget_model.requests)) == (2, 1)
     # Planner's first request is the tree's one; the hops after it and the requests after them
     # would have been refused.
-    events = sorted(
-        (s.name, (e.attributes or {}).get("otel_guard.budget.exhausted") or "")
-        for s in guard_spans(spans)
-        for e in s.events
-    )
-    assert events == [
-        ("execute_tool ask_budget", ""),  # the hops' own would-refuse events (their spans say what)
-        ("invoke_agent budget", ""),
-        ("invoke_agent budget", "model_requests"),  # budget's request
-        ("invoke_agent planner", "model_requests"),  # planner's answer
-    ]
+    assert_observe_mode_recorded_the_spent_requests(spans)
 
 
 def test_the_model_is_the_agents_own_to_everything_but_the_count(
