@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from agent_framework import Agent, tool
 from agent_framework_loop import CallBudget, ScriptedClient
+from agent_framework_orchestrations._handoff import HandoffAgentExecutor, HandoffConfiguration
 from agent_framework_support import guard_spans
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -28,6 +29,7 @@ from otel_guard.instrumentation.agent_framework import (
     PATCH_TARGETS,
     AgentFrameworkInstrumentor,
 )
+from otel_guard.instrumentation.agent_framework._handoffs import HANDOFF_TOOL, is_handoff
 from otel_guard.instrumentation.agent_framework._tools import AGENT_TOOL, agent_behind
 from otel_guard.instrumentation.agent_framework.package import _instruments
 from tests.instrumentation.instrumentors import unresolved
@@ -52,6 +54,17 @@ def test_the_agent_behind_an_as_tool_tool_is_found() -> None:
         return question
 
     assert agent_behind(lookup) is None
+
+
+def test_a_handoff_workflows_handoff_tools_are_known_and_no_other_tool_is() -> None:
+    # HandoffBuilder's handoff_to_{target} tools are known by the function they wrap (_handoffs).
+    planner = Agent(client=ScriptedClient("planner", None, CallBudget(0)), name="planner")
+    budget = Agent(client=ScriptedClient("budget", None, CallBudget(0)), name="budget")
+    executor = HandoffAgentExecutor(planner, [HandoffConfiguration(target=budget)])
+    tools = executor.agent.default_options["tools"]
+    assert [t.name for t in tools if is_handoff(t)] == ["handoff_to_budget"]
+    assert tools[0].func.__qualname__ == HANDOFF_TOOL
+    assert not is_handoff(budget.as_tool(name="handoff_to_budget"))
 
 
 def test_the_entry_point_and_the_dependency_range_match_the_installed_agent_framework() -> None:
