@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Final
 
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from wrapt import wrap_function_wrapper
 
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, PatchWhenImported, unwrap_all
 from otel_guard.instrumentation.agent_framework._scope import switch_on
-from otel_guard.instrumentation.agent_framework.package import _instruments
+from otel_guard.instrumentation.agent_framework.package import _handoff_instruments, _instruments
 
 _LAYER_INIT: Final = ("agent_framework._middleware", "AgentMiddlewareLayer.__init__")
 
@@ -26,12 +27,18 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     # Where every agent with middleware (Agent, and any agent built on the middleware layer) is
     # built: the guard's run middleware goes first in its middleware.
     _LAYER_INIT,
-    # A handoff workflow's (agent-framework-orchestrations): where a handoff is requested, and an
-    # executor's turn, which runs inside the handoff to it. Patched when the app first imports it.
+)
+"""Every (module, attribute) of Agent Framework's core this instrumentor patches."""
+
+HANDOFF_TARGETS: Final[tuple[PatchTarget, ...]] = (
+    # A handoff workflow's: where a handoff is requested, and an executor's turn, which runs inside
+    # the handoff to it.
     _HANDOFF,
     _TURN,
 )
-"""Every (module, attribute) this instrumentor patches."""
+"""What it patches in agent-framework-orchestrations, when installed (at a tested version) and once
+the app imports it. Not in ``PATCH_TARGETS``: a package the app may not have never triggers
+instrumenting."""
 
 INTERNAL_NAMES: Final[tuple[PatchTarget, ...]] = (
     # The agent a tool of as_tool() runs is read from the function it wraps (_tools.agent_behind).
@@ -51,7 +58,8 @@ class AgentFrameworkInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         # wrapt imports the target's module here: this module imports without the runtime.
         wrap_function_wrapper(*_LAYER_INIT, _guard_new_agent)
-        _handoff_patch.apply()
+        if get_dependency_conflicts(list(_handoff_instruments)) is None:
+            _handoff_patch.apply()
         switch_on(True)
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from importlib.metadata import entry_points
+from importlib.metadata import distribution, entry_points
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,26 +18,29 @@ from agent_framework import Agent, tool
 from agent_framework_loop import CallBudget, ScriptedClient
 from agent_framework_orchestrations._handoff import HandoffAgentExecutor, HandoffConfiguration
 from agent_framework_support import guard_spans
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from packaging.requirements import Requirement
 
 from otel_guard import telemetry
 from otel_guard.instrumentation.agent_framework import (
+    HANDOFF_TARGETS,
     INTERNAL_NAMES,
     PATCH_TARGETS,
     AgentFrameworkInstrumentor,
 )
 from otel_guard.instrumentation.agent_framework._handoffs import HANDOFF_TOOL, is_handoff
 from otel_guard.instrumentation.agent_framework._tools import AGENT_TOOL, agent_behind
-from otel_guard.instrumentation.agent_framework.package import _instruments
+from otel_guard.instrumentation.agent_framework.package import _handoff_instruments, _instruments
 from tests.instrumentation.instrumentors import unresolved
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_agent_framework() -> None:
-    missing = unresolved((*PATCH_TARGETS, *INTERNAL_NAMES))
+    missing = unresolved((*PATCH_TARGETS, *HANDOFF_TARGETS, *INTERNAL_NAMES))
     assert not missing, "\n".join(missing)
 
 
@@ -78,6 +82,16 @@ def test_the_entry_point_and_the_dependency_range_match_the_installed_agent_fram
     assert AgentFrameworkInstrumentor()._check_dependency_conflicts() is None
 
 
+def test_the_extra_installs_the_orchestrations_at_the_versions_whose_handoffs_are_guarded() -> None:
+    extra = {
+        str(Requirement(text.split(";")[0]))
+        for text in distribution("otel-guard").requires or []
+        if (marker := Requirement(text).marker) is not None and marker.evaluate({"extra": "agent-framework"})
+    }
+    assert {str(Requirement(r)) for r in (*_instruments, *_handoff_instruments)} == extra
+    assert get_dependency_conflicts(list(_handoff_instruments)) is None
+
+
 # -- lazy patching ------------------------------------------------------------------------------
 
 PROGRAM = textwrap.dedent(
@@ -85,7 +99,9 @@ PROGRAM = textwrap.dedent(
     import json, sys
     import wrapt
     from otel_guard.instrumentation._base import resolve
-    from otel_guard.instrumentation.agent_framework import PATCH_TARGETS, AgentFrameworkInstrumentor
+    from otel_guard.instrumentation.agent_framework import (
+        HANDOFF_TARGETS, PATCH_TARGETS, AgentFrameworkInstrumentor,
+    )
 
     uninstrument_first = sys.argv[1] == "yes"
     instrumentor = AgentFrameworkInstrumentor()
@@ -97,7 +113,13 @@ PROGRAM = textwrap.dedent(
     import agent_framework  # the app's import
     proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
     patched = [isinstance(resolve(target), proxy) for target in PATCH_TARGETS]
-    print(json.dumps({"loaded_before": loaded_before, "pending": pending, "patched": patched}))
+    handoffs_before = "agent_framework_orchestrations" in sys.modules
+    import agent_framework_orchestrations  # a handoff workflow's, imported later
+    handoffs = [isinstance(resolve(target), proxy) for target in HANDOFF_TARGETS]
+    print(json.dumps({
+        "loaded_before": loaded_before, "pending": pending, "patched": patched,
+        "handoffs_before": handoffs_before, "handoffs": handoffs,
+    }))
     """
 )
 
@@ -122,12 +144,47 @@ def test_agent_framework_is_patched_when_the_app_imports_it() -> None:
     assert report["loaded_before"] == [], "instrument() imported Agent Framework before the app did"
     assert report["pending"] is True
     assert report["patched"] == [True] * len(PATCH_TARGETS)
+    assert report["handoffs_before"] is False, "the guard imported agent-framework-orchestrations"
+    assert report["handoffs"] == [True] * len(HANDOFF_TARGETS)
 
 
 @pytest.mark.integration
 def test_uninstrument_before_the_import_leaves_agent_framework_unpatched() -> None:
     report = run_lazily(uninstrument_first=True)
     assert report["patched"] == [False] * len(PATCH_TARGETS)
+    assert report["handoffs"] == [False] * len(HANDOFF_TARGETS)
+
+
+WITHOUT_ORCHESTRATIONS = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.modules["agent_framework_orchestrations"] = None  # as if it were not installed
+    from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
+
+    instrumentor = AgentFrameworkInstrumentor()
+    instrumentor.instrument()
+    from agent_framework import Agent
+    from agent_framework_loop import CallBudget, ScriptedClient
+
+    agent = Agent(client=ScriptedClient("solo", None, CallBudget(0)), name="solo")
+    print(asyncio.run(agent.run("hello")).text)
+    """
+)
+
+
+@pytest.mark.integration
+def test_without_agent_framework_orchestrations_the_core_is_guarded_all_the_same() -> None:
+    # Handoffs are an optional package's: its absence never stops the guard from instrumenting.
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ORCHESTRATIONS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).parent,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "solo answers without tools"
 
 
 # -- providers ----------------------------------------------------------------------------------
