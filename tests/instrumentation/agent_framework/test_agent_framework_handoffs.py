@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_framework import Agent, ContextProvider, WorkflowEvent, tool
-from agent_framework_loop import CallBudget, ScriptedClient
-from agent_framework_orchestrations import HandoffBuilder
+from agent_framework import WorkflowEvent, tool
+from agent_framework_loop import Handoffs
 from agent_framework_support import decisions, framework_spans, guard_spans, instrumented_fixture, parent_of
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
@@ -22,45 +21,6 @@ from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumento
 from tests.hop_spans import assert_observe_mode_recorded_the_loop, refused
 
 instrumented = instrumented_fixture()
-
-
-class Handoffs:
-    """Planner and budget in one handoff workflow: each model hands off to the other (or, given no
-    tool, answers at once)."""
-
-    def __init__(
-        self,
-        *,
-        planner_tool: str | None = "handoff_to_budget",
-        budget_tool: str | None = "handoff_to_planner",
-        max_tool_calls: int = 6,
-        context_provider: bool = False,
-        budget_tools: list[Any] | None = None,
-    ) -> None:
-        self.calls = CallBudget(max_tool_calls)
-        self.planner_client = ScriptedClient("planner", planner_tool, self.calls)
-        self.budget_client = ScriptedClient("budget", budget_tool, self.calls)
-        providers = [ContextProvider("app")] if context_provider else None
-        planner = Agent(
-            client=self.planner_client,
-            name="planner",
-            instructions="You plan.",
-            context_providers=providers,
-            require_per_service_call_history_persistence=True,
-        )
-        budget = Agent(
-            client=self.budget_client,
-            name="budget",
-            instructions="You price plans.",
-            tools=budget_tools,
-            require_per_service_call_history_persistence=True,
-        )
-        self.workflow = HandoffBuilder(participants=[planner, budget]).with_start_agent(planner).build()
-
-    async def run(self, text: str, *, streamed: bool = False) -> list[WorkflowEvent[Any]]:
-        if streamed:
-            return [event async for event in self.workflow.run(text, stream=True)]
-        return list(await self.workflow.run(text))
 
 
 def answers(events: list[WorkflowEvent[Any]]) -> list[str]:
