@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agent_framework import MiddlewareTermination
@@ -49,9 +49,18 @@ _waiting: weakref.WeakKeyDictionary[Any, dict[str, Delegation]] = weakref.WeakKe
 
 @dataclass(frozen=True)
 class Turn:
-    """An executor's turn: where the handoffs its agent makes wait for their targets."""
+    """An executor's turn: where the handoffs its agent makes wait for their targets (``waiting``, the
+    workflow's), and the ones it made (``made``)."""
 
     waiting: dict[str, Delegation]
+    made: list[Delegation] = field(default_factory=list)
+
+    def drop_made(self, exc: BaseException) -> None:
+        """The turn failed: no handoff it made will be taken. They end, with its error."""
+        for target, hop in list(self.waiting.items()):
+            if any(hop is made for made in self.made):
+                del self.waiting[target]
+                hop.finish(exc)
 
 
 async def guard_handoff(
@@ -92,6 +101,7 @@ def _wait_for_target(target: str, hop: Delegation) -> None:
     if earlier is not None:
         earlier.finish()  # an earlier handoff to the same target, whose turn never came
     turn.waiting[target] = hop
+    turn.made.append(hop)
 
 
 async def guard_turn(
@@ -110,11 +120,13 @@ async def guard_turn(
     if handoff is not None and handoff.context is not None:
         # The target's run joins the handoff's hop, as an agent's run joins the call it is for.
         base = otel_context.set_value(CALL, Call(name, handoff), handoff.context)
-    token = otel_context.attach(otel_context.set_value(TURN, Turn(waiting), base))
+    turn = Turn(waiting)
+    token = otel_context.attach(otel_context.set_value(TURN, turn, base))
     try:
         await wrapped(*args, **kwargs)
     except BaseException as exc:
         otel_context.detach(token)
+        turn.drop_made(exc)
         if handoff is not None:
             handoff.finish(exc)
         raise

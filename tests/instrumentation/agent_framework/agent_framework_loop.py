@@ -222,6 +222,7 @@ class Handoffs:
         max_tool_calls: int = 6,
         context_provider: bool = False,
         budget_tools: list[Any] | None = None,
+        planner_middleware: list[Any] | None = None,
     ) -> None:
         self.calls = CallBudget(max_tool_calls)
         self.planner_client = ScriptedClient("planner", planner_tool, self.calls)
@@ -232,6 +233,7 @@ class Handoffs:
             name="planner",
             instructions="You plan.",
             context_providers=providers,
+            middleware=planner_middleware,
             require_per_service_call_history_persistence=True,
         )
         budget = Agent(

@@ -8,13 +8,15 @@ builder's default): after an answer that hands off to no one, the workflow asks 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from agent_framework import WorkflowEvent, tool
+from agent_framework import AgentContext, AgentMiddleware, WorkflowEvent, tool
 from agent_framework_loop import Handoffs
 from agent_framework_support import decisions, framework_spans, guard_spans, instrumented_fixture, parent_of
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.trace import StatusCode
 
 import otel_guard
 from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
@@ -176,6 +178,29 @@ async def test_the_handoffs_target_counts_in_the_tree_of_the_agent_that_handed_o
 def _root(spans: Any) -> str:
     (root,) = {s.attributes["otel_guard.chain.root"] for s in guard_spans(spans) if s.attributes}
     return str(root)
+
+
+class FailsAfterTheRun(AgentMiddleware):  # type: ignore[misc]
+    """The app's own middleware, failing once the run (its handoff made) is done."""
+
+    async def process(self, context: AgentContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        await call_next()
+        raise RuntimeError("post-processing failed")
+
+
+async def test_a_handoff_whose_run_then_fails_ends_with_the_error_and_is_never_taken(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    team = Handoffs(budget_tool=None, planner_middleware=[FailsAfterTheRun()])
+
+    with pytest.raises(RuntimeError, match="post-processing failed"):
+        await team.run("Plan the team offsite")
+
+    assert team.budget_client.requests == []
+    (handoff_hop,) = [s for s in guard_spans(spans) if s.name == "invoke_agent budget"]
+    assert handoff_hop.status.status_code is StatusCode.ERROR
+    assert handoff_hop.attributes is not None
+    assert handoff_hop.attributes["error.type"] == "RuntimeError"
 
 
 async def test_suppressed_instrumentation_makes_no_handoff_hop(
