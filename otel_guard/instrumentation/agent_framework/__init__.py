@@ -50,7 +50,7 @@ INTERNAL_NAMES: Final[tuple[PatchTarget, ...]] = (
 
 
 class AgentFrameworkInstrumentor(GuardInstrumentor):
-    """Makes Agent Framework agent runs, tool calls and agents as tools guarded hops."""
+    """Makes Agent Framework agent runs, tool calls, agents as tools and handoffs guarded hops."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments

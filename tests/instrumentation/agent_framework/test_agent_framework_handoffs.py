@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import wrapt
 from agent_framework import AgentContext, AgentMiddleware, WorkflowEvent, tool
 from agent_framework_loop import Handoffs
 from agent_framework_support import decisions, framework_spans, guard_spans, instrumented_fixture, parent_of
@@ -19,7 +20,8 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import StatusCode
 
 import otel_guard
-from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
+from otel_guard.instrumentation._base import resolve
+from otel_guard.instrumentation.agent_framework import HANDOFF_TARGETS, AgentFrameworkInstrumentor
 from tests.hop_spans import assert_observe_mode_recorded_the_loop, refused
 
 instrumented = instrumented_fixture()
@@ -216,9 +218,12 @@ async def test_suppressed_instrumentation_makes_no_handoff_hop(
 
 
 async def test_uninstrument_leaves_handoffs_unguarded(spans: Any) -> None:
+    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
     instrumentor = AgentFrameworkInstrumentor()
     instrumentor.instrument()
+    assert all(isinstance(resolve(target), proxy) for target in HANDOFF_TARGETS)
     instrumentor.uninstrument()
+    assert not any(isinstance(resolve(target), proxy) for target in HANDOFF_TARGETS)
     team = Handoffs(max_tool_calls=3)
 
     events = await team.run("Plan the team offsite")
