@@ -103,8 +103,13 @@ _guarded: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def install(agent: Any) -> None:
-    """Put the run middleware first in a newly built agent's middleware."""
-    agent.middleware = [RUNS, *(agent.middleware or ())]
+    """Put the run middleware first in a newly built agent's middleware.
+
+    Once: an agent built with another's middleware (a handoff workflow's clone of each participant)
+    carries it already, and a second one would make each of its runs two hops of the same agent.
+    """
+    middleware = list(agent.middleware or ())
+    agent.middleware = [RUNS, *(item for item in middleware if item is not RUNS)]
     _guarded.add(agent)
 
 

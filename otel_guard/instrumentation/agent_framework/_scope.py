@@ -13,6 +13,8 @@ stream consumed in another task):
   the chain twice. Every agent run clears it for what runs inside.
 * :data:`RUN`: the agent run in force, as a :class:`Run`: its hop's span carries the run's budget
   events.
+* :data:`TURN`: a handoff workflow executor's turn, where the handoffs its agent makes wait for
+  their targets (:mod:`._handoffs`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from otel_guard.guard import Delegation
 
 CALL: Final = otel_context.create_key("otel_guard.agent_framework.call")
 RUN: Final = otel_context.create_key("otel_guard.agent_framework.run")
+TURN: Final = otel_context.create_key("otel_guard.agent_framework.turn")
 
 
 class _Switch:

@@ -30,6 +30,7 @@ from opentelemetry import context as otel_context
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
+from otel_guard.instrumentation.agent_framework._handoffs import is_handoff
 from otel_guard.instrumentation.agent_framework._scope import CALL, Call, agent_name, guarding
 
 AGENT_TOOL: Final = "BaseAgent.as_tool.<locals>._agent_wrapper"
@@ -51,7 +52,10 @@ def agent_behind(tool: Any) -> Any | None:
 
 
 def hop_of(tool: Any) -> tuple[str, Literal["agent", "tool"]] | None:
-    """(hop name, kind) for a call of ``tool``; ``None``: no hop (a tool without a name)."""
+    """(hop name, kind) for a call of ``tool``; ``None``: no hop (a tool without a name, or a
+    handoff workflow's handoff tool: the handoff is the hop, :mod:`._handoffs`)."""
+    if is_handoff(tool):
+        return None
     agent = agent_behind(tool)
     if agent is not None:
         return agent_name(agent), "agent"

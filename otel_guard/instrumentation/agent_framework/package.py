@@ -6,3 +6,6 @@ Checked before anything is patched: an installed version outside them is skipped
 from typing import Final
 
 _instruments: Final = ("agent-framework-core >= 1.23, < 2",)
+
+_handoff_instruments: Final = ("agent-framework-orchestrations >= 1.4, < 2",)
+"""Where handoff workflows come from: guarded at these versions; another (or none) is left alone."""

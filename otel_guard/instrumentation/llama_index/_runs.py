@@ -11,7 +11,8 @@ run ends, however it ends, before the handler's result is set. So:
   attaches its context while the run's task is created, so every step of the run, every model and
   tool call, inherits the chain. A refused run raises :class:`~otel_guard.DelegationRefused` from
   ``run()``: the run never starts. A run of the agent a tool call of the same name is for joins that
-  call's hop instead (one call, one hop);
+  call's hop instead (one call, one hop); a run of another agent directly in a tool's body (an
+  agent called as a tool) is decided in the chain the call was made in, taking the tool's place;
 * :class:`RunEnds`, a span handler on the root dispatcher, ends the hop (and the run's handoffs) at
   the run span's exit or drop, with the run's error if it failed.
 
@@ -29,7 +30,9 @@ from llama_index.core.agent.workflow import AgentWorkflow
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index_instrumentation import get_dispatcher
 from llama_index_instrumentation.span import BaseSpan
+from opentelemetry import baggage
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 from pydantic import PrivateAttr
 
 from otel_guard.guard import delegate
@@ -37,6 +40,7 @@ from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.llama_index._guidance import guided
 from otel_guard.instrumentation.llama_index._scope import CALL, RUN, Call, Run
 from otel_guard.settings import current_settings
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 
 def agent_name(workflow: Any) -> str:
@@ -56,7 +60,11 @@ def guard_run(
         run, ctx = Run(instance, None), parent  # the tool call's hop is this run's
     else:
         hop = delegate(name)
-        ctx = hop.start()  # a refusal raises here: the run never starts
+        token = otel_context.attach(_in_place_of(call, parent))
+        try:
+            ctx = hop.start()  # a refusal raises here: the run never starts
+        finally:
+            otel_context.detach(token)
         run = Run(instance, hop)
     # What runs inside is this run's own: no tool call of its caller's is in progress there.
     token = otel_context.attach(otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx)))
@@ -70,6 +78,22 @@ def guard_run(
     finally:
         otel_context.detach(token)
     return handler
+
+
+def _in_place_of(call: object, parent: Context) -> Context:
+    """Where a run is decided: ``parent``, or for a run directly in a tool call's body (nothing
+    decided between: the chain is still the call's) ``parent`` with the chain the call was made in.
+
+    An agent called as a tool is then one place of the chain, in the agent's name (``planner →
+    budget``, not ``planner → ask_budget → budget``), as the processor reads a tool call with an agent
+    run below it; the run's hop is still a child of the call's span.
+    """
+    if not isinstance(call, Call) or call.caller_chain is None or call.hop.context is None:
+        return parent
+    chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, parent)
+    if chain is None or chain is not baggage.get_baggage(CHAIN_BAGGAGE_KEY, call.hop.context):
+        return parent
+    return baggage.set_baggage(CHAIN_BAGGAGE_KEY, call.caller_chain, parent)
 
 
 class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  # Any without LlamaIndex

@@ -8,7 +8,8 @@ and :data:`RUN`) is the context of every step of that run and of every tool body
   step of the run, so a step can leave something for the next: the agent a handoff put in charge);
 * :data:`CALL`: the tool call whose body is running, as a :class:`Call`. An agent run of the same
   name inside it is that call (a tool named like the agent it runs) and joins its hop instead of
-  standing in the chain twice. Every run clears it for what runs inside.
+  standing in the chain twice; an agent run of another name directly in its body (an agent called
+  as a tool) takes the tool's place in the chain. Every run clears it for what runs inside.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ RUN: Final = otel_context.create_key("otel_guard.llama_index.run")
 
 @dataclass(frozen=True)
 class Call:
-    """A tool call whose hop is open: a run of ``name`` inside it is that call."""
+    """A tool call whose hop is open: a run of ``name`` inside it is that call. ``caller_chain`` is
+    the chain the call was made in (its baggage value), where an agent the tool runs takes its place."""
 
     name: str
     hop: Delegation
+    caller_chain: object = None
 
 
 @dataclass(eq=False)

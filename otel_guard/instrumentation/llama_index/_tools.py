@@ -5,7 +5,8 @@ Every tool call an agent's model asks for (``FunctionAgent``, ``ReActAgent``, an
 exception into a failed ``ToolOutput`` (``is_error=True``, the exception's text as its content): what
 the model then reads. There (patched: the dispatcher cannot refuse or change a result):
 
-* a call is a hop ``execute_tool {tool}``; a run of the agent of the same name inside it joins it;
+* a call is a hop ``execute_tool {tool}``; a run of the agent of the same name inside it joins it,
+  and a run of another agent directly in its body takes the tool's place in the chain (:mod:`._runs`);
 * an ``AgentWorkflow``'s ``handoff`` call to one of its agents is a hop ``invoke_agent {to_agent}``.
   Taken (LlamaIndex set ``next_agent``), the hop stays open until the run ends, and the agent it put
   in charge makes its calls in it (:attr:`~._scope.Run.in_charge`): so the agent it hands back to is
@@ -22,12 +23,14 @@ from typing import Any, Final
 
 from llama_index.core.agent.workflow import AgentWorkflow
 from llama_index.core.tools import ToolOutput
+from opentelemetry import baggage
 from opentelemetry import context as otel_context
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind, refusal_text, unless_suppressed
 from otel_guard.instrumentation.llama_index._scope import CALL, RUN, Call, Run
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 HANDOFF: Final = "handoff"
 """The name of the tool ``AgentWorkflow`` gives its agents to hand off (a name agents may not use)."""
@@ -49,6 +52,7 @@ async def guard_tool_call(
     hop = delegate(name, kind="tool") if target is None else delegate(target)
     base = run.in_charge if run is not None else None
     token = otel_context.attach(base) if base is not None else None
+    caller_chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY)
     try:
         hop_ctx = await hop.astart()
     except DelegationRefused as err:
@@ -57,7 +61,7 @@ async def guard_tool_call(
         if token is not None:
             otel_context.detach(token)
     if target is None:
-        hop_ctx = otel_context.set_value(CALL, Call(name, hop), hop_ctx)
+        hop_ctx = otel_context.set_value(CALL, Call(name, hop, caller_chain), hop_ctx)
     token = otel_context.attach(hop_ctx)
     try:
         output = await wrapped(*args, **kwargs)

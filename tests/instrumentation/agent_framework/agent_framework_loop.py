@@ -14,8 +14,11 @@ a real model reacts to its input:
 other agent and returns its answer. Left alone, planner and budget bounce until the budget of tool
 calls runs out.
 
+:class:`Handoffs` is the same two agents in one ``HandoffBuilder`` workflow, handing off to each other.
+
 Run as a program (``opentelemetry-instrument python agent_framework_loop.py``), it runs the planner
-once and prints one line ``RESULT {json}`` of what happened; settings come from the environment.
+once (with ``handoffs``: the handoff workflow) and prints one line ``RESULT {json}`` of what happened;
+settings come from the environment.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +39,11 @@ from agent_framework import (
     ChatResponse,
     ChatResponseUpdate,
     Content,
+    ContextProvider,
     FunctionInvocationLayer,
     Message,
     ResponseStream,
+    WorkflowEvent,
     tool,
 )
 from agent_framework.observability import ChatTelemetryLayer
@@ -203,7 +209,66 @@ def build_loop(
     return loop
 
 
+class Handoffs:
+    """Planner and budget in one ``HandoffBuilder`` workflow: each model hands off to the other (or,
+    given no tool, answers at once). Interactive mode (the builder's default): after an answer that
+    hands off to no one, the workflow asks the user and its run ends."""
+
+    def __init__(
+        self,
+        *,
+        planner_tool: str | None = "handoff_to_budget",
+        budget_tool: str | None = "handoff_to_planner",
+        max_tool_calls: int = 6,
+        context_provider: bool = False,
+        budget_tools: list[Any] | None = None,
+        planner_middleware: list[Any] | None = None,
+    ) -> None:
+        self.calls = CallBudget(max_tool_calls)
+        self.planner_client = ScriptedClient("planner", planner_tool, self.calls)
+        self.budget_client = ScriptedClient("budget", budget_tool, self.calls)
+        providers = [ContextProvider("app")] if context_provider else None
+        planner = Agent(
+            client=self.planner_client,
+            name="planner",
+            instructions="You plan.",
+            context_providers=providers,
+            middleware=planner_middleware,
+            require_per_service_call_history_persistence=True,
+        )
+        budget = Agent(
+            client=self.budget_client,
+            name="budget",
+            instructions="You price plans.",
+            tools=budget_tools,
+            require_per_service_call_history_persistence=True,
+        )
+        from agent_framework_orchestrations import HandoffBuilder  # not needed by the other tests
+
+        self.workflow = HandoffBuilder(participants=[planner, budget]).with_start_agent(planner).build()
+
+    async def run(self, text: str, *, streamed: bool = False) -> list[WorkflowEvent[Any]]:
+        if streamed:
+            return [event async for event in self.workflow.run(text, stream=True)]
+        return list(await self.workflow.run(text))
+
+
+async def run_handoffs() -> dict[str, Any]:
+    team = Handoffs()
+    events = await team.run("Plan the team offsite")
+    return {
+        "handoffs": [(e.data.source, e.data.target) for e in events if e.type == "handoff_sent"],
+        "tool_calls": team.calls.made,
+        "budget_saw": [str(r.result) for r in team.budget_client.tool_results],
+        "answers": [e.data.text for e in events if e.type == "output" and e.data.text],
+        "asks_the_user": any(e.type == "request_info" for e in events),
+    }
+
+
 def main() -> None:
+    if sys.argv[1:] == ["handoffs"]:
+        print("RESULT " + json.dumps(asyncio.run(run_handoffs())), flush=True)
+        return
     loop = build_loop()
     result = asyncio.run(loop.planner.run("Plan the team offsite"))
     report = {

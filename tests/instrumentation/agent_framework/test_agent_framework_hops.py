@@ -444,6 +444,21 @@ async def test_a_refused_run_outside_any_tool_raises_before_the_model_is_called(
     assert client.requests == []
 
 
+async def test_an_agent_built_with_another_agents_middleware_carries_the_guard_once(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    # A handoff workflow clones each participant with its middleware: the clone's run is one hop,
+    # not the same agent twice (refused as a cycle of itself).
+    planner, client = answering_agent("planner")
+    clone = Agent(client=client, name="planner", middleware=planner.middleware)
+
+    result = await clone.run("Plan the team offsite")
+
+    assert result.text == "planner answers without tools"
+    assert [item for item in clone.middleware if item is RUNS] == [RUNS]
+    assert decisions(spans) == [("invoke_agent planner", "allow", ("planner",))]
+
+
 async def test_each_agent_run_of_a_workflow_is_a_hop_from_the_workflows_context(
     instrumented: AgentFrameworkInstrumentor, spans: Any
 ) -> None:

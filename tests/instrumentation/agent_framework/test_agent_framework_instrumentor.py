@@ -4,20 +4,44 @@ only when the app imports it, and the providers given to ``instrument()`` get th
 
 from __future__ import annotations
 
+<<<<<<< HEAD
+=======
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from importlib.metadata import distribution, entry_points
+from pathlib import Path
+>>>>>>> wt-handoffs
 from typing import Any
 
 import pytest
 from agent_framework import Agent, tool
 from agent_framework_loop import CallBudget, ScriptedClient
+from agent_framework_orchestrations._handoff import HandoffAgentExecutor, HandoffConfiguration
 from agent_framework_support import guard_spans
+<<<<<<< HEAD
+=======
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from packaging.requirements import Requirement
+>>>>>>> wt-handoffs
 
 from otel_guard import telemetry
 from otel_guard.instrumentation.agent_framework import (
+    HANDOFF_TARGETS,
     INTERNAL_NAMES,
     PATCH_TARGETS,
     AgentFrameworkInstrumentor,
 )
+from otel_guard.instrumentation.agent_framework._handoffs import HANDOFF_TOOL, is_handoff
 from otel_guard.instrumentation.agent_framework._tools import AGENT_TOOL, agent_behind
+<<<<<<< HEAD
 from otel_guard.instrumentation.agent_framework.package import _instruments
 from tests.instrumentation.instrumentors import (
     assert_registered,
@@ -25,10 +49,14 @@ from tests.instrumentation.instrumentors import (
     patched_on_import,
     unresolved,
 )
+=======
+from otel_guard.instrumentation.agent_framework.package import _handoff_instruments, _instruments
+from tests.instrumentation.instrumentors import unresolved
+>>>>>>> wt-handoffs
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_agent_framework() -> None:
-    missing = unresolved((*PATCH_TARGETS, *INTERNAL_NAMES))
+    missing = unresolved((*PATCH_TARGETS, *HANDOFF_TARGETS, *INTERNAL_NAMES))
     assert not missing, "\n".join(missing)
 
 
@@ -48,12 +76,79 @@ def test_the_agent_behind_an_as_tool_tool_is_found() -> None:
     assert agent_behind(lookup) is None
 
 
+def test_a_handoff_workflows_handoff_tools_are_known_and_no_other_tool_is() -> None:
+    # HandoffBuilder's handoff_to_{target} tools are known by the function they wrap (_handoffs).
+    planner = Agent(client=ScriptedClient("planner", None, CallBudget(0)), name="planner")
+    budget = Agent(client=ScriptedClient("budget", None, CallBudget(0)), name="budget")
+    executor = HandoffAgentExecutor(planner, [HandoffConfiguration(target=budget)])
+    tools = executor.agent.default_options["tools"]
+    assert [t.name for t in tools if is_handoff(t)] == ["handoff_to_budget"]
+    assert tools[0].func.__qualname__ == HANDOFF_TOOL
+    assert not is_handoff(budget.as_tool(name="handoff_to_budget"))
+
+
 def test_the_entry_point_and_the_dependency_range_match_the_installed_agent_framework() -> None:
     assert_registered(AgentFrameworkInstrumentor, "otel_guard_agent_framework", _instruments)
 
 
+def test_the_extra_installs_the_orchestrations_at_the_versions_whose_handoffs_are_guarded() -> None:
+    extra = {
+        str(Requirement(text.split(";")[0]))
+        for text in distribution("otel-guard").requires or []
+        if (marker := Requirement(text).marker) is not None and marker.evaluate({"extra": "agent-framework"})
+    }
+    assert {str(Requirement(r)) for r in (*_instruments, *_handoff_instruments)} == extra
+    assert get_dependency_conflicts(list(_handoff_instruments)) is None
+
+
 # -- lazy patching ------------------------------------------------------------------------------
 
+<<<<<<< HEAD
+=======
+PROGRAM = textwrap.dedent(
+    """
+    import json, sys
+    import wrapt
+    from otel_guard.instrumentation._base import resolve
+    from otel_guard.instrumentation.agent_framework import (
+        HANDOFF_TARGETS, PATCH_TARGETS, AgentFrameworkInstrumentor,
+    )
+
+    uninstrument_first = sys.argv[1] == "yes"
+    instrumentor = AgentFrameworkInstrumentor()
+    instrumentor.instrument()
+    loaded_before = sorted(m for m in sys.modules if m.split(".")[0] == "agent_framework")
+    pending = instrumentor.is_instrumented_by_opentelemetry
+    if uninstrument_first:
+        instrumentor.uninstrument()
+    import agent_framework  # the app's import
+    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+    patched = [isinstance(resolve(target), proxy) for target in PATCH_TARGETS]
+    handoffs_before = "agent_framework_orchestrations" in sys.modules
+    import agent_framework_orchestrations  # a handoff workflow's, imported later
+    handoffs = [isinstance(resolve(target), proxy) for target in HANDOFF_TARGETS]
+    print(json.dumps({
+        "loaded_before": loaded_before, "pending": pending, "patched": patched,
+        "handoffs_before": handoffs_before, "handoffs": handoffs,
+    }))
+    """
+)
+
+
+def run_lazily(uninstrument_first: bool) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, "yes" if uninstrument_first else "no"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "does not exist" not in done.stderr, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+>>>>>>> wt-handoffs
 
 @pytest.mark.integration
 def test_agent_framework_is_patched_when_the_app_imports_it() -> None:
@@ -63,6 +158,8 @@ def test_agent_framework_is_patched_when_the_app_imports_it() -> None:
     assert report["loaded_before"] == [], "instrument() imported Agent Framework before the app did"
     assert report["pending"] is True
     assert report["patched"] == [True] * len(PATCH_TARGETS)
+    assert report["handoffs_before"] is False, "the guard imported agent-framework-orchestrations"
+    assert report["handoffs"] == [True] * len(HANDOFF_TARGETS)
 
 
 @pytest.mark.integration
@@ -71,6 +168,39 @@ def test_uninstrument_before_the_import_leaves_agent_framework_unpatched() -> No
         AgentFrameworkInstrumentor, "import agent_framework", ["agent_framework"], uninstrument_first=True
     )
     assert report["patched"] == [False] * len(PATCH_TARGETS)
+    assert report["handoffs"] == [False] * len(HANDOFF_TARGETS)
+
+
+WITHOUT_ORCHESTRATIONS = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.modules["agent_framework_orchestrations"] = None  # as if it were not installed
+    from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
+
+    instrumentor = AgentFrameworkInstrumentor()
+    instrumentor.instrument()
+    from agent_framework import Agent
+    from agent_framework_loop import CallBudget, ScriptedClient
+
+    agent = Agent(client=ScriptedClient("solo", None, CallBudget(0)), name="solo")
+    print(asyncio.run(agent.run("hello")).text)
+    """
+)
+
+
+@pytest.mark.integration
+def test_without_agent_framework_orchestrations_the_core_is_guarded_all_the_same() -> None:
+    # Handoffs are an optional package's: its absence never stops the guard from instrumenting.
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ORCHESTRATIONS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).parent,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "solo answers without tools"
 
 
 # -- providers ----------------------------------------------------------------------------------

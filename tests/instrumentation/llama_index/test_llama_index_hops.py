@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -33,7 +34,8 @@ from tests.hop_spans import assert_observe_mode_recorded_the_loop, decisions, gu
 
 instrumented = instrumentor_fixture(LlamaIndexInstrumentor)
 
-PLANNER_PATH = "planner → ask_budget → budget → ask_planner"
+PLANNER_PATH = "planner → budget"  # an agent a tool runs takes the tool's place in the chain
+TEAM_OF_THREE = (("planner", "ask_budget"), ("budget", "ask_auditor"), ("auditor", None))
 
 
 # -- the loop through agents run by tools -------------------------------------------------------
@@ -61,9 +63,9 @@ async def test_the_loop_is_stopped_at_the_first_bounce_and_the_model_answers(
     assert decisions(spans) == [
         ("invoke_agent planner", "allow", ("planner",)),
         ("execute_tool ask_budget", "allow", ("planner", "ask_budget")),
-        ("invoke_agent budget", "allow", ("planner", "ask_budget", "budget")),
-        ("execute_tool ask_planner", "allow", ("planner", "ask_budget", "budget", "ask_planner")),
-        ("invoke_agent planner", "refuse", ("planner", "ask_budget", "budget", "ask_planner", "planner")),
+        ("invoke_agent budget", "allow", ("planner", "budget")),
+        ("execute_tool ask_planner", "allow", ("planner", "budget", "ask_planner")),
+        ("invoke_agent planner", "refuse", ("planner", "budget", "planner")),
     ]
     (refusal,) = refused(spans)
     assert refusal.attributes is not None
@@ -82,6 +84,78 @@ async def test_the_default_rule_and_the_agent_rule_stop_the_loop_at_the_same_bou
 
     assert loop.calls.made == 2
     assert decisions(spans)[-1][:2] == ("invoke_agent planner", "refuse")
+
+
+async def test_an_agent_run_directly_by_a_tool_is_one_place_of_the_chain_under_the_tools_span(
+    instrumented: LlamaIndexInstrumentor, spans: Any
+) -> None:
+    # Planner's ask_budget runs budget: the call is one hop in the chain, in the agent's name, as
+    # the processor reads a tool call with an agent run below it; the agent's hop nests in the call's.
+    loop = build_loop(max_tool_calls=1)
+
+    await loop.planner().run(user_msg="Plan the team offsite")
+
+    by_name = {s.name: s for s in guard_spans(spans)}
+    tool_hop, agent_hop = by_name["execute_tool ask_budget"], by_name["invoke_agent budget"]
+    assert agent_hop.parent is not None
+    assert agent_hop.parent.span_id == tool_hop.context.span_id
+    assert agent_hop.attributes is not None
+    assert agent_hop.attributes["otel_guard.chain.agents"] == ("planner", "budget")
+    assert agent_hop.attributes["otel_guard.chain.depth"] == 2
+    assert (
+        agent_hop.attributes["otel_guard.chain.root"]
+        == by_name["invoke_agent planner"].attributes[  # type: ignore[index]
+            "otel_guard.chain.root"
+        ]
+    )
+
+
+async def test_the_depth_of_agents_called_as_tools_counts_agents(
+    instrumented: LlamaIndexInstrumentor, spans: Any
+) -> None:
+    # Planner asks budget, budget asks auditor, each through a tool of another name: three agents,
+    # within max_depth 3 (counting the tools, the auditor's run would stand fifth).
+    otel_guard.configure(max_depth=3)
+    calls, bodies = CallBudget(2), Counter[str]()
+    models = {name: ScriptedModel(name, tool, calls) for name, tool in TEAM_OF_THREE}
+
+    async def ask_budget(question: str) -> str:
+        """Ask the budget agent what a plan costs."""
+        bodies["ask_budget"] += 1
+        return str(await agent("budget", models["budget"], [auditor_tool]).run(user_msg=question))
+
+    async def ask_auditor(question: str) -> str:
+        """Ask the auditor whether the budget holds."""
+        bodies["ask_auditor"] += 1
+        return str(await agent("auditor", models["auditor"], []).run(user_msg=question))
+
+    auditor_tool = FunctionTool.from_defaults(async_fn=ask_auditor)
+    planner = agent("planner", models["planner"], [FunctionTool.from_defaults(async_fn=ask_budget)])
+
+    output = await planner.run(user_msg="Plan the team offsite")
+
+    assert refused(spans) == []
+    assert bodies == {"ask_budget": 1, "ask_auditor": 1}
+    assert ("invoke_agent auditor", "allow", ("planner", "budget", "auditor")) in decisions(spans)
+    assert str(output).startswith("planner answers after: budget answers after: auditor answers")
+
+
+async def test_an_agent_run_after_another_hop_in_the_tools_body_keeps_the_tool_in_the_chain(
+    instrumented: LlamaIndexInstrumentor, spans: Any
+) -> None:
+    # Not directly in the tool's body (the body entered a hop of its own first): nothing is left out.
+    calls = CallBudget(1)
+
+    async def ask_budget(question: str) -> str:
+        """Ask the budget agent what a plan costs."""
+        async with otel_guard.delegate("lookup"):
+            budget = agent("budget", ScriptedModel("budget", None, calls), [])
+            return str(await budget.run(user_msg=question))
+
+    tool = FunctionTool.from_defaults(async_fn=ask_budget)
+    await agent("planner", ScriptedModel("planner", "ask_budget", calls), [tool]).run(user_msg="Plan")
+
+    assert ("invoke_agent budget", "allow", ("planner", "ask_budget", "lookup", "budget")) in decisions(spans)
 
 
 async def test_a_tool_named_like_its_agent_is_one_hop_and_is_refused_before_its_body(
