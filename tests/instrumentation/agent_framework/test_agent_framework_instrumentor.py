@@ -4,16 +4,11 @@ only when the app imports it, and the providers given to ``instrument()`` get th
 
 from __future__ import annotations
 
-<<<<<<< HEAD
-=======
-import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from importlib.metadata import distribution, entry_points
+from importlib.metadata import distribution
 from pathlib import Path
->>>>>>> wt-handoffs
 from typing import Any
 
 import pytest
@@ -21,16 +16,8 @@ from agent_framework import Agent, tool
 from agent_framework_loop import CallBudget, ScriptedClient
 from agent_framework_orchestrations._handoff import HandoffAgentExecutor, HandoffConfiguration
 from agent_framework_support import guard_spans
-<<<<<<< HEAD
-=======
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from packaging.requirements import Requirement
->>>>>>> wt-handoffs
 
 from otel_guard import telemetry
 from otel_guard.instrumentation.agent_framework import (
@@ -41,18 +28,13 @@ from otel_guard.instrumentation.agent_framework import (
 )
 from otel_guard.instrumentation.agent_framework._handoffs import HANDOFF_TOOL, is_handoff
 from otel_guard.instrumentation.agent_framework._tools import AGENT_TOOL, agent_behind
-<<<<<<< HEAD
-from otel_guard.instrumentation.agent_framework.package import _instruments
+from otel_guard.instrumentation.agent_framework.package import _handoff_instruments, _instruments
 from tests.instrumentation.instrumentors import (
     assert_registered,
     given_providers,
     patched_on_import,
     unresolved,
 )
-=======
-from otel_guard.instrumentation.agent_framework.package import _handoff_instruments, _instruments
-from tests.instrumentation.instrumentors import unresolved
->>>>>>> wt-handoffs
 
 
 def test_every_patch_target_and_internal_name_exists_in_the_installed_agent_framework() -> None:
@@ -103,72 +85,48 @@ def test_the_extra_installs_the_orchestrations_at_the_versions_whose_handoffs_ar
 
 # -- lazy patching ------------------------------------------------------------------------------
 
-<<<<<<< HEAD
-=======
-PROGRAM = textwrap.dedent(
-    """
-    import json, sys
-    import wrapt
-    from otel_guard.instrumentation._base import resolve
-    from otel_guard.instrumentation.agent_framework import (
-        HANDOFF_TARGETS, PATCH_TARGETS, AgentFrameworkInstrumentor,
-    )
+# After the app's import of agent_framework: whether that imported the orchestrations, then whether
+# a handoff workflow's import of them (later, if at all) patched them.
+HANDOFFS = """
+import sys
+import wrapt
+from otel_guard.instrumentation._base import resolve
+from otel_guard.instrumentation.agent_framework import HANDOFF_TARGETS
 
-    uninstrument_first = sys.argv[1] == "yes"
-    instrumentor = AgentFrameworkInstrumentor()
-    instrumentor.instrument()
-    loaded_before = sorted(m for m in sys.modules if m.split(".")[0] == "agent_framework")
-    pending = instrumentor.is_instrumented_by_opentelemetry
-    if uninstrument_first:
-        instrumentor.uninstrument()
-    import agent_framework  # the app's import
-    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
-    patched = [isinstance(resolve(target), proxy) for target in PATCH_TARGETS]
-    handoffs_before = "agent_framework_orchestrations" in sys.modules
-    import agent_framework_orchestrations  # a handoff workflow's, imported later
-    handoffs = [isinstance(resolve(target), proxy) for target in HANDOFF_TARGETS]
-    print(json.dumps({
-        "loaded_before": loaded_before, "pending": pending, "patched": patched,
-        "handoffs_before": handoffs_before, "handoffs": handoffs,
-    }))
-    """
-)
+before = "agent_framework_orchestrations" in sys.modules
+import agent_framework_orchestrations
+proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+report = {"before": before, "patched": [isinstance(resolve(t), proxy) for t in HANDOFF_TARGETS]}
+"""
 
-
-def run_lazily(uninstrument_first: bool) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, "yes" if uninstrument_first else "no"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "does not exist" not in done.stderr, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
-
->>>>>>> wt-handoffs
 
 @pytest.mark.integration
 def test_agent_framework_is_patched_when_the_app_imports_it() -> None:
     report = patched_on_import(
-        AgentFrameworkInstrumentor, "import agent_framework", ["agent_framework"], uninstrument_first=False
+        AgentFrameworkInstrumentor,
+        "import agent_framework",
+        ["agent_framework"],
+        uninstrument_first=False,
+        after=HANDOFFS,
     )
     assert report["loaded_before"] == [], "instrument() imported Agent Framework before the app did"
     assert report["pending"] is True
     assert report["patched"] == [True] * len(PATCH_TARGETS)
-    assert report["handoffs_before"] is False, "the guard imported agent-framework-orchestrations"
-    assert report["handoffs"] == [True] * len(HANDOFF_TARGETS)
+    assert report["after"]["before"] is False, "the guard imported agent-framework-orchestrations"
+    assert report["after"]["patched"] == [True] * len(HANDOFF_TARGETS)
 
 
 @pytest.mark.integration
 def test_uninstrument_before_the_import_leaves_agent_framework_unpatched() -> None:
     report = patched_on_import(
-        AgentFrameworkInstrumentor, "import agent_framework", ["agent_framework"], uninstrument_first=True
+        AgentFrameworkInstrumentor,
+        "import agent_framework",
+        ["agent_framework"],
+        uninstrument_first=True,
+        after=HANDOFFS,
     )
     assert report["patched"] == [False] * len(PATCH_TARGETS)
-    assert report["handoffs"] == [False] * len(HANDOFF_TARGETS)
+    assert report["after"]["patched"] == [False] * len(HANDOFF_TARGETS)
 
 
 WITHOUT_ORCHESTRATIONS = textwrap.dedent(

@@ -63,13 +63,7 @@ def test_observe_mode_from_the_environment_records_would_refuse() -> None:
     assert result["planner_runs"] == 4
     assert result["tool_calls"] == 6
     assert not any(text.startswith("Refused") for text in result["budget_saw"])
-<<<<<<< HEAD
     assert_observe_mode_let_it_through(spans)
-=======
-    would = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "would_refuse"]
-    assert would
-    assert {s["attributes"]["otel_guard.mode"] for s in hops(spans)} == {"observe"}
-    assert all([e["name"] for e in s["events"]] == ["otel_guard.would_refuse"] for s in would)
 
 
 def test_the_handoffs_are_stopped_under_opentelemetry_instrument() -> None:
@@ -84,7 +78,5 @@ def test_the_handoffs_are_stopped_under_opentelemetry_instrument() -> None:
     assert "agent planner is already in chain planner → budget." in text
     assert "".join(result["answers"]).startswith("budget answers after Refused by otel-guard")
     assert result["asks_the_user"] is True
-    (refused,) = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
-    assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
+    assert_planner_refused(spans, ("planner", "budget", "planner"))
     assert len({s["context"]["trace_id"] for s in hops(spans)}) == 1
->>>>>>> wt-handoffs
