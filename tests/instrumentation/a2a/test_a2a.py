@@ -194,10 +194,10 @@ async def test_loop_is_refused_at_the_first_bounce(
     await settled(spans, 5)
     assert decisions(spans) == [
         ("invoke_agent budget", "CLIENT", "allow", 2),
-        ("invoke_agent budget", "SERVER", "allow", 2),
+        ("invoke_agent budget", "INTERNAL", "allow", 2),
         ("invoke_agent planner", "CLIENT", "allow", 1),
         ("invoke_agent planner", "CLIENT", "refuse", 3),
-        ("invoke_agent planner", "SERVER", "allow", 1),
+        ("invoke_agent planner", "INTERNAL", "allow", 1),
     ]
     ours = hop_spans(spans)
     assert len({s.context.trace_id for s in ours}) == 1  # one trace across both servers
@@ -236,11 +236,21 @@ async def test_spans_carry_the_contract_attributes(
     agents = start_agents()
     await agents.ask_planner()
 
-    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER)
+    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.INTERNAL)
     root = attributes(budget_server)["otel_guard.chain.root"]
     assert len(root) == 32
     assert set(root) <= set("0123456789abcdef")
+    ids = {
+        key: attributes(budget_server)[key]
+        for key in ("a2a.message.id", "a2a.task.id", "gen_ai.conversation.id")
+    }
+    assert all(isinstance(value, str) and value for value in ids.values()), ids
     assert attributes(budget_server) == {
+        **ids,
+        "a2a.method.name": "SendMessage",
+        "a2a.protocol.version": "1.0",
+        "gen_ai.agent.description": "The budget travel agent",
+        "gen_ai.agent.version": "1.0.0",
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "budget",
         "otel_guard.skill": "price",
@@ -285,7 +295,7 @@ async def test_sdk_spans_and_ours_nest(
             found.append((span.name.rsplit(".", 1)[-1], span.kind))
         return found
 
-    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER)
+    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.INTERNAL)
     budget_client = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.CLIENT)
     above = ancestry(budget_server)
     # Up from Budget's server hop: the SDK's server spans, then the client hop that sent the
@@ -295,7 +305,7 @@ async def test_sdk_spans_and_ours_nest(
     assert all(not name.startswith("invoke_agent") for name, _ in above[:client_at])
     # ... which runs inside Planner's executor, inside Planner's server hop, up to the test's own
     # send: the root of the one trace.
-    assert ("invoke_agent planner", SpanKind.SERVER) in above[client_at:]
+    assert ("invoke_agent planner", SpanKind.INTERNAL) in above[client_at:]
     assert above[-1] == ("invoke_agent planner", SpanKind.CLIENT)
     # The SDK's transport span for that request is a child of the client hop, not a second hop.
     (transport,) = [
@@ -339,7 +349,7 @@ async def test_observe_mode_lets_the_loop_through_and_records_would_refuse(
     assert outcomes == {"allow", "would_refuse"}
     first = min(
         (s for s in hop_spans(spans) if attributes(s)["otel_guard.decision"] == "would_refuse"),
-        key=lambda s: (attributes(s)["otel_guard.chain.depth"], s.kind is SpanKind.SERVER),
+        key=lambda s: (attributes(s)["otel_guard.chain.depth"], s.kind is SpanKind.INTERNAL),
     )
     assert (first.name, first.kind, attributes(first)["otel_guard.chain.depth"]) == (
         "invoke_agent planner",
@@ -421,7 +431,9 @@ async def test_server_refuses_an_arriving_cycle_with_a_jsonrpc_error(
             ],
         },
     }
-    (refused,) = [s for s in hop_spans(spans) if s.kind is SpanKind.SERVER]
+    (refused,) = [
+        s for s in hop_spans(spans) if s.kind is SpanKind.INTERNAL and "a2a.method.name" in attributes(s)
+    ]
     assert attributes(refused)["otel_guard.decision"] == "refuse"
     assert attributes(refused)["otel_guard.chain.agents"] == ("planner", "budget", "planner")
 

@@ -78,10 +78,10 @@ async def test_loop_over_grpc_is_refused_at_the_first_bounce(spans: Any, grpc_ag
     hops = [s for s in spans.all() if s.name.startswith("invoke_agent ")]
     assert sorted((s.name, s.kind.name, dict(s.attributes or {})["otel_guard.decision"]) for s in hops) == [
         ("invoke_agent budget", "CLIENT", "allow"),
-        ("invoke_agent budget", "SERVER", "allow"),
+        ("invoke_agent budget", "INTERNAL", "allow"),
         ("invoke_agent planner", "CLIENT", "allow"),
         ("invoke_agent planner", "CLIENT", "refuse"),
-        ("invoke_agent planner", "SERVER", "allow"),
+        ("invoke_agent planner", "INTERNAL", "allow"),
     ]
     assert len({s.context.trace_id for s in hops}) == 1
 
@@ -115,7 +115,11 @@ async def test_server_refusal_over_grpc_is_aborted_and_raised_as_a2a_delegation_
     assert isinstance(cause, grpc.aio.AioRpcError)
     assert cause.code() is grpc.StatusCode.ABORTED
     assert grpc_agents.ran == []
-    (refused,) = [s for s in spans.named("invoke_agent planner") if s.kind is SpanKind.SERVER]
+    (refused,) = [
+        s
+        for s in spans.named("invoke_agent planner")
+        if s.kind is SpanKind.INTERNAL and "a2a.method.name" in (s.attributes or {})
+    ]
     assert dict(refused.attributes or {})["otel_guard.decision"] == "refuse"
 
 
