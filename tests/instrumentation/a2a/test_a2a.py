@@ -41,6 +41,7 @@ import otel_guard
 from otel_guard.chain import generate_key
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.a2a import PATCH_TARGETS, A2AInstrumentor
+from tests.conventions import assert_follows
 
 pytestmark = pytest.mark.integration
 
@@ -202,6 +203,50 @@ async def test_loop_is_refused_at_the_first_bounce(
     ours = hop_spans(spans)
     assert len({s.context.trace_id for s in ours}) == 1  # one trace across both servers
     assert len({attributes(s)["otel_guard.chain.root"] for s in ours}) == 1  # and one chain
+
+
+@pytest.mark.parametrize(("binding", "streaming", "legacy"), TRANSPORTS)
+async def test_hop_spans_follow_the_conventions(
+    instrumented: A2AInstrumentor,
+    spans: Any,
+    start_agents: Callable[..., Agents],
+    binding: str,
+    streaming: bool,
+    legacy: bool,
+) -> None:
+    """Every hop of the loop, client (CLIENT, a remote agent) and server (INTERNAL, the agent runs
+    there) side, allowed or refused, is a GenAI invoke_agent span with the A2A attributes of its
+    request (tests/conventions.py): the card gives the description and version, the message its id
+    and the reply the context and the task."""
+    otel_guard.configure(cycle_rule="agent")
+    agents = start_agents(binding, streaming, legacy)
+    await agents.ask_planner()
+    ours = await settled(spans, 5)
+
+    assert len(ours) == 5
+    for span in ours:
+        client = span.kind is SpanKind.CLIENT
+        available = {
+            "gen_ai.agent.name",
+            "gen_ai.agent.description",
+            "gen_ai.agent.version",
+            "a2a.message.id",
+        }
+        if attributes(span)["otel_guard.decision"] == "refuse":
+            available.add("error.type")  # refused before anything was sent: no reply to read
+        else:
+            available |= {"gen_ai.conversation.id", "a2a.task.id"}
+        if client:
+            available.add("server.port")
+        assert_follows(span, "a2a.client" if client else "a2a.server", available)
+        method = "SendStreamingMessage" if streaming else "SendMessage"
+        assert attributes(span)["a2a.method.name"] == method
+        assert (
+            attributes(span)["gen_ai.agent.description"]
+            == f"The {attributes(span)['gen_ai.agent.name']} travel agent"
+        )
+        if client and binding == JSONRPC:
+            assert attributes(span)["server.address"] == "127.0.0.1"
 
 
 @pytest.fixture

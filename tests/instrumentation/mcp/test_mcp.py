@@ -32,6 +32,7 @@ import otel_guard
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
 from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
+from tests.conventions import assert_follows
 
 MODES = ["auto", "legacy"]
 # The spans of one hop in each in-process pairing: "auto" dispatches directly, the server running in
@@ -107,6 +108,49 @@ async def test_loop_is_refused_at_the_first_bounce(
     assert decisions(spans, "execute_tool budget") == [
         (where, "allow", ("planner", "budget")) for where in SIDES[mode]
     ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_hop_spans_follow_the_conventions(instrumented: MCPInstrumentor, spans: Any, mode: str) -> None:
+    """Every hop of the loop, allowed or refused, client or server side, is a GenAI execute_tool span
+    with the MCP attributes (tests/conventions.py); the SDK's own spans of each call, with the
+    JSON-RPC request id, are the CLIENT and SERVER ones around it."""
+    otel_guard.configure(cycle_rule="agent")
+    await call(build_server(mode=mode), mode, "planner", rounds=ROUNDS)
+
+    ours = hop_spans(spans)
+    assert {side(s) for s in ours} == set(SIDES[mode])
+    for span in ours:
+        where = side(span)
+        available = {"gen_ai.tool.name"} | ({"jsonrpc.request.id"} if where == "server" else set())
+        if attributes(span)["otel_guard.decision"] == "refuse":
+            available.add("error.type")
+        assert_follows(span, f"mcp.{where}", available)
+        assert attributes(span)["mcp.method.name"] == "tools/call"
+    by_id = {s.context.span_id: s for s in spans.all()}
+    for client_hop in (
+        s for s in ours if side(s) == "client" and attributes(s)["otel_guard.decision"] == "allow"
+    ):
+        # The SDK's span of the request, with its id: its client span, or through a direct
+        # dispatcher (one process, "auto") the server's, both children of the hop.
+        tool = attributes(client_hop)["gen_ai.tool.name"]
+        (sent,) = [
+            s
+            for s in spans.all()
+            if s.parent is not None
+            and s.parent.span_id == client_hop.context.span_id
+            and (s.name, s.kind)
+            in {(f"MCP send tools/call {tool}", SpanKind.CLIENT), (f"tools/call {tool}", SpanKind.SERVER)}
+        ]
+        assert isinstance(attributes(sent)["jsonrpc.request.id"], str)
+    for server_hop in (s for s in ours if side(s) == "server"):
+        assert server_hop.parent is not None
+        served = by_id[server_hop.parent.span_id]
+        assert (served.name, served.kind) == (
+            f"tools/call {attributes(server_hop)['gen_ai.tool.name']}",
+            SpanKind.SERVER,
+        )
+        assert attributes(served)["jsonrpc.request.id"] == attributes(server_hop)["jsonrpc.request.id"]
 
 
 @pytest.mark.parametrize("mode", MODES)
