@@ -30,6 +30,7 @@ from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index_instrumentation import get_dispatcher
 from llama_index_instrumentation.span import BaseSpan
 from opentelemetry import context as otel_context
+from opentelemetry.util.types import AttributeValue
 from pydantic import PrivateAttr
 
 from otel_guard.guard import delegate
@@ -37,6 +38,7 @@ from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.llama_index._guidance import guided
 from otel_guard.instrumentation.llama_index._scope import CALL, RUN, Call, Run
 from otel_guard.settings import current_settings
+from otel_guard.telemetry import GEN_AI_CONVERSATION_ID
 
 
 def agent_name(workflow: Any) -> str:
@@ -55,7 +57,7 @@ def guard_run(
     if isinstance(call, Call) and call.name == name:
         run, ctx = Run(instance, None), parent  # the tool call's hop is this run's
     else:
-        hop = delegate(name)
+        hop = delegate(name, attributes=_conversation(args, kwargs))
         ctx = hop.start()  # a refusal raises here: the run never starts
         run = Run(instance, hop)
     # What runs inside is this run's own: no tool call of its caller's is in progress there.
@@ -70,6 +72,14 @@ def guard_run(
     finally:
         otel_context.detach(token)
     return handler
+
+
+def _conversation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of ``run(user_msg, chat_history, memory, ...)``: the session id of
+    the memory it is given (the key its chat history is kept under), or ``None``."""
+    memory = kwargs.get("memory", args[2] if len(args) > 2 else None)
+    session_id = getattr(memory, "session_id", None)
+    return {GEN_AI_CONVERSATION_ID: session_id} if isinstance(session_id, str) and session_id else None
 
 
 class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  # Any without LlamaIndex
