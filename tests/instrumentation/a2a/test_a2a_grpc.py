@@ -31,6 +31,7 @@ from opentelemetry.trace import SpanKind
 import otel_guard
 from otel_guard.instrumentation.a2a import A2AInstrumentor
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+from tests.conventions import assert_follows
 
 pytestmark = pytest.mark.integration
 
@@ -84,6 +85,9 @@ async def test_loop_over_grpc_is_refused_at_the_first_bounce(spans: Any, grpc_ag
         ("invoke_agent planner", "INTERNAL", "allow"),
     ]
     assert len({s.context.trace_id for s in hops}) == 1
+    for span in hops:  # over gRPC too, each hop follows the conventions (tests/conventions.py)
+        assert_follows(span, "a2a.client" if span.kind is SpanKind.CLIENT else "a2a.server")
+        assert dict(span.attributes or {})["a2a.method.name"] == "SendMessage"
 
 
 async def test_server_refusal_over_grpc_is_aborted_and_raised_as_a2a_delegation_refused(
