@@ -17,10 +17,14 @@ For every HTTP request the middleware
    the parent and only the chain is read; ``baggage`` headers over 8,192 bytes joined, the W3C
    limit, are dropped unread),
 2. checks the hop into ``agent`` against the chain that arrived (the ``otel_guard.chain`` baggage
-   member) with ``delegate(agent, skill, receiving=True, span_kind=SERVER)``: a chain whose last hop is
-   already this agent (the caller's client instrumentation added it) is checked again, not extended,
+   member) with ``delegate(agent, skill, receiving=True)``: a chain whose last hop is already this
+   agent (the caller's client instrumentation added it) is checked again, not extended,
 3. runs the app inside that hop, so the app's own outgoing calls carry the extended chain (any
    OpenTelemetry propagator injects it), and ends the ``invoke_agent {agent}`` span when the app is done.
+
+That span is the agent's run in this process (kind INTERNAL, as the GenAI conventions define
+``invoke_agent`` for an agent in the process); the request's SERVER span is the HTTP
+instrumentation's (an OpenTelemetry ASGI middleware outside this one), whose child it then is.
 
 A refused hop never reaches the app. The caller gets ``409 Conflict`` and a JSON body::
 
@@ -45,7 +49,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import SpanKind
 
 from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
 from otel_guard._start import settings_at_start
@@ -94,7 +97,7 @@ class GuardMiddleware:
             return
         token = attach_caller_context(carrier_from_headers(scope.get("headers") or ()))
         try:
-            hop = delegate(self.agent, self._skill_of(scope), receiving=True, span_kind=SpanKind.SERVER)
+            hop = delegate(self.agent, self._skill_of(scope), receiving=True)
             try:
                 hop_context = hop.start()
             except DelegationRefused as err:

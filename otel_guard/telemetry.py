@@ -50,6 +50,25 @@ ERROR_TYPE: Final = "error.type"
 INVOKE_AGENT: Final = "invoke_agent"
 EXECUTE_TOOL: Final = "execute_tool"
 
+# What the conventions add to a hop's span where the runtime or the protocol knows it
+# (docs/spec.md §5): the session, the remote agent's card, and the A2A and MCP request.
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_AGENT_DESCRIPTION: Final = "gen_ai.agent.description"
+GEN_AI_AGENT_VERSION: Final = "gen_ai.agent.version"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+A2A_METHOD_NAME: Final = "a2a.method.name"
+A2A_PROTOCOL_VERSION: Final = "a2a.protocol.version"
+A2A_TENANT: Final = "a2a.tenant"
+A2A_MESSAGE_ID: Final = "a2a.message.id"
+A2A_REFERENCE_TASK_IDS: Final = "a2a.message.reference_task_ids"
+A2A_TASK_ID: Final = "a2a.task.id"
+A2A_TASK_STATE: Final = "a2a.task.state"
+MCP_METHOD_NAME: Final = "mcp.method.name"
+MCP_PROTOCOL_VERSION: Final = "mcp.protocol.version"
+JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+
 # Span events.
 EVENT_REFUSED: Final = "otel_guard.refused"
 EVENT_WOULD_REFUSE: Final = "otel_guard.would_refuse"

@@ -111,12 +111,17 @@ def serve(serve_asgi: Callable[[Any], str]) -> Callable[..., Served]:
     return start
 
 
+CALLER_HOPS: set[int] = set()
+"""The span ids of the hops :func:`chain_headers` made: the caller's, never the middleware's."""
+
+
 def chain_headers(*agents: str) -> dict[str, str]:
     """The headers an OpenTelemetry client sends from inside hops through ``agents``."""
     headers: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         for agent in agents:
-            stack.enter_context(otel_guard.delegate(agent))
+            hop = stack.enter_context(otel_guard.delegate(agent))
+            CALLER_HOPS.add(hop.span.get_span_context().span_id)
         propagate.inject(headers)
     return headers
 
@@ -131,7 +136,18 @@ def attributes(span: ReadableSpan) -> dict[str, Any]:
 
 
 def server_hops(spans: Any) -> list[ReadableSpan]:
-    return [s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER]
+    """The middleware's hops: INTERNAL spans (the agent runs here) that are not the test's own, made
+    by :func:`chain_headers` or inside another hop of the test."""
+    by_id = {s.context.span_id: s for s in spans.all()}
+
+    def received(span: ReadableSpan) -> bool:
+        if span.context.span_id in CALLER_HOPS:
+            return False
+        parent = span.parent
+        local = by_id.get(parent.span_id) if parent is not None and not parent.is_remote else None
+        return local is None or local.kind is SpanKind.SERVER
+
+    return [s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.INTERNAL and received(s)]
 
 
 async def ended_hops(spans: Any, count: int = 1) -> list[ReadableSpan]:

@@ -77,6 +77,32 @@ def test_every_span_attribute_event_and_metric() -> None:
     }
 
 
+def test_every_conventions_attribute_a_hop_carries() -> None:
+    from tests.conventions import model
+
+    rows = table(section(5), "conventions' attribute")
+    spelled = {name for row in rows for name in names(row[0])}
+    assert spelled == {
+        telemetry.GEN_AI_CONVERSATION_ID,
+        telemetry.GEN_AI_AGENT_DESCRIPTION,
+        telemetry.GEN_AI_AGENT_VERSION,
+        telemetry.GEN_AI_TOOL_CALL_ID,
+        telemetry.A2A_METHOD_NAME,
+        telemetry.A2A_PROTOCOL_VERSION,
+        telemetry.A2A_TENANT,
+        telemetry.A2A_MESSAGE_ID,
+        telemetry.A2A_REFERENCE_TASK_IDS,
+        telemetry.A2A_TASK_ID,
+        telemetry.A2A_TASK_STATE,
+        telemetry.SERVER_ADDRESS,
+        telemetry.SERVER_PORT,
+        telemetry.MCP_METHOD_NAME,
+        telemetry.MCP_PROTOCOL_VERSION,
+        telemetry.JSONRPC_REQUEST_ID,
+    }
+    assert spelled <= set(model().types)  # each is the conventions' own
+
+
 def test_the_baggage_key_and_the_size_limit() -> None:
     from otel_guard.chain import MAX_TOKEN_LENGTH
 

@@ -1,10 +1,11 @@
 """The A2A client side: a send is a hop into the remote agent, and the chain travels in its headers.
 
 ``BaseClient.send_message`` (streaming or not, every transport) becomes a hop ``invoke_agent {card
-name}`` of kind CLIENT. Inside the hop the current context (the new chain as W3C baggage, and the
-``traceparent`` of the hop span) is injected by the global propagator into the call's
-``ClientCallContext.service_parameters``, which the SDK sends as HTTP headers (JSON-RPC, HTTP+JSON)
-or gRPC metadata. The SDK's own transport span nests under the hop span.
+name}`` of kind CLIENT (a remote agent's invocation), with the A2A attributes of the request. Inside the
+hop the current context (the new chain as W3C baggage, and the ``traceparent`` of the hop span) is
+injected by the global propagator into the call's ``ClientCallContext.service_parameters``, which the
+SDK sends as HTTP headers (JSON-RPC, HTTP+JSON) or gRPC metadata. The SDK's own transport span nests
+under the hop span.
 
 A refusal raises :class:`A2ADelegationRefused` from the first step of the send, before any request
 leaves the process; a refusal from the remote agent (its JSON-RPC or HTTP+JSON error) is raised as
@@ -28,7 +29,14 @@ from otel_guard.instrumentation.a2a._errors import (
     A2ADelegationRefused,
     refusal_from_details,
 )
-from otel_guard.instrumentation.a2a._hop import hop_skill, hop_stream, switch
+from otel_guard.instrumentation.a2a._hop import (
+    SEND_MESSAGE,
+    SEND_STREAMING_MESSAGE,
+    hop_attributes,
+    hop_skill,
+    hop_stream,
+    switch,
+)
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 _BAGGAGE_ONLY = W3CBaggagePropagator()
@@ -74,7 +82,15 @@ def send_message(
         # A card without a name (a bootstrap card) cannot name the hop: carry the chain as it is
         # and let the server, which knows its own name, decide.
         return open_stream()
-    hop = delegate(card.name, hop_skill(card, request), span_kind=SpanKind.CLIENT)
+    streaming = instance._config.streaming and card.capabilities.streaming
+    url = getattr(instance._transport, "url", None)
+    attributes = hop_attributes(
+        card,
+        request,
+        SEND_STREAMING_MESSAGE if streaming else SEND_MESSAGE,
+        url if isinstance(url, str) else None,
+    )
+    hop = delegate(card.name, hop_skill(card, request), span_kind=SpanKind.CLIENT, attributes=attributes)
     return hop_stream(hop, A2ADelegationRefused.from_refusal, open_stream)
 
 

@@ -9,15 +9,31 @@ A hop around a stream attaches its context around each step of the stream only, 
 ``yield`` (:mod:`otel_guard._steps` runs it): between steps the consumer runs in its own context.
 Whatever the stream starts during a step (the A2A server starts the agent executor's task there)
 copies the hop's context, and with it the chain.
+
+The hop's span is the GenAI ``invoke_agent`` span of the call and also carries the A2A conventions'
+attributes (docs/spec.md §5): the method, the message, the context (``gen_ai.conversation.id``) and
+the task, read from the request and then from the response; the SDK's own spans keep their names.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
+from a2a.types import (
+    Message,
+    SendMessageResponse,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
 from opentelemetry import context as otel_context
+from opentelemetry.util.types import AttributeValue
 
+from otel_guard import telemetry as names
 from otel_guard._carriers import attach_caller_context
 from otel_guard._steps import Done, async_generator_in_context
 from otel_guard.errors import DelegationRefused
@@ -66,6 +82,75 @@ def hop_skill(card: Any, request: Any) -> str | None:
     return None
 
 
+SEND_MESSAGE: Final = "SendMessage"
+SEND_STREAMING_MESSAGE: Final = "SendStreamingMessage"
+
+
+def hop_attributes(card: Any, request: Any, method: str, url: str | None = None) -> dict[str, AttributeValue]:
+    """The A2A attributes of a hop sending ``request`` to the agent ``card`` describes: the agent's
+    description and version from its card, the method, what the request's message names, and (on
+    the client) the address of the interface ``url`` the call goes to."""
+    attributes: dict[str, AttributeValue] = {names.A2A_METHOD_NAME: method}
+    if card.description:
+        attributes[names.GEN_AI_AGENT_DESCRIPTION] = card.description
+    if card.version:
+        attributes[names.GEN_AI_AGENT_VERSION] = card.version
+    interfaces = card.supported_interfaces
+    here = url.rstrip("/") if url else None
+    interface = next(
+        (i for i in interfaces if i.url.rstrip("/") == here), interfaces[0] if interfaces else None
+    )
+    if interface is not None and interface.protocol_version:
+        attributes[names.A2A_PROTOCOL_VERSION] = interface.protocol_version
+    if request.tenant:
+        attributes[names.A2A_TENANT] = request.tenant
+    message = request.message
+    if message.message_id:
+        attributes[names.A2A_MESSAGE_ID] = message.message_id
+    if message.context_id:
+        attributes[names.GEN_AI_CONVERSATION_ID] = message.context_id
+    if message.task_id:
+        attributes[names.A2A_TASK_ID] = message.task_id
+    if message.reference_task_ids:
+        attributes[names.A2A_REFERENCE_TASK_IDS] = list(message.reference_task_ids)
+    if url:
+        where = urlsplit(url)
+        if where.hostname:
+            attributes[names.SERVER_ADDRESS] = where.hostname
+            port = where.port or {"http": 80, "https": 443}.get(where.scheme)
+            if port is not None:
+                attributes[names.SERVER_PORT] = port
+    return attributes
+
+
+def note_response(hop: Delegation, item: Any) -> None:
+    """Put what an A2A response (a ``Task``, a ``Message``, a ``StreamResponse`` or one of its
+    events) says of the task and the context on the hop's span: ``a2a.task.id``, ``a2a.task.state``
+    and ``gen_ai.conversation.id``. Anything else is left alone."""
+    span = hop.span
+    if not span.is_recording():
+        return
+    if isinstance(item, StreamResponse | SendMessageResponse):
+        which = item.WhichOneof("payload")
+        if which is None:
+            return
+        item = getattr(item, which)
+    if isinstance(item, Task):
+        task_id, state = item.id, item.status.state
+    elif isinstance(item, TaskStatusUpdateEvent):
+        task_id, state = item.task_id, item.status.state
+    elif isinstance(item, Message | TaskArtifactUpdateEvent):
+        task_id, state = item.task_id, None
+    else:
+        return
+    if task_id:
+        span.set_attribute(names.A2A_TASK_ID, task_id)
+    if state is not None:
+        span.set_attribute(names.A2A_TASK_STATE, TaskState.Name(state))
+    if item.context_id:
+        span.set_attribute(names.GEN_AI_CONVERSATION_ID, item.context_id)
+
+
 def start_hop(
     hop: Delegation, refused: Refused, caller: Mapping[str, str] | None = None
 ) -> otel_context.Context:
@@ -100,6 +185,7 @@ async def hop_call(
         hop.finish(exc)
         raise
     otel_context.detach(token)
+    note_response(hop, result)
     hop.finish()
     return result
 
@@ -120,4 +206,18 @@ def hop_stream(
     def enter() -> tuple[otel_context.Context, Done]:
         return start_hop(hop, refused, caller), hop.finish
 
-    return async_generator_in_context(enter, open_stream)()
+    return async_generator_in_context(enter, lambda: _noting(hop, open_stream()))()
+
+
+async def _noting(hop: Delegation, stream: AsyncIterable[T]) -> AsyncGenerator[T, Any]:
+    """``stream``'s items, each noted on the hop's span first (:func:`note_response`); closing this
+    closes ``stream``."""
+    inner = aiter(stream)
+    try:
+        async for item in inner:
+            note_response(hop, item)
+            yield item
+    finally:
+        aclose = getattr(inner, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -9,7 +9,8 @@ Two layers, because the SDK has two:
   in its ``baggage`` header.
 - The request handlers' ``on_message_send`` and ``on_message_send_stream`` (``DefaultRequestHandler``,
   which is ``DefaultRequestHandlerV2``, and ``LegacyRequestHandler``) run the hop
-  ``delegate(card name, skill, receiving=True, span_kind=SERVER)`` around the call. The executor's
+  ``delegate(card name, skill, receiving=True)`` around the call: an INTERNAL ``invoke_agent``
+  span (the agent runs in this process) under the SDK's own SERVER span of the request. The executor's
   task is started inside the hop, so it runs under the new chain and its own A2A calls carry it. When
   no dispatcher layer ran (gRPC, a custom route), the hop reads the caller's headers (or gRPC
   metadata) from the ``ServerCallContext`` itself.
@@ -26,16 +27,23 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import SpanKind
 
 from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
-from otel_guard.guard import delegate
+from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation.a2a._errors import (
     ServerRefusal,
     jsonrpc_error_response,
     rest_error_payload,
 )
-from otel_guard.instrumentation.a2a._hop import hop_call, hop_skill, hop_stream, switch
+from otel_guard.instrumentation.a2a._hop import (
+    SEND_MESSAGE,
+    SEND_STREAMING_MESSAGE,
+    hop_attributes,
+    hop_call,
+    hop_skill,
+    hop_stream,
+    switch,
+)
 
 
 def _enabled() -> bool:
@@ -93,13 +101,20 @@ def _hop_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, 
     return params, call_context
 
 
+def _received(card: Any, params: Any, method: str) -> Delegation:
+    """The hop of a request received for the agent ``card`` describes: the agent runs here, so its
+    span is INTERNAL, under the SDK's SERVER span of the request."""
+    attributes = hop_attributes(card, params, method)
+    return delegate(card.name, hop_skill(card, params), receiving=True, attributes=attributes)
+
+
 async def on_message_send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Patch of ``on_message_send(params, context)``: the executor runs inside the hop."""
     card = getattr(instance, "_agent_card", None) if _enabled() else None
     if card is None or not card.name:
         return await wrapped(*args, **kwargs)
     params, call_context = _hop_arguments(args, kwargs)
-    hop = delegate(card.name, hop_skill(card, params), receiving=True, span_kind=SpanKind.SERVER)
+    hop = _received(card, params, SEND_MESSAGE)
     return await hop_call(hop, ServerRefusal, lambda: wrapped(*args, **kwargs), _caller_carrier(call_context))
 
 
@@ -112,7 +127,7 @@ def on_message_send_stream(
         stream: AsyncIterator[Any] = wrapped(*args, **kwargs)
         return stream
     params, call_context = _hop_arguments(args, kwargs)
-    hop = delegate(card.name, hop_skill(card, params), receiving=True, span_kind=SpanKind.SERVER)
+    hop = _received(card, params, SEND_STREAMING_MESSAGE)
     return hop_stream(hop, ServerRefusal, lambda: wrapped(*args, **kwargs), _caller_carrier(call_context))
 
 

@@ -43,6 +43,7 @@ from agent_framework import (
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
+from opentelemetry.util.types import AttributeValue
 
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.agent_framework._guidance import guide
@@ -50,7 +51,14 @@ from otel_guard.instrumentation.agent_framework._scope import CALL, RUN, Call, R
 from otel_guard.instrumentation.agent_framework._tools import TOOL_CALLS
 from otel_guard.instrumentation.agent_framework._usage import MODEL_REQUESTS
 from otel_guard.settings import current_settings
-from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY, GEN_AI_CONVERSATION_ID
+
+
+def _conversation(context: AgentContext) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of a run: its session's service-side conversation id, the one Agent
+    Framework's own spans name (a session kept locally has none)."""
+    session_id = getattr(getattr(context, "session", None), "service_session_id", None)
+    return {GEN_AI_CONVERSATION_ID: session_id} if isinstance(session_id, str) and session_id else None
 
 
 class AgentRuns(AgentMiddleware):  # type: ignore[misc, unused-ignore]  # Any without the runtime
@@ -67,7 +75,7 @@ class AgentRuns(AgentMiddleware):  # type: ignore[misc, unused-ignore]  # Any wi
             run = Run(call.hop, ends_hop=False)
             ctx = parent
         else:
-            hop = delegate(name)
+            hop = delegate(name, attributes=_conversation(context))
             ctx = await hop.astart()  # a refusal raises here: the run never starts
             run = Run(hop, ends_hop=True)
         settings = current_settings()

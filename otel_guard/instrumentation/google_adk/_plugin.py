@@ -44,6 +44,7 @@ from otel_guard.instrumentation._base import refusal_behind
 from otel_guard.instrumentation.google_adk._calls import ToolCall, calls, in_hop
 from otel_guard.instrumentation.google_adk._guidance import add_guidance
 from otel_guard.instrumentation.google_adk._remote import hopped_by_a2a
+from otel_guard.instrumentation.google_adk._runs import conversation
 from otel_guard.instrumentation.google_adk._tools import (
     HandOver,
     hop_of,
@@ -169,7 +170,7 @@ def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
     root = getattr(caller, "root_agent", None)
     if hopped_by_a2a(root.find_agent(agent) if root is not None else None):
         return None  # the remote agent's A2A send decides
-    hop = delegate(agent)
+    hop = delegate(agent, attributes=conversation(tool_context))
     try:
         hop.decide()
     except DelegationRefused as err:
@@ -186,7 +187,7 @@ def _hand_over_tasks(callback_context: CallbackContext, parts: list[Any]) -> Non
     """
     invocation_id = callback_context.invocation_id
     for task_agent in task_calls(callback_context.get_invocation_context().agent, parts):
-        hop = delegate(task_agent.name)
+        hop = delegate(task_agent.name, attributes=conversation(callback_context))
         try:
             hop.decide()
         except DelegationRefused as err:

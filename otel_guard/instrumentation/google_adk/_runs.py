@@ -37,6 +37,7 @@ from typing import Any
 
 from google.adk.events.event import Event
 from opentelemetry import context as otel_context
+from opentelemetry.util.types import AttributeValue
 
 from otel_guard._steps import Done, async_generator_in_context
 from otel_guard.chain import normal_name
@@ -46,6 +47,7 @@ from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.google_adk._calls import calls, in_hop
 from otel_guard.instrumentation.google_adk._remote import hopped_by_a2a
 from otel_guard.instrumentation.google_adk._tools import refusal_response
+from otel_guard.telemetry import GEN_AI_CONVERSATION_ID
 
 Stream = Callable[..., AsyncIterable[Any]]
 Refused = Callable[[str, str, DelegationRefused], AsyncGenerator[Any, None]]
@@ -57,18 +59,27 @@ def guard_run_async(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwarg
     """``BaseAgent.run_async(parent_context)``: the run's stream, as a hop."""
     parent_context = args[0] if args else kwargs.get("parent_context")
     invocation_id = getattr(parent_context, "invocation_id", None)
-    return _run_as_hop(instance, invocation_id, _raise_at_first_step, wrapped, args, kwargs)
+    return _run_as_hop(instance, parent_context, invocation_id, _raise_at_first_step, wrapped, args, kwargs)
 
 
 @unless_suppressed
 def guard_node_run(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``LlmAgent._run_impl(*, ctx, node_input)``: the node's run (all its rounds), as a hop."""
-    invocation_id = getattr(kwargs.get("ctx"), "invocation_id", None)
-    return _run_as_hop(instance, invocation_id, _answer_with_refusal, wrapped, args, kwargs)
+    ctx = kwargs.get("ctx")
+    invocation_id = getattr(ctx, "invocation_id", None)
+    return _run_as_hop(instance, ctx, invocation_id, _answer_with_refusal, wrapped, args, kwargs)
+
+
+def conversation(context: object) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of a run in ``context`` (an invocation, callback or tool context):
+    its ADK session's id, or ``None``."""
+    session_id = getattr(getattr(context, "session", None), "id", None)
+    return {GEN_AI_CONVERSATION_ID: session_id} if isinstance(session_id, str) and session_id else None
 
 
 def _run_as_hop(
     agent: Any,
+    context: object,
     invocation_id: object,
     refused: Refused,
     wrapped: Stream,
@@ -89,7 +100,7 @@ def _run_as_hop(
     def enter() -> tuple[otel_context.Context, Done]:
         if handed_over is not None:
             return in_hop(handed_over.open(), handed_over), handed_over.finish
-        hop: Delegation = delegate(name)
+        hop: Delegation = delegate(name, attributes=conversation(context))
         return in_hop(hop.start(), hop), hop.finish
 
     return async_generator_in_context(enter, wrapped)(*args, **kwargs)

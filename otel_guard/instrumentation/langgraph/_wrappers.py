@@ -45,13 +45,17 @@ from otel_guard.instrumentation.langgraph._streams import (
     astream_in_hop,
     stream_in_hop,
 )
-from otel_guard.telemetry import CHAIN_BAGGAGE_KEY, EXECUTE_TOOL, INVOKE_AGENT
+from otel_guard.telemetry import (
+    CHAIN_BAGGAGE_KEY,
+    EXECUTE_TOOL,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_TOOL_CALL_ID,
+    INVOKE_AGENT,
+)
 
 DEFAULT_GRAPH_NAME: Final = "LangGraph"
 """The name LangGraph gives a graph compiled without one: not an agent's name."""
 
-GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
-GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 
 _OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 """OpenInference's LangChain instrumentation, whose spans the hops' spans are put under."""

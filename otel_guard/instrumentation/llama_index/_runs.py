@@ -33,6 +33,7 @@ from llama_index_instrumentation.span import BaseSpan
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
+from opentelemetry.util.types import AttributeValue
 from pydantic import PrivateAttr
 
 from otel_guard.guard import delegate
@@ -40,7 +41,7 @@ from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.llama_index._guidance import guided
 from otel_guard.instrumentation.llama_index._scope import CALL, RUN, Call, Run
 from otel_guard.settings import current_settings
-from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+from otel_guard.telemetry import CHAIN_BAGGAGE_KEY, GEN_AI_CONVERSATION_ID
 
 
 def agent_name(workflow: Any) -> str:
@@ -59,7 +60,7 @@ def guard_run(
     if isinstance(call, Call) and call.name == name:
         run, ctx = Run(instance, None), parent  # the tool call's hop is this run's
     else:
-        hop = delegate(name)
+        hop = delegate(name, attributes=_conversation(args, kwargs))
         token = otel_context.attach(_in_place_of(call, parent))
         try:
             ctx = hop.start()  # a refusal raises here: the run never starts
@@ -94,6 +95,14 @@ def _in_place_of(call: object, parent: Context) -> Context:
     if chain is None or chain is not baggage.get_baggage(CHAIN_BAGGAGE_KEY, call.hop.context):
         return parent
     return baggage.set_baggage(CHAIN_BAGGAGE_KEY, call.caller_chain, parent)
+
+
+def _conversation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of ``run(user_msg, chat_history, memory, ...)``: the session id of
+    the memory it is given (the key its chat history is kept under), or ``None``."""
+    memory = kwargs.get("memory", args[2] if len(args) > 2 else None)
+    session_id = getattr(memory, "session_id", None)
+    return {GEN_AI_CONVERSATION_ID: session_id} if isinstance(session_id, str) and session_id else None
 
 
 class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  # Any without LlamaIndex

@@ -1,4 +1,9 @@
-"""The client side: ``ClientSession.call_tool`` is a hop ``execute_tool {tool}`` (a CLIENT span).
+"""The client side: ``ClientSession.call_tool`` is a hop ``execute_tool {tool}``.
+
+The hop's span is the GenAI ``execute_tool`` span of the call (INTERNAL, as the conventions define
+it) with the MCP attributes known before the request is sent (``mcp.method.name``,
+``mcp.protocol.version``); the SDK's own CLIENT span of the request (``MCP send tools/call {tool}``,
+with its ``jsonrpc.request.id``, which the SDK picks only as it sends) is its child.
 
 The hop is checked before the request is sent. Inside it the request's ``_meta`` gets the trace
 context and the new chain (see :mod:`._carrier`), so the server checks the same chain again
@@ -26,7 +31,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import SpanKind
 
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
@@ -34,7 +38,8 @@ from otel_guard.guard import current_chain, delegate
 from otel_guard.instrumentation.mcp._carrier import meta_with_context
 from otel_guard.instrumentation.mcp._in_process import dispatches_directly, handed_over, handover_for
 from otel_guard.instrumentation.mcp._refusal import refusal_result
-from otel_guard.instrumentation.mcp._server import serving_chain
+from otel_guard.instrumentation.mcp._server import TOOLS_CALL, serving_chain
+from otel_guard.telemetry import MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
 
 
 async def guard_call_tool(
@@ -54,7 +59,7 @@ async def guard_call_tool(
         return await _send(wrapped, args, kwargs, tool, current_chain() if direct else None, direct)
     entered = False
     try:
-        async with delegate(tool, kind="tool", span_kind=SpanKind.CLIENT) as hop:
+        async with delegate(tool, kind="tool", attributes=_call_attributes(instance)) as hop:
             entered = True
             return await _send(wrapped, args, kwargs, tool, hop.chain, direct)
     except DelegationRefused as err:
@@ -80,6 +85,15 @@ async def _send(
             handed_over.reset(handover)
     kwargs["meta"] = meta_with_context(kwargs.get("meta"))
     return await wrapped(*args, **kwargs)
+
+
+def _call_attributes(session: object) -> dict[str, str]:
+    """The MCP attributes of a ``tools/call`` on ``session``, before it is sent."""
+    attributes = {MCP_METHOD_NAME: TOOLS_CALL}
+    version = getattr(session, "protocol_version", None)
+    if isinstance(version, str) and version:
+        attributes[MCP_PROTOCOL_VERSION] = version
+    return attributes
 
 
 def _joins_enclosing_hop(tool: str) -> bool:

@@ -3,8 +3,10 @@
 The runner looks the handler up with ``Server.get_request_handler(method)`` for each request; for
 ``tools/call`` the patched lookup hands back the same handler wrapped in a guard. The guard reads the
 caller's context from the request's ``_meta``, checks the hop with
-``delegate(tool, kind="tool", receiving=True, span_kind=SERVER)`` and only then runs the handler. A
-refusal becomes the tool error :func:`refusal_result`; the handler (and so the tool body) never runs.
+``delegate(tool, kind="tool", receiving=True)`` and only then runs the handler. A refusal becomes
+the tool error :func:`refusal_result`; the handler (and so the tool body) never runs. The hop's span
+is the GenAI ``execute_tool`` span (INTERNAL: the tool runs here) with the request's MCP attributes
+(``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.protocol.version``).
 
 A call this process made through a direct dispatcher runs here in the caller's own context, inside
 the caller's hop (:mod:`._in_process`): the guard finds that hop handed over and runs the
@@ -32,7 +34,6 @@ from mcp.server.lowlevel.server import HandlerEntry
 from mcp.server.mcpserver.exceptions import ToolError
 from opentelemetry import context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import SpanKind
 
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
@@ -41,6 +42,7 @@ from otel_guard.instrumentation._base import refusal_behind, refusal_text
 from otel_guard.instrumentation.mcp._carrier import context_from_meta
 from otel_guard.instrumentation.mcp._in_process import Handover, handed_over, taken_over
 from otel_guard.instrumentation.mcp._refusal import refusal_result
+from otel_guard.telemetry import JSONRPC_REQUEST_ID, MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
 
 TOOLS_CALL: Final = "tools/call"
 
@@ -80,7 +82,9 @@ def _guarded(handler: Handler) -> Handler:
             meta = getattr(params, "meta", None)
         token = context.attach(context_from_meta(meta))
         try:
-            async with delegate(tool, kind="tool", receiving=True, span_kind=SpanKind.SERVER) as hop:
+            async with delegate(
+                tool, kind="tool", receiving=True, attributes=_request_attributes(ctx)
+            ) as hop:
                 serving = serving_chain.set(hop.chain)
                 try:
                     return await handler(ctx, params)
@@ -94,6 +98,16 @@ def _guarded(handler: Handler) -> Handler:
             context.detach(token)
 
     return guarded_call_tool
+
+
+def _request_attributes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str]:
+    """The MCP attributes of the request ``ctx`` serves."""
+    attributes = {MCP_METHOD_NAME: ctx.method}
+    if ctx.request_id is not None:
+        attributes[JSONRPC_REQUEST_ID] = str(ctx.request_id)
+    if ctx.protocol_version:
+        attributes[MCP_PROTOCOL_VERSION] = ctx.protocol_version
+    return attributes
 
 
 async def _serve_handed_over(

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
+from opentelemetry.util.types import AttributeValue
 from wrapt import wrap_function_wrapper
 
 from otel_guard.errors import DelegationRefused
@@ -37,6 +38,7 @@ from otel_guard.instrumentation.openai_agents._results import (
 from otel_guard.instrumentation.openai_agents._scope import RunScope, current_run
 from otel_guard.instrumentation.openai_agents.package import _instruments
 from otel_guard.settings import current_settings
+from otel_guard.telemetry import GEN_AI_CONVERSATION_ID
 
 if TYPE_CHECKING:
     from agents.result import RunResultStreaming
@@ -120,7 +122,18 @@ def _run_hop(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Delegation | None
     name = getattr(agent, "name", None)
     if not isinstance(name, str) or not name or _tool_hop.get() == name:
         return None
-    return delegate(name)
+    return delegate(name, attributes=_conversation(kwargs))
+
+
+def _conversation(kwargs: dict[str, Any]) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of a run: the server-side conversation it continues
+    (``conversation_id``), else its ``session``'s id; ``None`` when it has neither."""
+    conversation = kwargs.get("conversation_id")
+    if not isinstance(conversation, str) or not conversation:
+        conversation = getattr(kwargs.get("session"), "session_id", None)
+    if not isinstance(conversation, str) or not conversation:
+        return None
+    return {GEN_AI_CONVERSATION_ID: conversation}
 
 
 def _resumed_agent(args: tuple[Any, ...], kwargs: dict[str, Any], hop: Delegation | None) -> str | None:
@@ -153,7 +166,7 @@ def _open_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Delegation
     )
     resumed = _resumed_agent(args, kwargs, hop)
     if resumed is not None:
-        handoff = delegate(resumed)
+        handoff = delegate(resumed, attributes=_conversation(kwargs))
         token = otel_context.attach(ctx)
         try:
             handoff.start()

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry.util.types import AttributeValue
 
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.strands._guidance import guided_messages
@@ -37,6 +38,7 @@ from otel_guard.instrumentation.strands._scope import CALL, RUN, Call, Run, guar
 from otel_guard.instrumentation.strands._swarm import in_handoff_chain, take_handoff
 from otel_guard.instrumentation.strands._usage import count_requests_of
 from otel_guard.settings import current_settings
+from otel_guard.telemetry import GEN_AI_CONVERSATION_ID
 
 
 def install(agent: Any) -> None:
@@ -72,7 +74,7 @@ class AgentRuns:
             run = Run(call.hop, ends_hop=False)
             ctx = parent
         else:
-            hop = delegate(name)
+            hop = delegate(name, attributes=_conversation(agent))
             ctx = await hop.astart()  # a refusal raises here: the run never starts
             run = Run(hop, ends_hop=True)
         # What runs inside is this run's own: no tool call of its caller's is in progress there.
@@ -106,3 +108,9 @@ class AgentRuns:
         runs.remove(run)
         if run.ends_hop:
             run.hop.finish()
+
+
+def _conversation(agent: Any) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of a run of ``agent``: its session manager's session id, if any."""
+    session_id = getattr(getattr(agent, "_session_manager", None), "session_id", None)
+    return {GEN_AI_CONVERSATION_ID: session_id} if isinstance(session_id, str) and session_id else None

@@ -41,6 +41,7 @@ import otel_guard
 from otel_guard.chain import generate_key
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.a2a import PATCH_TARGETS, A2AInstrumentor
+from tests.conventions import assert_follows
 
 pytestmark = pytest.mark.integration
 
@@ -194,14 +195,58 @@ async def test_loop_is_refused_at_the_first_bounce(
     await settled(spans, 5)
     assert decisions(spans) == [
         ("invoke_agent budget", "CLIENT", "allow", 2),
-        ("invoke_agent budget", "SERVER", "allow", 2),
+        ("invoke_agent budget", "INTERNAL", "allow", 2),
         ("invoke_agent planner", "CLIENT", "allow", 1),
         ("invoke_agent planner", "CLIENT", "refuse", 3),
-        ("invoke_agent planner", "SERVER", "allow", 1),
+        ("invoke_agent planner", "INTERNAL", "allow", 1),
     ]
     ours = hop_spans(spans)
     assert len({s.context.trace_id for s in ours}) == 1  # one trace across both servers
     assert len({attributes(s)["otel_guard.chain.root"] for s in ours}) == 1  # and one chain
+
+
+@pytest.mark.parametrize(("binding", "streaming", "legacy"), TRANSPORTS)
+async def test_hop_spans_follow_the_conventions(
+    instrumented: A2AInstrumentor,
+    spans: Any,
+    start_agents: Callable[..., Agents],
+    binding: str,
+    streaming: bool,
+    legacy: bool,
+) -> None:
+    """Every hop of the loop, client (CLIENT, a remote agent) and server (INTERNAL, the agent runs
+    there) side, allowed or refused, is a GenAI invoke_agent span with the A2A attributes of its
+    request (tests/conventions.py): the card gives the description and version, the message its id
+    and the reply the context and the task."""
+    otel_guard.configure(cycle_rule="agent")
+    agents = start_agents(binding, streaming, legacy)
+    await agents.ask_planner()
+    ours = await settled(spans, 5)
+
+    assert len(ours) == 5
+    for span in ours:
+        client = span.kind is SpanKind.CLIENT
+        available = {
+            "gen_ai.agent.name",
+            "gen_ai.agent.description",
+            "gen_ai.agent.version",
+            "a2a.message.id",
+        }
+        if attributes(span)["otel_guard.decision"] == "refuse":
+            available.add("error.type")  # refused before anything was sent: no reply to read
+        else:
+            available |= {"gen_ai.conversation.id", "a2a.task.id"}
+        if client:
+            available.add("server.port")
+        assert_follows(span, "a2a.client" if client else "a2a.server", available)
+        method = "SendStreamingMessage" if streaming else "SendMessage"
+        assert attributes(span)["a2a.method.name"] == method
+        assert (
+            attributes(span)["gen_ai.agent.description"]
+            == f"The {attributes(span)['gen_ai.agent.name']} travel agent"
+        )
+        if client and binding == JSONRPC:
+            assert attributes(span)["server.address"] == "127.0.0.1"
 
 
 @pytest.fixture
@@ -236,11 +281,21 @@ async def test_spans_carry_the_contract_attributes(
     agents = start_agents()
     await agents.ask_planner()
 
-    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER)
+    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.INTERNAL)
     root = attributes(budget_server)["otel_guard.chain.root"]
     assert len(root) == 32
     assert set(root) <= set("0123456789abcdef")
+    ids = {
+        key: attributes(budget_server)[key]
+        for key in ("a2a.message.id", "a2a.task.id", "gen_ai.conversation.id")
+    }
+    assert all(isinstance(value, str) and value for value in ids.values()), ids
     assert attributes(budget_server) == {
+        **ids,
+        "a2a.method.name": "SendMessage",
+        "a2a.protocol.version": "1.0",
+        "gen_ai.agent.description": "The budget travel agent",
+        "gen_ai.agent.version": "1.0.0",
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "budget",
         "otel_guard.skill": "price",
@@ -285,7 +340,7 @@ async def test_sdk_spans_and_ours_nest(
             found.append((span.name.rsplit(".", 1)[-1], span.kind))
         return found
 
-    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.SERVER)
+    budget_server = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.INTERNAL)
     budget_client = next(s for s in spans.named("invoke_agent budget") if s.kind is SpanKind.CLIENT)
     above = ancestry(budget_server)
     # Up from Budget's server hop: the SDK's server spans, then the client hop that sent the
@@ -295,7 +350,7 @@ async def test_sdk_spans_and_ours_nest(
     assert all(not name.startswith("invoke_agent") for name, _ in above[:client_at])
     # ... which runs inside Planner's executor, inside Planner's server hop, up to the test's own
     # send: the root of the one trace.
-    assert ("invoke_agent planner", SpanKind.SERVER) in above[client_at:]
+    assert ("invoke_agent planner", SpanKind.INTERNAL) in above[client_at:]
     assert above[-1] == ("invoke_agent planner", SpanKind.CLIENT)
     # The SDK's transport span for that request is a child of the client hop, not a second hop.
     (transport,) = [
@@ -339,7 +394,7 @@ async def test_observe_mode_lets_the_loop_through_and_records_would_refuse(
     assert outcomes == {"allow", "would_refuse"}
     first = min(
         (s for s in hop_spans(spans) if attributes(s)["otel_guard.decision"] == "would_refuse"),
-        key=lambda s: (attributes(s)["otel_guard.chain.depth"], s.kind is SpanKind.SERVER),
+        key=lambda s: (attributes(s)["otel_guard.chain.depth"], s.kind is SpanKind.INTERNAL),
     )
     assert (first.name, first.kind, attributes(first)["otel_guard.chain.depth"]) == (
         "invoke_agent planner",
@@ -421,7 +476,9 @@ async def test_server_refuses_an_arriving_cycle_with_a_jsonrpc_error(
             ],
         },
     }
-    (refused,) = [s for s in hop_spans(spans) if s.kind is SpanKind.SERVER]
+    (refused,) = [
+        s for s in hop_spans(spans) if s.kind is SpanKind.INTERNAL and "a2a.method.name" in attributes(s)
+    ]
     assert attributes(refused)["otel_guard.decision"] == "refuse"
     assert attributes(refused)["otel_guard.chain.agents"] == ("planner", "budget", "planner")
 

@@ -136,7 +136,7 @@ async def test_budget_process_refuses_the_bounce_into_planner_before_sending(
     assert [event["name"] for event in refused["events"]] == ["otel_guard.refused"]
     # Planner's process checked the hop that came in from this process without adding it twice.
     planner_server = planner.hop_spans("invoke_agent planner", 1, **{"otel_guard.decision": "allow"})
-    assert planner_server[-1]["kind"] == str(SpanKind.SERVER)
+    assert planner_server[-1]["kind"] == str(SpanKind.INTERNAL)
     assert planner_server[-1]["attributes"]["otel_guard.chain.depth"] == 1
     # One trace and one chain across the three processes.
     mine = next(s for s in spans.named("invoke_agent planner") if s.kind is SpanKind.CLIENT)
@@ -180,7 +180,7 @@ async def test_budget_process_refuses_an_arriving_chain_before_its_executor(
     assert error["data"][0]["metadata"]["reason"] == reason
     assert error["data"][0]["metadata"]["status"] == "409"
     refusals = enforcing.budget.hop_spans("invoke_agent budget", 1, **{"otel_guard.reason": reason})
-    assert refusals[-1]["kind"] == str(SpanKind.SERVER)
+    assert refusals[-1]["kind"] == str(SpanKind.INTERNAL)
     assert refusals[-1]["attributes"]["otel_guard.decision"] == "refuse"
     assert enforcing.budget.executions()[before:] == []
 
@@ -216,6 +216,6 @@ async def test_planner_process_refuses_the_bounce_that_an_observing_budget_let_t
     assert "exception" in events  # ... and the remote refusal it got back
     # ... and Planner's process refused it from the chain that came in over HTTP.
     refused = planner.hop_spans("invoke_agent planner", 1, **{"otel_guard.decision": "refuse"})
-    assert refused[-1]["kind"] == str(SpanKind.SERVER)
+    assert refused[-1]["kind"] == str(SpanKind.INTERNAL)
     assert refused[-1]["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
     assert [event["name"] for event in refused[-1]["events"]] == ["otel_guard.refused"]

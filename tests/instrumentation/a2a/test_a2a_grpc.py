@@ -31,6 +31,7 @@ from opentelemetry.trace import SpanKind
 import otel_guard
 from otel_guard.instrumentation.a2a import A2AInstrumentor
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+from tests.conventions import assert_follows
 
 pytestmark = pytest.mark.integration
 
@@ -78,12 +79,15 @@ async def test_loop_over_grpc_is_refused_at_the_first_bounce(spans: Any, grpc_ag
     hops = [s for s in spans.all() if s.name.startswith("invoke_agent ")]
     assert sorted((s.name, s.kind.name, dict(s.attributes or {})["otel_guard.decision"]) for s in hops) == [
         ("invoke_agent budget", "CLIENT", "allow"),
-        ("invoke_agent budget", "SERVER", "allow"),
+        ("invoke_agent budget", "INTERNAL", "allow"),
         ("invoke_agent planner", "CLIENT", "allow"),
         ("invoke_agent planner", "CLIENT", "refuse"),
-        ("invoke_agent planner", "SERVER", "allow"),
+        ("invoke_agent planner", "INTERNAL", "allow"),
     ]
     assert len({s.context.trace_id for s in hops}) == 1
+    for span in hops:  # over gRPC too, each hop follows the conventions (tests/conventions.py)
+        assert_follows(span, "a2a.client" if span.kind is SpanKind.CLIENT else "a2a.server")
+        assert dict(span.attributes or {})["a2a.method.name"] == "SendMessage"
 
 
 async def test_server_refusal_over_grpc_is_aborted_and_raised_as_a2a_delegation_refused(
@@ -115,7 +119,11 @@ async def test_server_refusal_over_grpc_is_aborted_and_raised_as_a2a_delegation_
     assert isinstance(cause, grpc.aio.AioRpcError)
     assert cause.code() is grpc.StatusCode.ABORTED
     assert grpc_agents.ran == []
-    (refused,) = [s for s in spans.named("invoke_agent planner") if s.kind is SpanKind.SERVER]
+    (refused,) = [
+        s
+        for s in spans.named("invoke_agent planner")
+        if s.kind is SpanKind.INTERNAL and "a2a.method.name" in (s.attributes or {})
+    ]
     assert dict(refused.attributes or {})["otel_guard.decision"] == "refuse"
 
 

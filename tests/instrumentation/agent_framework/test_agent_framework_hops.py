@@ -36,6 +36,7 @@ from opentelemetry.trace import StatusCode
 import otel_guard
 from otel_guard.instrumentation.agent_framework import AgentFrameworkInstrumentor
 from otel_guard.instrumentation.agent_framework._runs import RUNS
+from tests.conventions import assert_follows
 from tests.hop_spans import assert_observe_mode_recorded_the_loop, refused
 
 instrumented = instrumented_fixture()
@@ -256,6 +257,23 @@ async def test_a_run_and_a_streamed_run_are_one_hop_each(
 
     assert client.runs == 2
     assert [s.attributes["otel_guard.chain.agents"] for s in guard_spans(spans)] == [("solo",)] * 2
+
+
+async def test_a_run_in_a_service_session_carries_its_id_and_follows_the_conventions(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    from agent_framework import AgentSession
+
+    solo, _client = answering_agent("solo")
+
+    await solo.run("a", session=AgentSession(service_session_id="conv-42"))
+
+    (hop,) = guard_spans(spans)
+    assert hop.attributes is not None
+    assert hop.attributes["gen_ai.conversation.id"] == "conv-42"
+    assert_follows(hop, available={"gen_ai.agent.name", "gen_ai.conversation.id"})
+    own = [s for s in framework_spans(spans) if s.name == "invoke_agent solo"]
+    assert [dict(s.attributes or {}).get("gen_ai.conversation.id") for s in own] == ["conv-42"]
 
 
 async def test_the_tool_calls_of_a_streamed_run_extend_its_chain(

@@ -118,7 +118,7 @@ async def test_a_bounce_back_over_a2a_is_refused_and_both_agents_answer(spans: A
     ] == [
         ("invoke_agent planner", SpanKind.INTERNAL, "allow", ("planner",)),
         ("invoke_agent budget", SpanKind.CLIENT, "allow", ("planner", "budget")),  # the A2A send
-        ("invoke_agent budget", SpanKind.SERVER, "allow", ("planner", "budget")),  # checked again there
+        ("invoke_agent budget", SpanKind.INTERNAL, "allow", ("planner", "budget")),  # checked again there
         ("invoke_agent planner", SpanKind.CLIENT, "refuse", ("planner", "budget", "planner")),
     ]
     # One trace across the HTTP hop: the server continued the caller's.

@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 import otel_guard
 from otel_guard.instrumentation.google_adk import GoogleADKInstrumentor
+from tests.conventions import assert_follows
 from tests.hop_spans import assert_observe_mode_recorded_the_loop
 from tests.instrumentation.instrumentors import instrumentor_fixture
 
@@ -27,6 +28,28 @@ instrumented = instrumentor_fixture(GoogleADKInstrumentor)
 
 
 # -- the loop -----------------------------------------------------------------------------------
+
+
+async def test_an_agent_runs_session_is_its_conversation_and_the_hops_follow_the_conventions(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    await run(agents_as_tools().planner)
+
+    ours = guard_spans(spans)
+    adk_own = {
+        s.name: dict(s.attributes or {})["gen_ai.conversation.id"]
+        for s in spans.all()
+        if s.name.startswith("invoke_agent ") and s not in ours
+    }
+    (first,) = [s for s in ours if dict(s.attributes or {})["otel_guard.chain.depth"] == 1]
+    # The run's session, as ADK's own span of the run says. An agent called as a tool (budget) runs
+    # in a session AgentTool makes only after the hop was decided: that hop names none.
+    assert dict(first.attributes or {})["gen_ai.conversation.id"] == adk_own["invoke_agent planner"]
+    for span in ours:
+        available = {"gen_ai.conversation.id"} if span is first else set()
+        if dict(span.attributes or {})["otel_guard.decision"] == "refuse":
+            available.add("error.type")
+        assert_follows(span, available=available)
 
 
 async def test_agents_asking_each_other_as_tools_stop_at_the_first_bounce_and_answer(

@@ -30,6 +30,7 @@ from opentelemetry.trace import StatusCode
 import otel_guard
 from otel_guard.instrumentation.llama_index import LlamaIndexInstrumentor
 from otel_guard.instrumentation.llama_index._runs import run_ends
+from tests.conventions import assert_follows
 from tests.hop_spans import assert_observe_mode_recorded_the_loop, decisions, guard_spans, refused
 
 instrumented = instrumentor_fixture(LlamaIndexInstrumentor)
@@ -273,6 +274,21 @@ async def test_a_handoff_llama_index_does_not_take_ends_at_once(
 
 
 # -- spans --------------------------------------------------------------------------------------
+
+
+async def test_a_run_with_a_memory_carries_its_session_and_follows_the_conventions(
+    instrumented: LlamaIndexInstrumentor, spans: Any
+) -> None:
+    from llama_index.core.memory import Memory
+
+    solo = agent("solo", ScriptedModel("solo", None, CallBudget(0)), [])
+
+    await solo.run(user_msg="a", memory=Memory.from_defaults(session_id="trip-42"))
+
+    (hop,) = guard_spans(spans)
+    assert hop.attributes is not None
+    assert hop.attributes["gen_ai.conversation.id"] == "trip-42"
+    assert_follows(hop, available={"gen_ai.agent.name", "gen_ai.conversation.id"})
 
 
 async def test_spans_carry_the_contract_attributes_and_nest_in_one_trace(

@@ -32,12 +32,13 @@ import otel_guard
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
 from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
+from tests.conventions import assert_follows
 
 MODES = ["auto", "legacy"]
 # The spans of one hop in each in-process pairing: "auto" dispatches directly, the server running in
-# the caller's own context, so the caller's hop is handed over and the call is one CLIENT span;
-# "legacy" runs the server in its own task, which reads _meta and checks the hop again (SERVER).
-SIDES = {"auto": [SpanKind.CLIENT], "legacy": [SpanKind.SERVER, SpanKind.CLIENT]}
+# the caller's own context, so the caller's hop is handed over and the call is one client span;
+# "legacy" runs the server in its own task, which reads _meta and checks the hop again (server).
+SIDES = {"auto": ["client"], "legacy": ["server", "client"]}
 
 
 instrumented = instrumentor_fixture(MCPInstrumentor)
@@ -52,9 +53,18 @@ def hop_spans(spans: Any) -> list[ReadableSpan]:
     return [s for s in spans.all() if s.name.startswith(("execute_tool ", "invoke_agent "))]
 
 
-def decisions(spans: Any, name: str) -> list[tuple[SpanKind, str, tuple[str, ...]]]:
+def side(span: ReadableSpan) -> str:
+    """Which side of an MCP call a hop span is: both are INTERNAL ``execute_tool`` spans (the SDK's
+    own spans are the CLIENT and SERVER ones); the server's carries the request's
+    ``jsonrpc.request.id``, the client's only ``mcp.method.name``; "own" is a hop of the test's."""
+    assert span.kind is SpanKind.INTERNAL, span.kind
+    attrs = attributes(span)
+    return "server" if "jsonrpc.request.id" in attrs else "client" if "mcp.method.name" in attrs else "own"
+
+
+def decisions(spans: Any, name: str) -> list[tuple[str, str, tuple[str, ...]]]:
     return [
-        (s.kind, attributes(s)["otel_guard.decision"], tuple(attributes(s)["otel_guard.chain.agents"]))
+        (side(s), attributes(s)["otel_guard.decision"], tuple(attributes(s)["otel_guard.chain.agents"]))
         for s in spans.named(name)
     ]
 
@@ -88,16 +98,59 @@ async def test_loop_is_refused_at_the_first_bounce(
     assert "do not call it again" in text
     # The refused hop: a CLIENT span in budget's body, refused before anything was sent.
     assert decisions(spans, "execute_tool planner") == [
-        (SpanKind.CLIENT, "refuse", ("planner", "budget", "planner")),
-        *((side, "allow", ("planner",)) for side in SIDES[mode]),
+        ("client", "refuse", ("planner", "budget", "planner")),
+        *((where, "allow", ("planner",)) for where in SIDES[mode]),
     ]
     refused = spans.named("execute_tool planner")[0]
     assert attributes(refused)["otel_guard.reason"] == "cycle"
     assert [e.name for e in refused.events] == ["otel_guard.refused"]
     assert dict(refused.events[0].attributes or {})["otel_guard.reason"] == "cycle"
     assert decisions(spans, "execute_tool budget") == [
-        (side, "allow", ("planner", "budget")) for side in SIDES[mode]
+        (where, "allow", ("planner", "budget")) for where in SIDES[mode]
     ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_hop_spans_follow_the_conventions(instrumented: MCPInstrumentor, spans: Any, mode: str) -> None:
+    """Every hop of the loop, allowed or refused, client or server side, is a GenAI execute_tool span
+    with the MCP attributes (tests/conventions.py); the SDK's own spans of each call, with the
+    JSON-RPC request id, are the CLIENT and SERVER ones around it."""
+    otel_guard.configure(cycle_rule="agent")
+    await call(build_server(mode=mode), mode, "planner", rounds=ROUNDS)
+
+    ours = hop_spans(spans)
+    assert {side(s) for s in ours} == set(SIDES[mode])
+    for span in ours:
+        where = side(span)
+        available = {"gen_ai.tool.name"} | ({"jsonrpc.request.id"} if where == "server" else set())
+        if attributes(span)["otel_guard.decision"] == "refuse":
+            available.add("error.type")
+        assert_follows(span, f"mcp.{where}", available)
+        assert attributes(span)["mcp.method.name"] == "tools/call"
+    by_id = {s.context.span_id: s for s in spans.all()}
+    for client_hop in (
+        s for s in ours if side(s) == "client" and attributes(s)["otel_guard.decision"] == "allow"
+    ):
+        # The SDK's span of the request, with its id: its client span, or through a direct
+        # dispatcher (one process, "auto") the server's, both children of the hop.
+        tool = attributes(client_hop)["gen_ai.tool.name"]
+        (sent,) = [
+            s
+            for s in spans.all()
+            if s.parent is not None
+            and s.parent.span_id == client_hop.context.span_id
+            and (s.name, s.kind)
+            in {(f"MCP send tools/call {tool}", SpanKind.CLIENT), (f"tools/call {tool}", SpanKind.SERVER)}
+        ]
+        assert isinstance(attributes(sent)["jsonrpc.request.id"], str)
+    for server_hop in (s for s in ours if side(s) == "server"):
+        assert server_hop.parent is not None
+        served = by_id[server_hop.parent.span_id]
+        assert (served.name, served.kind) == (
+            f"tools/call {attributes(server_hop)['gen_ai.tool.name']}",
+            SpanKind.SERVER,
+        )
+        assert attributes(served)["jsonrpc.request.id"] == attributes(server_hop)["jsonrpc.request.id"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -116,10 +169,10 @@ async def test_observe_mode_lets_the_loop_run_and_records_would_refuse(
     would = [s for s in hop_spans(spans) if attributes(s)["otel_guard.decision"] == "would_refuse"]
     # planner's second entry and budget's second entry, each on the client and, where the server
     # runs in a context of its own, again on the server.
-    assert sorted((s.name, s.kind.name, attributes(s)["otel_guard.chain.depth"]) for s in would) == sorted(
-        (name, side.name, depth)
+    assert sorted((s.name, side(s), attributes(s)["otel_guard.chain.depth"]) for s in would) == sorted(
+        (name, where, depth)
         for name, depth in (("execute_tool budget", 4), ("execute_tool planner", 3))
-        for side in SIDES[mode]
+        for where in SIDES[mode]
     )
     for span in would:
         assert attributes(span)["otel_guard.reason"] == "cycle"
@@ -151,8 +204,8 @@ async def test_spans_carry_the_contract_attributes_and_nest(
     result = await call(build_server(), "legacy", "planner", rounds=0)
     assert answer_text(result) == "planner: out of rounds"
 
-    client_span, server_span = sorted(spans.named("execute_tool planner"), key=lambda s: s.kind.name)
-    assert (client_span.kind, server_span.kind) == (SpanKind.CLIENT, SpanKind.SERVER)
+    client_span, server_span = sorted(spans.named("execute_tool planner"), key=side)
+    assert (side(client_span), side(server_span)) == ("client", "server")
     for span in (client_span, server_span):
         attrs = attributes(span)
         assert attrs["gen_ai.operation.name"] == "execute_tool"
@@ -202,7 +255,7 @@ async def test_meta_carries_traceparent_and_chain_over_memory_streams(
     meta = result.structured_content
     assert isinstance(meta, dict)
     assert meta["app/key"] == "kept"
-    client_span = next(s for s in spans.named("execute_tool show_meta") if s.kind is SpanKind.CLIENT)
+    client_span = next(s for s in spans.named("execute_tool show_meta") if side(s) == "client")
     match = re.fullmatch("00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}", meta["traceparent"])
     assert match is not None
     assert int(match[1], 16) == client_span.context.trace_id
@@ -249,7 +302,7 @@ async def test_a_direct_dispatch_hands_the_hop_over_instead_of_writing_it_into_m
     assert outer.chain is not None
     assert seen["root"] == outer.chain.root
     (client_span,) = spans.named("execute_tool show_chain")
-    assert client_span.kind is SpanKind.CLIENT
+    assert side(client_span) == "client"
     # MCP's server span nests under the hop by the shared context; the body runs under MCP's span.
     (mcp_span,) = spans.named("tools/call show_chain")
     assert mcp_span.parent is not None
@@ -288,9 +341,9 @@ async def test_a_handover_is_taken_once_and_only_by_its_own_call(
     text = answer_text(result)
     assert text.startswith("inner in outer → inner | ")
     assert "agent outer is already in chain outer" in text
-    assert decisions(spans, "execute_tool inner") == [(SpanKind.CLIENT, "allow", ("outer", "inner"))]
+    assert decisions(spans, "execute_tool inner") == [("client", "allow", ("outer", "inner"))]
     assert sorted(decisions(spans, "execute_tool outer")) == sorted(
-        [(SpanKind.CLIENT, "allow", ("outer",)), (SpanKind.CLIENT, "refuse", ("outer", "outer"))]
+        [("client", "allow", ("outer",)), ("client", "refuse", ("outer", "outer"))]
     )
 
 
@@ -371,7 +424,7 @@ async def test_server_refuses_an_arriving_cycle_before_the_tool_body(
         "agent": "planner",
     }
     assert decisions(spans, "execute_tool planner") == [
-        (SpanKind.SERVER, "refuse", ("planner", "budget", "planner"))
+        ("server", "refuse", ("planner", "budget", "planner"))
     ]
 
 
@@ -429,8 +482,8 @@ async def test_a_framework_hop_around_the_call_is_joined_not_repeated(
     assert not result.is_error
     assert ran == ["planner"]
     assert decisions(spans, "execute_tool planner") == [
-        (SpanKind.SERVER, "allow", ("planner",)),
-        (SpanKind.INTERNAL, "allow", ("planner",)),
+        ("server", "allow", ("planner",)),
+        ("own", "allow", ("planner",)),
     ]
     assert framework_hop.chain is not None
     server_span = spans.named("execute_tool planner")[0]

@@ -47,6 +47,12 @@ def attributes(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
+def side(attrs: Mapping[str, Any]) -> str:
+    """Which side of an MCP call a hop span is (both are INTERNAL): the server's carries the
+    request's ``jsonrpc.request.id``, the client's only ``mcp.method.name``."""
+    return "server" if "jsonrpc.request.id" in attrs else "client" if "mcp.method.name" in attrs else "own"
+
+
 @dataclass
 class ServedHere:
     """The planner/budget server on uvicorn in a thread of this process."""
@@ -105,15 +111,21 @@ async def test_loop_over_http_is_refused_at_the_first_bounce(
     assert "agent planner is already in chain planner → budget" in text
     ours = [s for s in spans.all() if s.name.startswith("execute_tool ")]
     assert sorted(
-        (s.name, s.kind.name, attributes(s)["otel_guard.decision"], attributes(s)["otel_guard.chain.depth"])
+        (
+            s.name,
+            side(attributes(s)),
+            attributes(s)["otel_guard.decision"],
+            attributes(s)["otel_guard.chain.depth"],
+        )
         for s in ours
     ) == [
-        ("execute_tool budget", "CLIENT", "allow", 2),
-        ("execute_tool budget", "SERVER", "allow", 2),
-        ("execute_tool planner", "CLIENT", "allow", 1),
-        ("execute_tool planner", "CLIENT", "refuse", 3),
-        ("execute_tool planner", "SERVER", "allow", 1),
+        ("execute_tool budget", "client", "allow", 2),
+        ("execute_tool budget", "server", "allow", 2),
+        ("execute_tool planner", "client", "allow", 1),
+        ("execute_tool planner", "client", "refuse", 3),
+        ("execute_tool planner", "server", "allow", 1),
     ]
+    assert {s.kind for s in ours} == {SpanKind.INTERNAL}
     # Every hop is in one trace and one chain: both crossed HTTP in _meta.
     assert len({s.context.trace_id for s in ours}) == 1
     assert len({attributes(s)["otel_guard.chain.root"] for s in ours}) == 1
@@ -191,18 +203,20 @@ async def test_cross_process_loop_is_refused_in_the_other_process(
         "execute_tool budget", allowed_before + 1, **{"otel_guard.decision": "allow"}
     )
     budget_span = allowed[-1]
-    assert budget_span["kind"] == str(SpanKind.SERVER)
+    assert budget_span["kind"] == str(SpanKind.INTERNAL)
+    assert side(budget_span["attributes"]) == "server"
     assert budget_span["attributes"]["otel_guard.decision"] == "allow"
     assert budget_span["attributes"]["otel_guard.chain.agents"] == ["planner", "budget"]
     # ... and refused the bounce back into planner before it was sent.
     refused = other_process.wait_for_spans("execute_tool planner", refused_before + 1, **refusals)[-1]
-    assert refused["kind"] == str(SpanKind.CLIENT)
+    assert refused["kind"] == str(SpanKind.INTERNAL)
+    assert side(refused["attributes"]) == "client"
     assert refused["attributes"]["otel_guard.decision"] == "refuse"
     assert refused["attributes"]["otel_guard.reason"] == "cycle"
     assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
     assert [event["name"] for event in refused["events"]] == ["otel_guard.refused"]
     # One trace and one chain across both processes.
-    planner_here = next(s for s in spans.named("execute_tool planner") if s.kind is SpanKind.CLIENT)
+    planner_here = next(s for s in spans.named("execute_tool planner") if side(attributes(s)) == "client")
     assert budget_span["context"]["trace_id"] == f"0x{planner_here.context.trace_id:032x}"
     assert (
         budget_span["attributes"]["otel_guard.chain.root"]
@@ -236,6 +250,7 @@ async def test_other_process_refuses_before_the_tool_body(
     assert result.meta[REFUSAL_META_KEY]["reason"] == expected_reason
     refused = other_process.wait_for_spans("execute_tool budget", refused_before + 1, **reason)
     assert len(refused) == refused_before + 1
-    assert refused[-1]["kind"] == str(SpanKind.SERVER)
+    assert refused[-1]["kind"] == str(SpanKind.INTERNAL)
+    assert side(refused[-1]["attributes"]) == "server"
     assert refused[-1]["attributes"]["otel_guard.decision"] == "refuse"
     assert other_process.bodies_run()[bodies_before:] == []

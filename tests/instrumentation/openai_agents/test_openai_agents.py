@@ -27,6 +27,8 @@ from otel_guard.instrumentation.openai_agents import (
     PATCH_TARGETS,
     OpenAIAgentsInstrumentor,
 )
+from tests.conventions import assert_follows
+from tests.hop_spans import guard_spans
 from tests.instrumentation.instrumentors import instrumentor_fixture
 
 instrumentor = instrumentor_fixture(OpenAIAgentsInstrumentor)
@@ -118,6 +120,23 @@ async def test_spans_carry_the_contract_attributes(instrumentor: OpenAIAgentsIns
     (root,) = roots
     assert isinstance(root, str)
     assert len(root) == 32
+
+
+async def test_a_runs_session_is_its_conversation_and_the_hops_follow_the_conventions(
+    instrumentor: OpenAIAgentsInstrumentor, spans
+) -> None:
+    from agents import SQLiteSession
+
+    otel_guard.configure(cycle_rule="agent")
+    planner, _ = agents_as_tools_of_each_other(CallBudget(10))
+
+    await Runner.run(planner, "Plan a trip to Lisbon.", session=SQLiteSession("trip-42"))
+
+    (run,) = [s for s in spans.named("invoke_agent planner") if attrs(s)["otel_guard.chain.depth"] == 1]
+    assert attrs(run)["gen_ai.conversation.id"] == "trip-42"
+    assert_follows(run, available={"gen_ai.agent.name", "gen_ai.conversation.id"})
+    for span in guard_spans(spans):
+        assert_follows(span)
 
 
 async def test_observe_mode_lets_the_loop_through_and_records_would_refuse(

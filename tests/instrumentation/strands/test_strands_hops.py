@@ -23,6 +23,7 @@ from strands_support import decisions, guard_spans, instrumented_fixture, parent
 
 import otel_guard
 from otel_guard.instrumentation.strands import StrandsInstrumentor
+from tests.conventions import assert_follows
 from tests.hop_spans import assert_observe_mode_recorded_the_loop, refused
 
 instrumented = instrumented_fixture()
@@ -255,6 +256,23 @@ async def test_every_entry_point_makes_one_hop_per_run(instrumented: StrandsInst
 
     assert model.runs == 2
     assert [s.attributes["otel_guard.chain.agents"] for s in guard_spans(spans)] == [("solo",)] * 2
+
+
+async def test_a_run_in_a_session_carries_its_id_and_follows_the_conventions(
+    instrumented: StrandsInstrumentor, spans: Any, tmp_path: Any
+) -> None:
+    from strands.session.file_session_manager import FileSessionManager
+
+    model = ScriptedModel("solo", None, CallBudget(0))
+    sessions = FileSessionManager(session_id="trip-42", storage_dir=str(tmp_path))
+    solo = Agent(name="solo", model=model, callback_handler=None, session_manager=sessions)
+
+    await solo.invoke_async("a")
+
+    (hop,) = guard_spans(spans)
+    assert hop.attributes is not None
+    assert hop.attributes["gen_ai.conversation.id"] == "trip-42"
+    assert_follows(hop, available={"gen_ai.agent.name", "gen_ai.conversation.id"})
 
 
 def test_the_sync_entry_point_makes_one_hop(instrumented: StrandsInstrumentor, spans: Any) -> None:
