@@ -349,13 +349,15 @@ impl PyEvents {
 ///
 /// The dialect table the engine reads calls by, as data: a row is (dialect, key, value, kind,
 /// names, conditional, scope), `key` an attribute or "<the span name>", `kind` "agent", "tool" or
-/// None, `names` attributes, "<the span name>" or "<the span name's subject>"; a wrapper pair is
+/// None, `names` attributes, "<the span name>", "<the span name's subject>" or "<the span name
+/// before its last dot>"; a wrapper pair is
 /// (the wrapper's row, the wrapped call's row), as indices into the rows.
 #[pyfunction]
 fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyList>)> {
     guarded(|| {
         const SPAN_NAME: &str = "<the span name>";
         const SUBJECT: &str = "<the span name's subject>";
+        const STEM: &str = "<the span name before its last dot>";
         let rows = PyList::empty(py);
         for row in &dialects::ROWS {
             let key = match row.on {
@@ -368,6 +370,7 @@ fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyLis
                 .map(|source| match source {
                     Source::Subject => SUBJECT,
                     Source::SpanName => SPAN_NAME,
+                    Source::Stem => STEM,
                     Source::Attribute(key) => key.name(),
                 })
                 .collect();
