@@ -13,7 +13,7 @@
 //! | GenAI | span name | `invoke_workflow` | agent | subject, `gen_ai.workflow.name` |
 //! | OpenInference (LangChain scope) | `openinference.span.kind` | `AGENT` | none | |
 //! | OpenInference (LangChain scope) | `openinference.span.kind` | `CHAIN` | agent, first below a tool | span name |
-//! | OpenInference | `openinference.span.kind` | `AGENT` | agent | `agent.name`, `graph.node.id` |
+//! | OpenInference | `openinference.span.kind` | `AGENT` | agent | `agent.name`, `graph.node.id`, span name before its last dot |
 //! | OpenInference | `openinference.span.kind` | `TOOL` | tool | `tool.name`, span name |
 //! | Traceloop | `traceloop.span.kind` | `agent` | agent | `traceloop.entity.name`, `gen_ai.agent.name` |
 //! | Traceloop | `traceloop.span.kind` | `workflow` | agent | `traceloop.entity.name`, `gen_ai.workflow.name` |
@@ -150,6 +150,8 @@ pub enum Source {
     /// The span name after its first space (`invoke_agent X` -> `X`).
     Subject,
     SpanName,
+    /// The span name before its last dot (smolagents' `planner.run` -> `planner`); no dot, no name.
+    Stem,
     Attribute(Key),
 }
 
@@ -207,7 +209,7 @@ const fn scoped(mut row: Row, scope: &'static str) -> Row {
 }
 
 use Key::*;
-use Source::{SpanName, Subject};
+use Source::{SpanName, Stem, Subject};
 
 const AGENT: Option<Kind> = Some(Kind::Agent);
 const TOOL: Option<Kind> = Some(Kind::Tool);
@@ -230,7 +232,8 @@ pub const ROWS: [Row; 14] = [
     // scope. LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
     scoped(row(OI, OI_KIND, "AGENT", None, &[]), OPENINFERENCE_LANGCHAIN),
     scoped(conditional(row(OI, OI_KIND, "CHAIN", AGENT, &[SpanName])), OPENINFERENCE_LANGCHAIN),
-    row(OI, OI_KIND, "AGENT", AGENT, &[attr(OiAgentName), attr(GraphNodeId)]),
+    // smolagents' instrumentation names its agents in the span name alone (`planner.run`).
+    row(OI, OI_KIND, "AGENT", AGENT, &[attr(OiAgentName), attr(GraphNodeId), Stem]),
     row(OI, OI_KIND, "TOOL", TOOL, &[attr(OiToolName), SpanName]),
     // CrewAI's instrumentation names its agents by gen_ai.agent.name alone.
     row(TL, TL_KIND, "agent", AGENT, &[attr(TlName), attr(AgentName)]),
@@ -416,6 +419,7 @@ fn call<'a>(at: usize, row: &Row, span_name: &'a str, attributes: &Attributes<'_
         let name = match *source {
             Subject => span_name.split_once(' ').map_or("", |(_, subject)| subject),
             SpanName => span_name,
+            Stem => span_name.rsplit_once('.').map_or("", |(stem, _)| stem),
             Source::Attribute(key) => attributes.text(key)?,
         };
         (!name.is_empty()).then_some(name)
@@ -565,6 +569,27 @@ mod tests {
         assert_eq!(
             read("lookup", "s", &[(OiKind, "TOOL")]),
             Some((Kind::Tool, Some("lookup"), false))
+        );
+    }
+
+    #[test]
+    fn an_openinference_agent_with_no_name_attribute_is_named_by_its_span_names_stem() {
+        // smolagents: `f"{agent.name}.run"`, no agent.name attribute.
+        assert_eq!(
+            read("planner.run", "s", &[(OiKind, "AGENT")]),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("team.planner.run", "s", &[(OiKind, "AGENT")]),
+            Some((Kind::Agent, Some("team.planner"), false))
+        );
+        assert_eq!(
+            read("planner.run", "s", &[(OiKind, "AGENT"), (OiAgentName, "a")]),
+            Some((Kind::Agent, Some("a"), false))
+        );
+        assert_eq!(
+            read("planner", "s", &[(OiKind, "AGENT")]),
+            Some((Kind::Agent, None, false))
         );
     }
 

@@ -22,6 +22,7 @@ from typing import Final
 AGENT: Final = "agent"
 TOOL: Final = "tool"
 SUBJECT: Final = "<the span name's subject>"
+STEM: Final = "<the span name before its last dot>"  # smolagents' `planner.run`: planner
 OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
 
@@ -60,7 +61,8 @@ KIND_ROWS: Final = (
     # LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
     Row(OI, OI_KIND, "AGENT", None, (), scope=OPENINFERENCE_LANGCHAIN),
     Row(OI, OI_KIND, "CHAIN", AGENT, (SPAN_NAME,), conditional=True, scope=OPENINFERENCE_LANGCHAIN),
-    Row(OI, OI_KIND, "AGENT", AGENT, ("agent.name", "graph.node.id")),
+    # smolagents' instrumentation names its agents in the span name alone (`planner.run`).
+    Row(OI, OI_KIND, "AGENT", AGENT, ("agent.name", "graph.node.id", STEM)),
     Row(OI, OI_KIND, "TOOL", TOOL, ("tool.name", SPAN_NAME)),
     # CrewAI's instrumentation names its agents by gen_ai.agent.name alone.
     Row(TL, TL_KIND, "agent", AGENT, (TL_NAME, "gen_ai.agent.name")),
@@ -171,6 +173,8 @@ def _name(row: Row, span_name: str, text: Mapping[str, str | None]) -> str | Non
             name: str | None = span_name.partition(" ")[2]
         elif source == SPAN_NAME:
             name = span_name
+        elif source == STEM:
+            name = span_name.rpartition(".")[0]
         else:
             name = text.get(source)
         if name:
