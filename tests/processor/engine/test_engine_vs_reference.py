@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from otel_guard_processor.engine import Engine, EngineDetector, dialect_table
 from processor_spans import Trace, encode
 from reference import dialects
+from reference.conventions import FORESTS as SHAPED
 from reference.forests import (
     FIXED_STYLES,
     ROOTS,
@@ -39,6 +40,7 @@ from reference.forests import (
 )
 from reference.reference import detect
 from reference.test_reference import (
+    CONVENTION_COUNTS,
     ENCODINGS,
     KNOWN_FOREST_DIFFERENCES,
     RECORDINGS,
@@ -201,7 +203,7 @@ def test_the_forests_the_detector_counts_otherwise_count_as_the_reference(name: 
 
 def test_the_engines_dialect_table_is_the_references_row_for_row() -> None:
     rows, wrappers = dialect_table()
-    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS]
+    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS, *dialects.PROTOCOL_ROWS]
     assert rows == [
         (row.dialect, row.key, row.value, row.kind, row.names, row.conditional, row.scope) for row in table
     ]
@@ -235,3 +237,21 @@ def test_an_agent_calls_edge_counts_at_once_and_a_tools_after_its_wait() -> None
     assert engine_.ingest(encode(*trace.spans), 50.0).delegations == {("planner", "budget"): 1}
     assert engine_.expire(59.0).delegations == {}
     assert engine_.expire(60.0).delegations == {("planner", "search"): 1}
+
+
+# --- the newest conventions' shapes --------------------------------------------------------------
+
+
+@FORESTS
+@given(st.sampled_from(sorted(SHAPED)), st.booleans(), deliveries)
+def test_the_conventions_shapes_count_as_the_reference_in_any_delivery(
+    name: str, loop: bool, delivery: Delivery
+) -> None:
+    """Workflows as invoke_agent spans, transfers, A2A and MCP spans, a CLIENT span naming its
+    caller (tests/processor/reference/conventions.py): the engine counts what the reference counts,
+    and, delivered whole, what test_reference.py expects."""
+    raws = requests(SHAPED[name](loop), delivery)
+    assert engine(raws) == reference(raws)
+    whole = requests(SHAPED[name](loop), Delivery("ended", 1, [False] * 8, None, [], 0))
+    seen = engine(whole).counts
+    assert (seen.cycles, seen.delegations) == CONVENTION_COUNTS[(name, loop)]

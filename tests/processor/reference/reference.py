@@ -284,9 +284,13 @@ class Detection:
         if span.link is not None:
             return above.across() if above is not None else ROOT
         call = span.call(self.table)
-        caller = span.text(dialects.CALLER)
-        if call is not None and caller:
-            return Path((Entry(cut(caller), AGENT, None, caller=True),), crossed=1)
+        # The caller a server's span names ran in the trace before; the caller an invoke_agent
+        # CLIENT span names (the conventions' caller-aware refinement) in this one.
+        named = ((name, key == dialects.CALLER) for key in dialects.CALLERS if (name := span.text(key)))
+        caller = next(named, None)
+        if call is not None and caller is not None:
+            name, across = caller
+            return Path((Entry(cut(name), AGENT, None, caller=True),), crossed=int(across))
         return ROOT
 
     def chain(self, span: Span) -> Path | None:

@@ -30,6 +30,8 @@ from test_dialects import ROWS, encoded
 from test_value_first import value_first_request
 
 from reference import dialects
+from reference.conventions import CLIENT, MCP_SCOPE, SERVER, Builder
+from reference.conventions import FORESTS as SHAPED
 from reference.dialects import TABLE, Row, Table
 from reference.forests import (
     FIXED_STYLES,
@@ -151,7 +153,8 @@ WRAPPER_ROWS = (
 
 
 def today_table() -> Table:
-    """The dialect table as today's detector reads it: the reference's without its two fixes."""
+    """The dialect table as today's detector reads it: the reference's without its fixes (and
+    without what came after it: the span name's stem, the protocol rows)."""
     kind_rows = tuple(
         replace(row, names=(dialects.TL_NAME,))
         if row.key == dialects.TL_KIND
@@ -168,7 +171,7 @@ def today_table() -> Table:
         rows(dialects.OI_KIND, "AGENT", "TOOL"),
         rows(dialects.TL_KIND, "agent", "workflow", "tool"),
     )
-    return Table(kind_rows=kind_rows, wrappers=(), forms=forms)
+    return Table(kind_rows=kind_rows, protocol_rows=(), wrappers=(), forms=forms)
 
 
 # The reference, with the fixes it makes undone, is today's detector: in every recording and
@@ -522,3 +525,44 @@ def test_what_the_forests_leave_out_counts_as_documented(name: str) -> None:
         assert theirs.delegations == edges, (delivery, "the detector counts otherwise now: update the list")
         if known.right_cycles is not None and known.today_cycles is not None:
             assert (ours.cycles, theirs.cycles) == (known.right_cycles, known.today_cycles[at])
+
+
+# --- the newest conventions' shapes (reference/conventions.py) ----------------------------------
+
+WORKFLOW_EDGES = {("offsite_workflow", "planner"): 1}
+CONVENTION_COUNTS = {
+    **{(name, True): (LOOP, LOOP_EDGES) for name in SHAPED},
+    **{(name, False): ({}, HEALTHY_EDGES) for name in SHAPED},
+    # The workflow is the first name of each path; the healthy one runs budget after planner.
+    ("workflow", True): (LOOP, {**LOOP_EDGES, **WORKFLOW_EDGES}),
+    ("workflow", False): ({}, {**HEALTHY_EDGES, **WORKFLOW_EDGES, ("offsite_workflow", "budget"): 1}),
+}
+
+
+@pytest.mark.parametrize("loop", [True, False], ids=["loop", "healthy"])
+@pytest.mark.parametrize("name", sorted(SHAPED))
+def test_the_conventions_shapes_count_each_loop_once_and_healthy_runs_nothing(name: str, loop: bool) -> None:
+    """Workflows as invoke_agent spans, transfers, A2A and MCP client and server spans (one call
+    each), and a CLIENT span naming its caller (gen_ai.caller.name), in any delivery."""
+    for order in ("started", "ended", "shuffled"):
+        raws = requests(SHAPED[name](loop), Delivery(order, 3, [False, True] * 4, None, [], 7))
+        ours = reference(raws)
+        assert (ours.cycles, ours.delegations) == CONVENTION_COUNTS[(name, loop)], order
+
+
+def test_without_the_protocol_rows_spans_named_by_their_method_alone_are_no_calls() -> None:
+    """A2A spans and MCP spans with no gen_ai.operation.name are read by their method: without
+    those rows, agents known only by their A2A spans are not seen (nor their loop), and an MCP
+    tool call makes no edge."""
+    without = replace(TABLE, protocol_rows=())
+    raws = requests(SHAPED["a2a_alone"](True), WHOLE)
+    assert (reference(raws).cycles, reference(raws, without).cycles) == (LOOP, {})
+    spans = Builder()
+    search = {"mcp.method.name": "tools/call", "jsonrpc.request.id": "1"}
+    client = spans.span(
+        "tools/call search", spans.agent("planner", None), search, kind=CLIENT, scope=MCP_SCOPE
+    )
+    spans.span("tools/call search", client, search, kind=SERVER, scope=MCP_SCOPE)
+    raws = requests(spans.forest, WHOLE)
+    assert reference(raws).delegations == {("planner", "search"): 1}
+    assert reference(raws, without).delegations == {}
