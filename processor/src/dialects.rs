@@ -296,7 +296,7 @@ const fn same_on(a: On, b: On) -> bool {
 }
 
 /// The row (with a kind) that matches `on` = `value`; a missing one fails the build.
-const fn find(on: On, value: &str) -> RowId {
+pub(crate) const fn find(on: On, value: &str) -> RowId {
     let mut at = 0;
     while at < ROWS.len() {
         let row = &ROWS[at];
