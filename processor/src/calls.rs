@@ -171,7 +171,7 @@ pub fn step(
 }
 
 impl Step {
-    /// How docs/processor-dialects.md says it.
+    /// How docs/processor/dialects.md says it.
     pub fn describe(self) -> &'static str {
         match self {
             Step::Link => "a link (no call)",

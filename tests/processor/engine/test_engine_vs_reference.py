@@ -23,6 +23,7 @@ import pytest
 from corpus_spans import read_spans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from otel_guard_processor._engine import one_call_rules
 from otel_guard_processor.engine import Engine, EngineDetector, dialect_table
 from processor_spans import Trace, encode
 from reference import dialects
@@ -38,7 +39,7 @@ from reference.forests import (
     requests,
     spans_of,
 )
-from reference.reference import detect
+from reference.reference import Entry, detect, step
 from reference.test_reference import (
     CONVENTION_COUNTS,
     ENCODINGS,
@@ -208,6 +209,76 @@ def test_the_engines_dialect_table_is_the_references_row_for_row() -> None:
         (row.dialect, row.key, row.value, row.kind, row.names, row.conditional, row.scope) for row in table
     ]
     assert [(table[wrapper], table[wrapped]) for wrapper, wrapped in wrappers] == list(dialects.WRAPPERS)
+
+
+HopFacts = tuple[str, int | None, int, bool, bool, bool, bool, int]  # as one_call_rules() gives them
+DIALECT_PAGE = Path(__file__).resolve().parents[3] / "docs" / "processor" / "dialects.md"
+SOURCES = {
+    "the span name": dialects.SPAN_NAME,
+    "the span name's subject": dialects.SUBJECT,
+    "the span name before its last dot": dialects.STEM,
+}
+
+
+def page_tables() -> list[list[list[str]]]:
+    """The page's markdown tables, in order, each its rows of cells (the header and rule dropped)."""
+    tables: list[list[list[str]]] = []
+    rows: list[list[str]] = []
+    for line in [*DIALECT_PAGE.read_text(encoding="utf-8").splitlines(), ""]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            tables.append(rows[2:])
+            rows = []
+    return tables
+
+
+def code(cell: str) -> str:
+    assert cell.startswith("`"), cell
+    assert cell.endswith("`"), cell
+    return cell[1:-1]
+
+
+def page_row(cells: list[str]) -> tuple[object, ...]:
+    """A row of the page's dialect table as dialect_table() gives it."""
+    dialect, key, value, kind, names, conditional, scope = cells
+    return (
+        dialect,
+        SOURCES.get(key) or code(key),
+        code(value),
+        None if kind.startswith("—") else kind,
+        tuple(SOURCES.get(name) or code(name) for name in names.split(", ")) if names else (),
+        {"yes": True, "": False}[conditional],
+        code(scope) if scope else None,
+    )
+
+
+def test_the_dialect_page_is_the_engines_table_wrappers_and_one_call_rules_row_for_row() -> None:
+    table, wrappers, rules, *_ = page_tables()
+    rows, pairs = dialect_table()
+    assert [int(cells[0]) for cells in table] == list(range(1, len(rows) + 1))
+    assert [page_row(cells[1:]) for cells in table] == rows
+    assert [(int(a.removeprefix("#")) - 1, int(b.removeprefix("#")) - 1) for a, b, _ in wrappers] == pairs
+    assert [tuple(cells) for cells in rules] == [rule[:3] for rule in one_call_rules()]
+
+
+def test_the_reference_makes_of_each_one_call_case_what_the_engine_makes() -> None:
+    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS, *dialects.PROTOCOL_ROWS]
+
+    def entry(facts: HopFacts, name: str) -> Entry:
+        kind, row, scope, client, server, guard, caller, name_depth = facts
+        read = table[row] if row is not None else None
+        # (a hop of the guard's chain and a named caller have no row and no scope)
+        return Entry(
+            name, kind, None, read, str(scope) if read else None, client, server, guard, name_depth, caller
+        )
+
+    for above, below, outcome, last, this, same_name, repeats in one_call_rules():
+        above_entry = entry(last, "planner") if last is not None else None
+        assert step(above_entry, entry(this, "planner" if same_name else "budget"), repeats) == outcome, (
+            above,
+            below,
+        )
 
 
 # --- waits ---------------------------------------------------------------------------------------
