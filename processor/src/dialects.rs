@@ -10,7 +10,7 @@
 //! | dialect | key | value | kind | named by |
 //! |---|---|---|---|---|
 //! | GenAI | span name | `invoke_agent` | agent | subject, `gen_ai.agent.name` |
-//! | GenAI | span name | `execute_tool` | tool | subject, `gen_ai.tool.name` |
+//! | GenAI | span name | `execute_tool` | tool | `gen_ai.tool.name`, subject |
 //! | GenAI | span name | `invoke_workflow` | agent | subject, `gen_ai.workflow.name` |
 //! | OpenInference (LangChain scope) | `openinference.span.kind` | `AGENT` | none | |
 //! | OpenInference (LangChain scope) | `openinference.span.kind` | `CHAIN` | agent, first below a tool | span name |
@@ -243,7 +243,8 @@ const fn attr(key: Key) -> Source {
 pub const ROWS: [Row; 17] = [
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
     row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
-    row(GENAI, NAME, "execute_tool", TOOL, &[Subject, attr(ToolName)]),
+    // (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
+    row(GENAI, NAME, "execute_tool", TOOL, &[attr(ToolName), Subject]),
     row(GENAI, NAME, "invoke_workflow", AGENT, &[Subject, attr(WorkflowName)]),
     // Read by the first of the kind keys a span carries; the first row that matches its value and
     // scope. LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
@@ -616,6 +617,15 @@ mod tests {
         assert_eq!(
             read("planner", "s", &[(OiKind, "AGENT")]),
             Some((Kind::Agent, None, false))
+        );
+    }
+
+    #[test]
+    fn a_transfers_tool_span_is_named_by_its_tool_not_its_target() {
+        let transfer = [(ToolName, "transfer_to_budget")];
+        assert_eq!(
+            read("execute_tool transfer_to_budget budget", "s", &transfer),
+            Some((Kind::Tool, Some("transfer_to_budget"), false))
         );
     }
 

@@ -9,8 +9,9 @@ open-telemetry/semantic-conventions-genai, read at these commits (no runtime her
   of a transfer is ``execute_tool {gen_ai.tool.name} {gen_ai.transfer.target.name}`` with
   ``gen_ai.agent.name`` the source agent, ``gen_ai.transfer.mode`` (``return_to_caller`` or
   ``pass_control``) and ``gen_ai.transfer.target.type`` ``agent``; the target's ``invoke_agent``
-  runs below it. The caller-aware refinement of the ``invoke_agent`` CLIENT span:
-  ``gen_ai.caller.name`` and ``gen_ai.caller.type`` (``agent`` or ``workflow``).
+  runs below it (``handoff``: passing control, the target beside the source, as a runtime may run
+  it). The caller-aware refinement of the ``invoke_agent`` CLIENT span: ``gen_ai.caller.name`` and
+  ``gen_ai.caller.type`` (``agent`` or ``workflow``).
 - ``docs/gen-ai/a2a.md`` (6718089): client and server spans named ``{a2a.method.name}``
   (``SendMessage``; ``GetTask`` to poll), CLIENT / SERVER, with ``gen_ai.agent.name`` of the target's
   (client) or the local (server) Agent Card, below the framework's ``invoke_agent`` CLIENT span and
@@ -132,6 +133,31 @@ def transfer(loop: bool) -> Forest:
     return spans.forest
 
 
+def handoff(loop: bool) -> Forest:
+    """Transfers that pass control, each target's ``invoke_agent`` beside its source's under the
+    workflow (as the OpenAI Agents SDK runs handoffs), not below the transfer's tool span."""
+    spans = Builder()
+    root = spans.agent("offsite_workflow", None)
+    name = "planner"
+    for _ in range(calls_of(loop)):
+        target = OTHER[name]
+        spans.span(
+            f"execute_tool transfer_to_{target} {target}",
+            spans.agent(name, root),
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": f"transfer_to_{target}",
+                "gen_ai.agent.name": name,
+                "gen_ai.transfer.mode": "pass_control",
+                "gen_ai.transfer.target.name": target,
+                "gen_ai.transfer.target.type": "agent",
+            },
+        )
+        name = target
+    spans.agent(name, root)
+    return spans.forest
+
+
 def a2a(loop: bool, framework: bool = True) -> Forest:
     """Agents in two processes over A2A: the caller's ``invoke_agent X`` CLIENT span (when the
     framework records one), the A2A client ``SendMessage`` and HTTP client spans; the HTTP server
@@ -193,6 +219,7 @@ def caller_named(loop: bool) -> Forest:
 FORESTS: Final[dict[str, Callable[[bool], Forest]]] = {
     "workflow": workflow,
     "transfer": transfer,
+    "handoff": handoff,
     "a2a": a2a,
     "a2a_alone": lambda loop: a2a(loop, framework=False),
     "mcp": mcp,

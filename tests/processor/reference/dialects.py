@@ -58,7 +58,8 @@ TL = "OpenLLMetry / Traceloop"
 # The span named ``invoke_agent X`` (or bare ``invoke_agent``, named by its attribute), ...
 NAME_ROWS: Final = (
     Row(GENAI, SPAN_NAME, "invoke_agent", AGENT, (SUBJECT, "gen_ai.agent.name")),
-    Row(GENAI, SPAN_NAME, "execute_tool", TOOL, (SUBJECT, "gen_ai.tool.name")),
+    # (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
+    Row(GENAI, SPAN_NAME, "execute_tool", TOOL, ("gen_ai.tool.name", SUBJECT)),
     Row(GENAI, SPAN_NAME, "invoke_workflow", AGENT, (SUBJECT, "gen_ai.workflow.name")),
 )
 # Read by the first of these keys a span carries; the first row that matches its value and scope.

@@ -154,7 +154,8 @@ WRAPPER_ROWS = (
 
 def today_table() -> Table:
     """The dialect table as today's detector reads it: the reference's without its fixes (and
-    without what came after it: the span name's stem, the protocol rows)."""
+    without what came after it: the span name's stem, the protocol rows, a tool span named by
+    gen_ai.tool.name before its span name)."""
     kind_rows = tuple(
         replace(row, names=(dialects.TL_NAME,))
         if row.key == dialects.TL_KIND
@@ -171,7 +172,12 @@ def today_table() -> Table:
         rows(dialects.OI_KIND, "AGENT", "TOOL"),
         rows(dialects.TL_KIND, "agent", "workflow", "tool"),
     )
-    return Table(kind_rows=kind_rows, protocol_rows=(), wrappers=(), forms=forms)
+    name_rows = tuple(
+        replace(row, names=(dialects.SUBJECT, "gen_ai.tool.name")) if row.value == "execute_tool" else row
+        for row in dialects.NAME_ROWS
+    )
+    forms = (name_rows, *forms[1:])
+    return Table(name_rows, kind_rows, protocol_rows=(), wrappers=(), forms=forms)
 
 
 # The reference, with the fixes it makes undone, is today's detector: in every recording and
@@ -536,6 +542,25 @@ CONVENTION_COUNTS = {
     # The workflow is the first name of each path; the healthy one runs budget after planner.
     ("workflow", True): (LOOP, {**LOOP_EDGES, **WORKFLOW_EDGES}),
     ("workflow", False): ({}, {**HEALTHY_EDGES, **WORKFLOW_EDGES, ("offsite_workflow", "budget"): 1}),
+    # Handoffs beside each other: no agent below another, so no loop to see; each transfer is a
+    # tool call of its source, named by gen_ai.tool.name (not the span name's target).
+    ("handoff", True): (
+        {},
+        {
+            ("offsite_workflow", "planner"): 3,
+            ("offsite_workflow", "budget"): 3,
+            ("planner", "transfer_to_budget"): 3,
+            ("budget", "transfer_to_planner"): 2,
+        },
+    ),
+    ("handoff", False): (
+        {},
+        {
+            ("offsite_workflow", "planner"): 1,
+            ("offsite_workflow", "budget"): 1,
+            ("planner", "transfer_to_budget"): 1,
+        },
+    ),
 }
 
 
