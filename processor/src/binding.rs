@@ -13,6 +13,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::calls;
 use crate::decode::{self, Keys, Request, Value};
 use crate::dialects::{self, On, Source};
 use crate::graph::{self, Limits};
@@ -349,13 +350,15 @@ impl PyEvents {
 ///
 /// The dialect table the engine reads calls by, as data: a row is (dialect, key, value, kind,
 /// names, conditional, scope), `key` an attribute or "<the span name>", `kind` "agent", "tool" or
-/// None, `names` attributes, "<the span name>" or "<the span name's subject>"; a wrapper pair is
+/// None, `names` attributes, "<the span name>", "<the span name's subject>" or "<the span name
+/// before its last dot>"; a wrapper pair is
 /// (the wrapper's row, the wrapped call's row), as indices into the rows.
 #[pyfunction]
 fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyList>)> {
     guarded(|| {
         const SPAN_NAME: &str = "<the span name>";
         const SUBJECT: &str = "<the span name's subject>";
+        const STEM: &str = "<the span name before its last dot>";
         let rows = PyList::empty(py);
         for row in &dialects::ROWS {
             let key = match row.on {
@@ -368,6 +371,7 @@ fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyLis
                 .map(|source| match source {
                     Source::Subject => SUBJECT,
                     Source::SpanName => SPAN_NAME,
+                    Source::Stem => STEM,
                     Source::Attribute(key) => key.name(),
                 })
                 .collect();
@@ -389,6 +393,58 @@ fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyLis
     })
 }
 
+type HopFacts<'a> = (&'a str, Option<u8>, u64, bool, bool, bool, bool, u32);
+
+fn facts(hop: &calls::Hop) -> HopFacts<'static> {
+    (
+        hop.kind.name(),
+        hop.row.map(|row| row.0),
+        hop.scope,
+        hop.client,
+        hop.server,
+        hop.guard,
+        hop.caller,
+        hop.name_depth,
+    )
+}
+
+/// one_call_rules() -> [(above, below, outcome, last, this, same_name, repeats)]
+///
+/// The one-call rules as the engine applies them, a case per rule in the order they are read:
+/// what stands last on the path (`last`, None: nothing named) and the call span below it
+/// (`this`), each as (kind, row index or None, scope, client, server, guard, caller,
+/// name_depth), and what the engine makes of it (`outcome`: "one call", "a new call", "the
+/// tool's run, in the agent's name" or "a link (no call)").
+type Rule = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<HopFacts<'static>>,
+    HopFacts<'static>,
+    bool,
+    usize,
+);
+
+#[pyfunction]
+fn one_call_rules() -> PyResult<Vec<Rule>> {
+    guarded(|| {
+        Ok(calls::CASES
+            .iter()
+            .map(|case| {
+                (
+                    case.above,
+                    case.below,
+                    case.step().describe(),
+                    case.last.as_ref().map(facts),
+                    facts(&case.this),
+                    case.same_name,
+                    case.repeats,
+                )
+            })
+            .collect())
+    })
+}
+
 /// _fault(message): panic inside the engine, so that the tests can see the panic become
 /// EngineFault and the interpreter carry on.
 #[pyfunction]
@@ -406,6 +462,7 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(decode_summary, module)?)?;
     module.add_function(wrap_pyfunction!(_fault, module)?)?;
     module.add_function(wrap_pyfunction!(dialect_table, module)?)?;
+    module.add_function(wrap_pyfunction!(one_call_rules, module)?)?;
     module.add_class::<PyEngine>()?;
     module.add_class::<PyEvents>()?;
     Ok(())

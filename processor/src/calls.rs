@@ -21,7 +21,7 @@
 //! never the spans beside them; which of two spans of one call came first changes nothing.
 #![forbid(unsafe_code)]
 
-use crate::dialects::{Kind, RowId, same_form_again};
+use crate::dialects::{Key, Kind, On, RowId, find, same_form_again};
 
 /// What the rules read of a named entry on a path (a span's call, a hop of the guard's chain, or
 /// a caller named by its callee).
@@ -76,7 +76,7 @@ impl Hop {
     }
 
     /// An earlier hop of the guard's chain, as a path entry.
-    pub fn chained() -> Hop {
+    pub const fn chained() -> Hop {
         Hop {
             kind: Kind::Agent,
             row: None,
@@ -90,7 +90,7 @@ impl Hop {
     }
 
     /// The agent a trace's first span says called it.
-    pub fn named_caller() -> Hop {
+    pub const fn named_caller() -> Hop {
         Hop {
             guard: false,
             caller: true,
@@ -170,6 +170,122 @@ pub fn step(
     Step::New
 }
 
+impl Step {
+    /// How docs/processor/dialects.md says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::Link => "a link (no call)",
+            Step::RunOfTool => "the tool's run, in the agent's name",
+            Step::Again => "one call",
+            Step::New => "a new call",
+        }
+    }
+}
+
+/// One case of the rules, for the docs: a path that ends in `last` (None: nothing named above)
+/// and a call span `this`, of the same name or not; `repeats` how often its name stands on the
+/// path. [`CASES`] holds one per rule, in the order [`step`] and [`same_call`] read them.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    pub above: &'static str,
+    pub below: &'static str,
+    pub last: Option<Hop>,
+    pub this: Hop,
+    pub same_name: bool,
+    pub repeats: usize,
+}
+
+impl Case {
+    pub fn step(&self) -> Step {
+        let conditional = self.this.row.is_some_and(|row| row.row().conditional);
+        step(
+            self.last.as_ref(),
+            self.same_name,
+            &self.this,
+            conditional,
+            self.repeats,
+        )
+    }
+}
+
+const fn hop(kind: Kind, row: RowId, scope: u64) -> Hop {
+    Hop {
+        kind,
+        row: Some(row),
+        scope,
+        client: false,
+        server: false,
+        guard: false,
+        caller: false,
+        name_depth: 0,
+    }
+}
+
+const fn with(mut hop: Hop, client: bool, server: bool, guard: bool, name_depth: u32) -> Hop {
+    hop.client = client;
+    hop.server = server;
+    hop.guard = guard;
+    hop.name_depth = name_depth;
+    hop
+}
+
+const AGENT_ROW: RowId = find(On::SpanName, "invoke_agent");
+const TOOL_ROW: RowId = find(On::SpanName, "execute_tool");
+const WORKFLOW_ROW: RowId = find(On::SpanName, "invoke_workflow");
+const TASK_ROW: RowId = find(On::Attribute(Key::TlKind), "task");
+const AGENT: Hop = hop(Kind::Agent, AGENT_ROW, 1);
+const TOOL: Hop = hop(Kind::Tool, TOOL_ROW, 1);
+const GUARD: u64 = 7;
+
+const fn case(
+    above: &'static str,
+    below: &'static str,
+    last: Option<Hop>,
+    this: Hop,
+    same_name: bool,
+    repeats: usize,
+) -> Case {
+    Case {
+        above,
+        below,
+        last,
+        this,
+        same_name,
+        repeats,
+    }
+}
+
+#[rustfmt::skip]
+pub const CASES: [Case; 16] = [
+    case("nothing named", "any call", None, AGENT, false, 0),
+    case("an agent run, or no tool call", "a call of a row read only first below a tool (Traceloop's `task`, LangChain's graph run)",
+        Some(AGENT), hop(Kind::Agent, TASK_ROW, 1), false, 0),
+    case("a tool call", "an agent run directly below it, whatever its name", Some(TOOL), AGENT, false, 0),
+    case("a tool call", "a call of a row read only first below a tool", Some(TOOL), hop(Kind::Agent, TASK_ROW, 1), false, 0),
+    case("another name", "a call", Some(AGENT), hop(Kind::Tool, TOOL_ROW, 2), false, 0),
+    case("a caller a trace's first span names (`gen_ai.caller.agent.name`, `gen_ai.caller.name`)", "a call of that name",
+        Some(Hop::named_caller()), AGENT, true, 1),
+    case("another instrumentation's tool call", "the guard's span of a tool of that name",
+        Some(TOOL), with(hop(Kind::Tool, TOOL_ROW, GUARD), false, false, true, 9), true, 1),
+    case("a call of the name", "the guard's span, its chain holding the name more often than the path above (`otel_guard.name_depth`)",
+        Some(AGENT), with(hop(Kind::Agent, AGENT_ROW, GUARD), false, false, true, 2), true, 1),
+    case("a call of the name", "the guard's span, its chain holding the name no more often than the path above",
+        Some(AGENT), with(hop(Kind::Agent, AGENT_ROW, GUARD), false, false, true, 1), true, 1),
+    case("the guard's span, or a hop of its chain", "another instrumentation's span of the name",
+        Some(with(hop(Kind::Agent, AGENT_ROW, GUARD), false, false, true, 1)), AGENT, true, 1),
+    case("the client side of a remote call (CLIENT, PRODUCER)", "a span of the name",
+        Some(with(AGENT, true, false, false, 0)), AGENT, true, 1),
+    case("a span of the name", "the server side of a remote call (SERVER, CONSUMER)",
+        Some(AGENT), with(AGENT, false, true, false, 0), true, 1),
+    case("an agent run", "a tool named after it", Some(AGENT), TOOL, true, 1),
+    case("one instrumentation's span", "another instrumentation's span of the name (scopes differ)",
+        Some(AGENT), hop(Kind::Agent, AGENT_ROW, 2), true, 1),
+    case("a wrapper: `invoke_workflow X`", "the call it wraps, one instrumentation: `invoke_agent X`",
+        Some(hop(Kind::Agent, WORKFLOW_ROW, 1)), AGENT, true, 1),
+    case("`invoke_agent X`", "the same row again, one instrumentation: `invoke_agent X` (or its wrapper's, `invoke_workflow X`)",
+        Some(AGENT), AGENT, true, 1),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +345,21 @@ mod tests {
             Hop::of_span(Kind::Agent, row("invoke_agent", true), 1, 1, true, -3).name_depth,
             0
         );
+    }
+
+    #[test]
+    fn each_case_is_the_step_the_docs_say() {
+        let steps: Vec<_> = CASES.iter().map(|case| case.step()).collect();
+        use Step::*;
+        assert_eq!(
+            steps,
+            [
+                New, Link, RunOfTool, RunOfTool, New, New, Again, New, Again, Again, Again, Again,
+                New, Again, Again, New
+            ]
+        );
+        let workflow = hop(Kind::Agent, WORKFLOW_ROW, 1);
+        assert!(!same_call(&AGENT, &workflow, 1)); // the run of X starts a workflow of X: new
     }
 
     #[test]

@@ -2,18 +2,19 @@
 //!
 //! A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of
 //! the first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of
-//! its `gen_ai.operation.name`. A kind row with no kind says "no call by its kind": the span is then
+//! its `gen_ai.operation.name`, else the row of its protocol method (`a2a.method.name`,
+//! `mcp.method.name`). A kind row with no kind says "no call by its kind": the span is then
 //! read by its operation. A row's name is the first of its sources the span has (the span name's
 //! subject, the span name, or an attribute); a call with no name is no call.
 //!
 //! | dialect | key | value | kind | named by |
 //! |---|---|---|---|---|
 //! | GenAI | span name | `invoke_agent` | agent | subject, `gen_ai.agent.name` |
-//! | GenAI | span name | `execute_tool` | tool | subject, `gen_ai.tool.name` |
+//! | GenAI | span name | `execute_tool` | tool | `gen_ai.tool.name`, subject |
 //! | GenAI | span name | `invoke_workflow` | agent | subject, `gen_ai.workflow.name` |
 //! | OpenInference (LangChain scope) | `openinference.span.kind` | `AGENT` | none | |
 //! | OpenInference (LangChain scope) | `openinference.span.kind` | `CHAIN` | agent, first below a tool | span name |
-//! | OpenInference | `openinference.span.kind` | `AGENT` | agent | `agent.name`, `graph.node.id` |
+//! | OpenInference | `openinference.span.kind` | `AGENT` | agent | `agent.name`, `graph.node.id`, span name before its last dot |
 //! | OpenInference | `openinference.span.kind` | `TOOL` | tool | `tool.name`, span name |
 //! | Traceloop | `traceloop.span.kind` | `agent` | agent | `traceloop.entity.name`, `gen_ai.agent.name` |
 //! | Traceloop | `traceloop.span.kind` | `workflow` | agent | `traceloop.entity.name`, `gen_ai.workflow.name` |
@@ -22,6 +23,9 @@
 //! | GenAI | `gen_ai.operation.name` | `invoke_agent` | agent | `gen_ai.agent.name` |
 //! | GenAI | `gen_ai.operation.name` | `execute_tool` | tool | `gen_ai.tool.name` |
 //! | GenAI | `gen_ai.operation.name` | `invoke_workflow` | agent | `gen_ai.workflow.name` |
+//! | GenAI (A2A) | `a2a.method.name` | `SendMessage` | agent | `gen_ai.agent.name` |
+//! | GenAI (A2A) | `a2a.method.name` | `SendStreamingMessage` | agent | `gen_ai.agent.name` |
+//! | GenAI (MCP) | `mcp.method.name` | `tools/call` | tool | `gen_ai.tool.name`, subject |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -65,9 +69,13 @@ pub enum Key {
     OiToolName,
     TlKind,
     TlName,
+    A2aMethod,
+    McpMethod,
     /// A call span that starts a trace and names the agent that called it (agent-to-agent
-    /// servers) continues that caller's path.
+    /// servers; the first of these two keys with a value) continues that caller's path.
     Caller,
+    /// The conventions' proposed caller of an `invoke_agent` CLIENT span.
+    CallerName,
     /// The inline guard's attributes on its hop spans.
     Decision,
     Reason,
@@ -80,7 +88,7 @@ pub enum Key {
     TreeHops,
 }
 
-pub const KEY_COUNT: usize = 18;
+pub const KEY_COUNT: usize = 21;
 
 impl Key {
     pub const ALL: [Key; KEY_COUNT] = [
@@ -94,7 +102,10 @@ impl Key {
         Key::OiToolName,
         Key::TlKind,
         Key::TlName,
+        Key::A2aMethod,
+        Key::McpMethod,
         Key::Caller,
+        Key::CallerName,
         Key::Decision,
         Key::Reason,
         Key::NameDepth,
@@ -116,7 +127,10 @@ impl Key {
             Key::OiToolName => "tool.name",
             Key::TlKind => "traceloop.span.kind",
             Key::TlName => "traceloop.entity.name",
+            Key::A2aMethod => "a2a.method.name",
+            Key::McpMethod => "mcp.method.name",
             Key::Caller => "gen_ai.caller.agent.name",
+            Key::CallerName => "gen_ai.caller.name",
             Key::Decision => "otel_guard.decision",
             Key::Reason => "otel_guard.reason",
             Key::NameDepth => "otel_guard.name_depth",
@@ -150,6 +164,8 @@ pub enum Source {
     /// The span name after its first space (`invoke_agent X` -> `X`).
     Subject,
     SpanName,
+    /// The span name before its last dot (smolagents' `planner.run` -> `planner`); no dot, no name.
+    Stem,
     Attribute(Key),
 }
 
@@ -207,7 +223,7 @@ const fn scoped(mut row: Row, scope: &'static str) -> Row {
 }
 
 use Key::*;
-use Source::{SpanName, Subject};
+use Source::{SpanName, Stem, Subject};
 
 const AGENT: Option<Kind> = Some(Kind::Agent);
 const TOOL: Option<Kind> = Some(Kind::Tool);
@@ -215,22 +231,27 @@ const NAME: On = On::SpanName;
 const OI_KIND: On = On::Attribute(OiKind);
 const TL_KIND: On = On::Attribute(TlKind);
 const OPERATION: On = On::Attribute(Operation);
+const A2A: On = On::Attribute(A2aMethod);
+const MCP: On = On::Attribute(McpMethod);
 const fn attr(key: Key) -> Source {
     Source::Attribute(key)
 }
 
-/// The rows, read in order: the span-name rows, the kind rows, the operation rows.
+/// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
+/// rows.
 #[rustfmt::skip]
-pub const ROWS: [Row; 14] = [
+pub const ROWS: [Row; 17] = [
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
     row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
-    row(GENAI, NAME, "execute_tool", TOOL, &[Subject, attr(ToolName)]),
+    // (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
+    row(GENAI, NAME, "execute_tool", TOOL, &[attr(ToolName), Subject]),
     row(GENAI, NAME, "invoke_workflow", AGENT, &[Subject, attr(WorkflowName)]),
     // Read by the first of the kind keys a span carries; the first row that matches its value and
     // scope. LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
     scoped(row(OI, OI_KIND, "AGENT", None, &[]), OPENINFERENCE_LANGCHAIN),
     scoped(conditional(row(OI, OI_KIND, "CHAIN", AGENT, &[SpanName])), OPENINFERENCE_LANGCHAIN),
-    row(OI, OI_KIND, "AGENT", AGENT, &[attr(OiAgentName), attr(GraphNodeId)]),
+    // smolagents' instrumentation names its agents in the span name alone (`planner.run`).
+    row(OI, OI_KIND, "AGENT", AGENT, &[attr(OiAgentName), attr(GraphNodeId), Stem]),
     row(OI, OI_KIND, "TOOL", TOOL, &[attr(OiToolName), SpanName]),
     // CrewAI's instrumentation names its agents by gen_ai.agent.name alone.
     row(TL, TL_KIND, "agent", AGENT, &[attr(TlName), attr(AgentName)]),
@@ -241,6 +262,12 @@ pub const ROWS: [Row; 14] = [
     row(GENAI, OPERATION, "invoke_agent", AGENT, &[attr(AgentName)]),
     row(GENAI, OPERATION, "execute_tool", TOOL, &[attr(ToolName)]),
     row(GENAI, OPERATION, "invoke_workflow", AGENT, &[attr(WorkflowName)]),
+    // The conventions' protocol spans, read when a span has no GenAI operation: an A2A message to
+    // an agent (client and server, named by the agent card's name; polling a task is no call)
+    // and an MCP tool call (`tools/call get-weather`).
+    row(GENAI, A2A, "SendMessage", AGENT, &[attr(AgentName)]),
+    row(GENAI, A2A, "SendStreamingMessage", AGENT, &[attr(AgentName)]),
+    row(GENAI, MCP, "tools/call", TOOL, &[attr(ToolName), Subject]),
 ];
 
 /// The dialect kind keys, in the order [`call_of`] prefers them when a span carries both.
@@ -270,7 +297,7 @@ const fn same_on(a: On, b: On) -> bool {
 }
 
 /// The row (with a kind) that matches `on` = `value`; a missing one fails the build.
-const fn find(on: On, value: &str) -> RowId {
+pub(crate) const fn find(on: On, value: &str) -> RowId {
     let mut at = 0;
     while at < ROWS.len() {
         let row = &ROWS[at];
@@ -405,9 +432,12 @@ pub fn call_of<'a>(
             }
         }
     }
-    let operation = attributes.text(Operation)?;
-    rows.filter(|(_, row)| row.on == OPERATION)
-        .find(|(_, row)| row.value == operation)
+    // The operation rows, then the protocol rows: the first whose key has its value.
+    rows.filter(|(_, row)| matches!(row.on, On::Attribute(Operation | A2aMethod | McpMethod)))
+        .find(|(_, row)| match row.on {
+            On::Attribute(key) => attributes.text(key) == Some(row.value),
+            On::SpanName => false,
+        })
         .map(|(at, row)| call(at, row, span_name, attributes))
 }
 
@@ -416,6 +446,7 @@ fn call<'a>(at: usize, row: &Row, span_name: &'a str, attributes: &Attributes<'_
         let name = match *source {
             Subject => span_name.split_once(' ').map_or("", |(_, subject)| subject),
             SpanName => span_name,
+            Stem => span_name.rsplit_once('.').map_or("", |(stem, _)| stem),
             Source::Attribute(key) => attributes.text(key)?,
         };
         (!name.is_empty()).then_some(name)
@@ -565,6 +596,80 @@ mod tests {
         assert_eq!(
             read("lookup", "s", &[(OiKind, "TOOL")]),
             Some((Kind::Tool, Some("lookup"), false))
+        );
+    }
+
+    #[test]
+    fn an_openinference_agent_with_no_name_attribute_is_named_by_its_span_names_stem() {
+        // smolagents: `f"{agent.name}.run"`, no agent.name attribute.
+        assert_eq!(
+            read("planner.run", "s", &[(OiKind, "AGENT")]),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("team.planner.run", "s", &[(OiKind, "AGENT")]),
+            Some((Kind::Agent, Some("team.planner"), false))
+        );
+        assert_eq!(
+            read("planner.run", "s", &[(OiKind, "AGENT"), (OiAgentName, "a")]),
+            Some((Kind::Agent, Some("a"), false))
+        );
+        assert_eq!(
+            read("planner", "s", &[(OiKind, "AGENT")]),
+            Some((Kind::Agent, None, false))
+        );
+    }
+
+    #[test]
+    fn a_transfers_tool_span_is_named_by_its_tool_not_its_target() {
+        let transfer = [(ToolName, "transfer_to_budget")];
+        assert_eq!(
+            read("execute_tool transfer_to_budget budget", "s", &transfer),
+            Some((Kind::Tool, Some("transfer_to_budget"), false))
+        );
+    }
+
+    #[test]
+    fn a2a_messages_and_mcp_tool_calls_are_read_by_their_method_after_the_operation() {
+        let send = [(A2aMethod, "SendMessage"), (AgentName, "budget")];
+        assert_eq!(
+            read("SendMessage", "a2a", &send),
+            Some((Kind::Agent, Some("budget"), false))
+        );
+        let stream = [(A2aMethod, "SendStreamingMessage"), (AgentName, "b")];
+        assert_eq!(
+            read("SendStreamingMessage", "a2a", &stream),
+            Some((Kind::Agent, Some("b"), false))
+        );
+        // Polling a task is no call, and a message with no agent card name is unnamed.
+        let poll = [(A2aMethod, "GetTask"), (AgentName, "budget")];
+        assert_eq!(read("GetTask", "a2a", &poll), None);
+        assert_eq!(
+            read("SendMessage", "a2a", &[(A2aMethod, "SendMessage")]),
+            Some((Kind::Agent, None, false))
+        );
+        assert_eq!(
+            read("tools/call search", "mcp", &[(McpMethod, "tools/call")]),
+            Some((Kind::Tool, Some("search"), false))
+        );
+        let named = [(McpMethod, "tools/call"), (ToolName, "fetch")];
+        assert_eq!(
+            read("tools/call x", "mcp", &named),
+            Some((Kind::Tool, Some("fetch"), false))
+        );
+        assert_eq!(
+            read("initialize", "mcp", &[(McpMethod, "initialize")]),
+            None
+        );
+        // The GenAI operation comes first.
+        let both = [
+            (McpMethod, "tools/call"),
+            (Operation, "invoke_agent"),
+            (AgentName, "a"),
+        ];
+        assert_eq!(
+            read("tools/call x", "mcp", &both),
+            Some((Kind::Agent, Some("a"), false))
         );
     }
 

@@ -341,17 +341,19 @@ impl Engine {
             }
             return;
         }
-        let caller = attributes
-            .text(Key::Caller)
-            .filter(|caller| !caller.is_empty());
+        // The caller a server's span names ran in the trace before; the caller an invoke_agent
+        // CLIENT span names (the conventions' caller-aware refinement) in this one.
+        let caller = [Key::Caller, Key::CallerName].into_iter().find_map(|key| {
+            let caller = attributes.text(key).filter(|caller| !caller.is_empty())?;
+            Some((caller, key == Key::Caller))
+        });
         let base = match (&facts.call, caller) {
-            (Some(_), Some(caller)) => {
+            (Some(_), Some((caller, across))) => {
                 let caller = self.shared.cut(caller, MAX_NAME_CHARS);
                 let trace = self.traces.get_mut(handle).expect("the trace being read");
                 let name = trace.intern(&caller, keys);
-                trace
-                    .plus(PathRef::ROOT, name, Hop::named_caller(), NONE)
-                    .across()
+                let path = trace.plus(PathRef::ROOT, name, Hop::named_caller(), NONE);
+                if across { path.across() } else { path }
             }
             _ => PathRef::ROOT,
         };

@@ -1,34 +1,54 @@
-"""Two agents asking each other, traced only by their runtime's own telemetry or its OpenLLMetry package.
+"""Two agents asking each other, traced only by their runtime's own telemetry or by one instrumentation.
 
 Records the ``corpus/runtimes/`` fixtures: runtimes whose spans the processor must read with nothing of
-otel-guard's in the process (``record_app.py`` records the third-party instrumentations):
+otel-guard's in the process, that the old detector never read (``record_app.py`` records the others):
 
 - ``google_adk``: Google ADK's own OpenTelemetry spans (google-adk 2.13.0, opentelemetry-sdk
   1.44.0), planner and budget as ``AgentTool``\\ s of each other, driven by the offline
-  ``ScriptedModel`` of ``tests/runtimes/google_adk``. Run in ``.venv-runtimes/google-adk``.
+  ``ScriptedModel`` of ``tests/instrumentation/google_adk``. Run in ``.venv-runtimes/google-adk``.
 - ``crewai_openllmetry``: CrewAI 1.15.30 under ``opentelemetry-instrumentation-crewai`` 0.62.4
   (OpenLLMetry; opentelemetry-sdk 1.45.2), planner and budget each with a tool whose body runs a
   one-task crew of a new agent of the other role (the instrumentation traces crews, tasks and an
   agent's task run, not a standalone ``Agent.kickoff``; and one Agent object cannot run again inside
-  its own run), driven by the offline ``ScriptedLLM`` of ``tests/runtimes/crewai`` (CrewAI's
+  its own run), driven by the offline ``ScriptedLLM`` of ``tests/instrumentation/crewai`` (CrewAI's
   telemetry off, and checked to reach no other host). CrewAI's tool calls make no span. Run in a
   throwaway environment::
 
       python3 -m venv /tmp/venv-crewai-oll
       /tmp/venv-crewai-oll/bin/pip install 'crewai==1.15.30' 'opentelemetry-instrumentation-crewai==0.62.4'
 
+- ``strands`` (Strands' own spans) and ``strands_openinference`` (with OpenInference's span
+  processor over them): strands-agents 1.62.0, openinference-instrumentation-strands-agents 0.1.12;
+- ``smolagents_openinference``: smolagents 1.26.0, openinference-instrumentation-smolagents 0.1.43;
+- ``llama_index_openinference``: llama-index-core 0.14.25, openinference-instrumentation-llama-index
+  4.6.1;
+- ``agno_openinference``: agno 3.1.10, openinference-instrumentation-agno 1.0.15, on the scripted
+  Agno model below (the project has no Agno runtime; Agno's telemetry off);
+- ``openai_agents_openllmetry``: openai-agents 0.24.0, opentelemetry-instrumentation-openai-agents
+  0.62.4 (OpenLLMetry), on the ``LoopModel`` of ``tests/instrumentation/openai_agents``.
+
+Each in an environment of its own (the instrumentations pin different SDKs)::
+
+    python3 -m venv /tmp/venv-X && /tmp/venv-X/bin/pip install opentelemetry-sdk PACKAGES
+
+The Strands, smolagents and LlamaIndex programs are the ``build_loop`` of
+``tests/instrumentation/<runtime>/<runtime>_loop.py``.
+
 SCENARIO ``loop``: planner -> budget -> planner -> ... (``LOOP_TOOL_CALLS`` tool calls in all, the
 scripted models' own limit); ``control``: planner asks budget once and budget answers. The spans
 are kept by an in-memory exporter and written as JSON lines (the format of ``corpus/README.md``),
-in the order they ended, into ``corpus/runtimes/``: apart from ``corpus/``, whose every recording
-``test_corpus.py`` expects the detector to count right, which it does not do of these yet (the
-reference of ``tests/processor/reference`` does). Re-record from this folder::
+in the order they ended, into ``corpus/runtimes/`` (its README names each file's RUNTIME), apart
+from ``corpus/``, whose every recording ``test_corpus.py`` expects the old detector to count right,
+which it does not do of these (the reference of ``tests/processor/reference`` does). Re-record from
+this folder, e.g.::
 
     for s in loop control; do
       ../../../.venv-runtimes/google-adk/bin/python record_runtime_telemetry.py \
         google_adk $s corpus/runtimes/adk.$s.spans.jsonl
       /tmp/venv-crewai-oll/bin/python record_runtime_telemetry.py \
         crewai_openllmetry $s corpus/runtimes/crewai_tl.$s.spans.jsonl
+      /tmp/venv-strands/bin/python record_runtime_telemetry.py \
+        strands_openinference $s corpus/runtimes/strands_oi.$s.spans.jsonl
     done
 
 It prints one line ``RESULT {json}`` with how many tool calls the models made.
@@ -41,6 +61,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +72,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from record_app import JsonLinesExporter
 
-RUNTIMES = Path(__file__).resolve().parents[2] / "runtimes"
+RUNTIMES = Path(__file__).resolve().parents[2] / "instrumentation"  # the runtimes' offline models
 LOOP_TOOL_CALLS = 5  # planner -> budget three times, budget -> planner twice
 
 
@@ -124,20 +146,176 @@ def run_crewai_openllmetry(scenario: str) -> int:
     return ask_budget.calls + ask_planner.calls
 
 
+class CallBudget:
+    """How many tool calls all the scripted models of one run may still make."""
+
+    def __init__(self, calls: int) -> None:
+        self.left, self.made = calls, 0
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left, self.made = self.left - 1, self.made + 1
+        return True
+
+
+def tool_calls(scenario: str) -> int:
+    """How many tool calls the scripted models of a scenario may make in all."""
+    return LOOP_TOOL_CALLS if scenario == "loop" else 1
+
+
+def run_strands(scenario: str) -> int:
+    sys.path.insert(0, str(RUNTIMES / "strands"))
+    from strands_loop import build_loop
+
+    loop = build_loop(max_tool_calls=tool_calls(scenario))
+    asyncio.run(loop.planner().invoke_async("Plan the team offsite"))
+    return loop.calls.made
+
+
+def openinference_strands(provider: TracerProvider) -> None:
+    from openinference.instrumentation.strands_agents import StrandsAgentsToOpenInferenceProcessor
+
+    # Before the exporter's processor: it rewrites each span's attributes as the span ends.
+    provider.add_span_processor(StrandsAgentsToOpenInferenceProcessor())
+
+
+def run_smolagents(scenario: str) -> int:
+    sys.path.insert(0, str(RUNTIMES / "smolagents"))
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    SmolagentsInstrumentor().instrument()
+    from smolagents_loop import build_loop
+
+    loop = build_loop(max_tool_calls=tool_calls(scenario))
+    loop.planner().run("Plan the team offsite")
+    return loop.calls.made
+
+
+def run_llama_index(scenario: str) -> int:
+    sys.path.insert(0, str(RUNTIMES / "llama_index"))
+    from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+    LlamaIndexInstrumentor().instrument()
+    from llama_index_loop import build_loop
+
+    loop = build_loop(max_tool_calls=tool_calls(scenario))
+
+    async def run() -> None:  # a workflow's run starts inside the event loop
+        await loop.planner().run(user_msg="Plan the team offsite")
+
+    asyncio.run(run())
+    return loop.calls.made
+
+
+def run_agno(scenario: str) -> int:
+    os.environ["AGNO_TELEMETRY"] = "false"  # no analytics calls to Agno's servers
+    from openinference.instrumentation.agno import AgnoInstrumentor
+
+    AgnoInstrumentor().instrument()
+    from agno.agent import Agent
+    from agno.models.base import Model
+    from agno.models.message import Message
+    from agno.models.response import ModelResponse
+
+    calls = CallBudget(tool_calls(scenario))
+
+    @dataclass
+    class ScriptedModel(Model):
+        """An offline Agno model: on a fresh turn it calls ``tool`` while the shared budget lasts;
+        on a tool's result, or with no budget left, it answers in text."""
+
+        tool: str = ""
+
+        def invoke(self, messages: list[Message], assistant_message: Message, **kwargs: Any) -> ModelResponse:
+            if messages[-1].role != "tool" and calls.take():
+                call = {"name": self.tool, "arguments": json.dumps({"question": f"from {self.name}"})}
+                return ModelResponse(
+                    role="assistant",
+                    tool_calls=[{"id": f"call_{calls.made}", "type": "function", "function": call}],
+                )
+            return ModelResponse(role="assistant", content=f"{self.name} answers")
+
+        async def ainvoke(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            return self.invoke(*args, **kwargs)
+
+        def invoke_stream(self, *args: Any, **kwargs: Any) -> Any:
+            yield self.invoke(*args, **kwargs)
+
+        async def ainvoke_stream(self, *args: Any, **kwargs: Any) -> Any:
+            yield self.invoke(*args, **kwargs)
+
+        def _parse_provider_response(self, response: Any, **kwargs: Any) -> ModelResponse:
+            return response  # type: ignore[no-any-return]
+
+        def _parse_provider_response_delta(self, response: Any) -> ModelResponse:
+            return response  # type: ignore[no-any-return]
+
+    def make(name: str) -> Any:
+        other = "budget" if name == "planner" else "planner"
+        model = ScriptedModel(id="scripted", name=name, provider="offline", tool=f"ask_{other}")
+
+        def ask(question: str) -> str:
+            return str(make(other).run(question).content)
+
+        ask.__name__ = f"ask_{other}"
+        return Agent(name=name, model=model, tools=[ask], telemetry=False)
+
+    make("planner").run("Plan the team offsite")
+    return calls.made
+
+
+def run_openai_agents_openllmetry(scenario: str) -> int:
+    sys.path.insert(0, str(RUNTIMES / "openai_agents"))
+    os.environ["TRACELOOP_METRICS_ENABLED"] = "false"
+    from agents import Agent, Runner, set_trace_processors
+    from openai_agents_models import CallBudget as Calls
+    from openai_agents_models import LoopModel
+
+    # Nothing may reach the SDK's default exporter (api.openai.com): the instrumentation's
+    # processor is the only one.
+    set_trace_processors([])
+    from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument()
+    calls = Calls(tool_calls(scenario))
+    planner = Agent(name="planner", instructions="Plan the trip.")
+    budget = Agent(name="budget", instructions="Price the plan.")
+    planner.model = LoopModel("planner", "ask_budget", calls)
+    budget.model = LoopModel("budget", "ask_planner", calls)
+    planner.tools = [budget.as_tool("ask_budget", "Ask the budget agent.")]
+    budget.tools = [planner.as_tool("ask_planner", "Ask the planner agent.")]
+    Runner.run_sync(planner, "Plan a trip to Lisbon.")
+    return int(calls.made)
+
+
+# Runtime -> (what it needs before the exporter's span processor, the program).
+RUNNERS: dict[str, tuple[Callable[[TracerProvider], None] | None, Callable[[str], int]]] = {
+    "google_adk": (None, run_google_adk),
+    "crewai_openllmetry": (None, run_crewai_openllmetry),
+    "strands": (None, run_strands),
+    "strands_openinference": (openinference_strands, run_strands),
+    "smolagents_openinference": (None, run_smolagents),
+    "llama_index_openinference": (None, run_llama_index),
+    "agno_openinference": (None, run_agno),
+    "openai_agents_openllmetry": (None, run_openai_agents_openllmetry),
+}
+
+
 def main(argv: list[str]) -> None:
     runtime, scenario, jsonl = argv
     if scenario not in ("loop", "control"):
         raise SystemExit(f"unknown scenario {scenario!r}")
+    if runtime not in RUNNERS:
+        raise SystemExit(f"unknown runtime {runtime!r}; one of {', '.join(RUNNERS)}")
+    before, run = RUNNERS[runtime]
     memory = InMemorySpanExporter()
     provider = TracerProvider()
+    if before is not None:
+        before(provider)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     trace.set_tracer_provider(provider)
-    if runtime == "google_adk":
-        calls = run_google_adk(scenario)
-    elif runtime == "crewai_openllmetry":
-        calls = run_crewai_openllmetry(scenario)
-    else:
-        raise SystemExit(f"unknown runtime {runtime!r}")
+    calls = run(scenario)
     provider.force_flush()
     writer = JsonLinesExporter(jsonl)
     writer.export(memory.get_finished_spans())

@@ -23,9 +23,11 @@ import pytest
 from corpus_spans import read_spans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from otel_guard_processor._engine import one_call_rules
 from otel_guard_processor.engine import Engine, EngineDetector, dialect_table
 from processor_spans import Trace, encode
 from reference import dialects
+from reference.conventions import FORESTS as SHAPED
 from reference.forests import (
     FIXED_STYLES,
     ROOTS,
@@ -37,11 +39,14 @@ from reference.forests import (
     requests,
     spans_of,
 )
-from reference.reference import detect
+from reference.reference import Entry, detect, step
 from reference.test_reference import (
+    CONVENTION_COUNTS,
     ENCODINGS,
     KNOWN_FOREST_DIFFERENCES,
     RECORDINGS,
+    RIGHT,
+    SHAPES,
     SWEEP,
     Counts,
     bounded,
@@ -132,24 +137,19 @@ def test_every_recording_counts_as_the_reference_in_any_order_and_encoding(
     assert engine(raws) == reference(raws)
 
 
-def test_the_runtimes_the_detector_gets_wrong_count_right() -> None:
+def test_the_runtimes_the_detector_gets_wrong_or_never_read_count_right() -> None:
     """ADK's invoke_workflow around invoke_agent is one call; CrewAI's X.agent spans are named by
-    gen_ai.agent.name: one loop, planner>budget>planner, and one edge per call."""
-    runtimes = [path for path in RECORDINGS if path.parent.name == "runtimes"]
-    assert {recording(path) for path in runtimes} == {
-        "runtimes/adk.loop",
-        "runtimes/adk.control",
-        "runtimes/crewai_tl.loop",
-        "runtimes/crewai_tl.control",
-    }
-    for path in runtimes:
-        raws = [ENCODINGS["key_first"](batch) for batch in scattered(read_spans(path))]
-        seen = engine(raws).counts
-        if path.name.endswith(".loop.spans.jsonl"):
-            assert seen.cycles == {("cross_function", "planner>budget>planner"): 1}
-            assert seen.delegations == {("planner", "budget"): 3, ("budget", "planner"): 2}
-        else:
-            assert (seen.cycles, seen.delegations) == ({}, {("planner", "budget"): 1})
+    gen_ai.agent.name; and the recordings the detector never read (Strands, OpenInference for
+    smolagents, LlamaIndex, Agno and Strands, OpenLLMetry for the OpenAI Agents SDK) count as
+    the corpus's README says."""
+    runtimes = {recording(path): path for path in RECORDINGS if path.parent.name == "runtimes"}
+    right = {**RIGHT, **SHAPES}
+    assert set(runtimes) == set(right)
+    for name, path in runtimes.items():
+        for order in ENGINE_ORDERS:
+            raws = [ENCODINGS["value_first"](batch) for batch in order(read_spans(path))]
+            seen = engine(raws).counts
+            assert (seen.cycles, seen.delegations) == right[name], (name, order.__name__)
 
 
 def test_names_labels_and_paths_are_bounded_as_the_reference_bounds_them() -> None:
@@ -205,11 +205,81 @@ def test_the_forests_the_detector_counts_otherwise_count_as_the_reference(name: 
 
 def test_the_engines_dialect_table_is_the_references_row_for_row() -> None:
     rows, wrappers = dialect_table()
-    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS]
+    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS, *dialects.PROTOCOL_ROWS]
     assert rows == [
         (row.dialect, row.key, row.value, row.kind, row.names, row.conditional, row.scope) for row in table
     ]
     assert [(table[wrapper], table[wrapped]) for wrapper, wrapped in wrappers] == list(dialects.WRAPPERS)
+
+
+HopFacts = tuple[str, int | None, int, bool, bool, bool, bool, int]  # as one_call_rules() gives them
+DIALECT_PAGE = Path(__file__).resolve().parents[3] / "docs" / "processor" / "dialects.md"
+SOURCES = {
+    "the span name": dialects.SPAN_NAME,
+    "the span name's subject": dialects.SUBJECT,
+    "the span name before its last dot": dialects.STEM,
+}
+
+
+def page_tables() -> list[list[list[str]]]:
+    """The page's markdown tables, in order, each its rows of cells (the header and rule dropped)."""
+    tables: list[list[list[str]]] = []
+    rows: list[list[str]] = []
+    for line in [*DIALECT_PAGE.read_text(encoding="utf-8").splitlines(), ""]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            tables.append(rows[2:])
+            rows = []
+    return tables
+
+
+def code(cell: str) -> str:
+    assert cell.startswith("`"), cell
+    assert cell.endswith("`"), cell
+    return cell[1:-1]
+
+
+def page_row(cells: list[str]) -> tuple[object, ...]:
+    """A row of the page's dialect table as dialect_table() gives it."""
+    dialect, key, value, kind, names, conditional, scope = cells
+    return (
+        dialect,
+        SOURCES.get(key) or code(key),
+        code(value),
+        None if kind.startswith("—") else kind,
+        tuple(SOURCES.get(name) or code(name) for name in names.split(", ")) if names else (),
+        {"yes": True, "": False}[conditional],
+        code(scope) if scope else None,
+    )
+
+
+def test_the_dialect_page_is_the_engines_table_wrappers_and_one_call_rules_row_for_row() -> None:
+    table, wrappers, rules, *_ = page_tables()
+    rows, pairs = dialect_table()
+    assert [int(cells[0]) for cells in table] == list(range(1, len(rows) + 1))
+    assert [page_row(cells[1:]) for cells in table] == rows
+    assert [(int(a.removeprefix("#")) - 1, int(b.removeprefix("#")) - 1) for a, b, _ in wrappers] == pairs
+    assert [tuple(cells) for cells in rules] == [rule[:3] for rule in one_call_rules()]
+
+
+def test_the_reference_makes_of_each_one_call_case_what_the_engine_makes() -> None:
+    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS, *dialects.PROTOCOL_ROWS]
+
+    def entry(facts: HopFacts, name: str) -> Entry:
+        kind, row, scope, client, server, guard, caller, name_depth = facts
+        read = table[row] if row is not None else None
+        # (a hop of the guard's chain and a named caller have no row and no scope)
+        return Entry(
+            name, kind, None, read, str(scope) if read else None, client, server, guard, name_depth, caller
+        )
+
+    for above, below, outcome, last, this, same_name, repeats in one_call_rules():
+        above_entry = entry(last, "planner") if last is not None else None
+        assert step(above_entry, entry(this, "planner" if same_name else "budget"), repeats) == outcome, (
+            above,
+            below,
+        )
 
 
 # --- waits ---------------------------------------------------------------------------------------
@@ -239,3 +309,21 @@ def test_an_agent_calls_edge_counts_at_once_and_a_tools_after_its_wait() -> None
     assert engine_.ingest(encode(*trace.spans), 50.0).delegations == {("planner", "budget"): 1}
     assert engine_.expire(59.0).delegations == {}
     assert engine_.expire(60.0).delegations == {("planner", "search"): 1}
+
+
+# --- the newest conventions' shapes --------------------------------------------------------------
+
+
+@FORESTS
+@given(st.sampled_from(sorted(SHAPED)), st.booleans(), deliveries)
+def test_the_conventions_shapes_count_as_the_reference_in_any_delivery(
+    name: str, loop: bool, delivery: Delivery
+) -> None:
+    """Workflows as invoke_agent spans, transfers, A2A and MCP spans, a CLIENT span naming its
+    caller (tests/processor/reference/conventions.py): the engine counts what the reference counts,
+    and, delivered whole, what test_reference.py expects."""
+    raws = requests(SHAPED[name](loop), delivery)
+    assert engine(raws) == reference(raws)
+    whole = requests(SHAPED[name](loop), Delivery("ended", 1, [False] * 8, None, [], 0))
+    seen = engine(whole).counts
+    assert (seen.cycles, seen.delegations) == CONVENTION_COUNTS[(name, loop)]

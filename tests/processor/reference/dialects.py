@@ -2,9 +2,11 @@
 
 A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of the
 first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of its
-``gen_ai.operation.name``. A kind row whose ``kind`` is None says "no call by its kind": the span is
-then read by its operation. A row's name is the first of its ``names`` the span has (``SUBJECT``:
-the span name after the operation); a call with no name is no call (a link like any other span).
+``gen_ai.operation.name``, else the row of its protocol method (A2A's ``a2a.method.name``, MCP's
+``mcp.method.name``: their spans are named by the method, not by a GenAI operation). A kind row
+whose ``kind`` is None says "no call by its kind": the span is then read by its operation. A row's
+name is the first of its ``names`` the span has (``SUBJECT``: the span name after the operation);
+a call with no name is no call (a link like any other span).
 
 The row that read a span is the call's *form*: two spans of one instrumentation with the same name,
 one directly inside the other, are a re-entry when read by the same row (``invoke_agent X`` inside
@@ -22,6 +24,7 @@ from typing import Final
 AGENT: Final = "agent"
 TOOL: Final = "tool"
 SUBJECT: Final = "<the span name's subject>"
+STEM: Final = "<the span name before its last dot>"  # smolagents' `planner.run`: planner
 OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
 
@@ -45,6 +48,9 @@ OI_KIND: Final = "openinference.span.kind"
 TL_KIND: Final = "traceloop.span.kind"
 TL_NAME: Final = "traceloop.entity.name"
 
+A2A_METHOD: Final = "a2a.method.name"
+MCP_METHOD: Final = "mcp.method.name"
+
 GENAI = "OpenTelemetry GenAI"
 OI = "OpenInference"
 TL = "OpenLLMetry / Traceloop"
@@ -52,7 +58,8 @@ TL = "OpenLLMetry / Traceloop"
 # The span named ``invoke_agent X`` (or bare ``invoke_agent``, named by its attribute), ...
 NAME_ROWS: Final = (
     Row(GENAI, SPAN_NAME, "invoke_agent", AGENT, (SUBJECT, "gen_ai.agent.name")),
-    Row(GENAI, SPAN_NAME, "execute_tool", TOOL, (SUBJECT, "gen_ai.tool.name")),
+    # (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
+    Row(GENAI, SPAN_NAME, "execute_tool", TOOL, ("gen_ai.tool.name", SUBJECT)),
     Row(GENAI, SPAN_NAME, "invoke_workflow", AGENT, (SUBJECT, "gen_ai.workflow.name")),
 )
 # Read by the first of these keys a span carries; the first row that matches its value and scope.
@@ -60,7 +67,8 @@ KIND_ROWS: Final = (
     # LangChain's AGENT kind is a guess from the run's name, and its graph run is the agent.
     Row(OI, OI_KIND, "AGENT", None, (), scope=OPENINFERENCE_LANGCHAIN),
     Row(OI, OI_KIND, "CHAIN", AGENT, (SPAN_NAME,), conditional=True, scope=OPENINFERENCE_LANGCHAIN),
-    Row(OI, OI_KIND, "AGENT", AGENT, ("agent.name", "graph.node.id")),
+    # smolagents' instrumentation names its agents in the span name alone (`planner.run`).
+    Row(OI, OI_KIND, "AGENT", AGENT, ("agent.name", "graph.node.id", STEM)),
     Row(OI, OI_KIND, "TOOL", TOOL, ("tool.name", SPAN_NAME)),
     # CrewAI's instrumentation names its agents by gen_ai.agent.name alone.
     Row(TL, TL_KIND, "agent", AGENT, (TL_NAME, "gen_ai.agent.name")),
@@ -73,6 +81,14 @@ OPERATION_ROWS: Final = (
     Row(GENAI, OPERATION, "invoke_agent", AGENT, ("gen_ai.agent.name",)),
     Row(GENAI, OPERATION, "execute_tool", TOOL, ("gen_ai.tool.name",)),
     Row(GENAI, OPERATION, "invoke_workflow", AGENT, ("gen_ai.workflow.name",)),
+)
+# The GenAI conventions' protocol spans, read when a span has no GenAI operation: an A2A message
+# to an agent (`SendMessage`, client and server, named by the agent card's gen_ai.agent.name;
+# polling a task is no call) and an MCP tool call (`tools/call get-weather`).
+PROTOCOL_ROWS: Final = (
+    Row(GENAI, A2A_METHOD, "SendMessage", AGENT, ("gen_ai.agent.name",)),
+    Row(GENAI, A2A_METHOD, "SendStreamingMessage", AGENT, ("gen_ai.agent.name",)),
+    Row(GENAI, MCP_METHOD, "tools/call", TOOL, ("gen_ai.tool.name", SUBJECT)),
 )
 
 
@@ -113,6 +129,7 @@ class Table:
     name_rows: tuple[Row, ...] = NAME_ROWS
     kind_rows: tuple[Row, ...] = KIND_ROWS
     operation_rows: tuple[Row, ...] = OPERATION_ROWS
+    protocol_rows: tuple[Row, ...] = PROTOCOL_ROWS
     wrappers: tuple[tuple[Row, Row], ...] = WRAPPERS
     forms: tuple[tuple[Row, ...], ...] = ()
 
@@ -133,8 +150,8 @@ class Table:
                     if row.kind is not None:
                         return Call(row, _name(row, span_name, text))
                     break
-        for row in self.operation_rows:
-            if text.get(OPERATION) == row.value:
+        for row in (*self.operation_rows, *self.protocol_rows):
+            if text.get(row.key) == row.value:
                 return Call(row, _name(row, span_name, text))
         return None
 
@@ -145,8 +162,13 @@ class Table:
 
 
 # The other keys the detection reads. A call span that starts a trace and names the agent that
-# called it (agent-to-agent servers) continues that caller's path.
+# called it (the first of these keys with a value) continues that caller's path: an
+# agent-to-agent server's caller, in the trace before (gen_ai.caller.agent.name), or the caller of
+# an invoke_agent CLIENT span in this trace (gen_ai.caller.name, the conventions' caller-aware
+# refinement, with gen_ai.caller.type agent or workflow).
 CALLER: Final = "gen_ai.caller.agent.name"
+CALLER_NAME: Final = "gen_ai.caller.name"
+CALLERS: Final = (CALLER, CALLER_NAME)
 # The inline guard's attributes on its hop spans.
 DECISION: Final = "otel_guard.decision"
 REASON: Final = "otel_guard.reason"
@@ -171,6 +193,8 @@ def _name(row: Row, span_name: str, text: Mapping[str, str | None]) -> str | Non
             name: str | None = span_name.partition(" ")[2]
         elif source == SPAN_NAME:
             name = span_name
+        elif source == STEM:
+            name = span_name.rpartition(".")[0]
         else:
             name = text.get(source)
         if name:

@@ -202,6 +202,29 @@ def same_call(above: Entry, below: Entry, repeats: int, table: Table = TABLE) ->
     return not table.same_form_again(above.row, below.row)
 
 
+LINK: Final = "a link (no call)"
+RUN_OF_TOOL: Final = "the tool's run, in the agent's name"
+AGAIN: Final = "one call"
+NEW: Final = "a new call"
+
+
+def step(last: Entry | None, entry: Entry, repeats: int, table: Table = TABLE) -> str:
+    """What a call span (``entry``) is on a path that ends in ``last`` (None: it starts one),
+    ``repeats`` how often its name stands on that path: a link (a call only first below a tool,
+    elsewhere), a tool's run (an agent run directly below a tool call), the call above again, or
+    a new call."""
+    if last is None:
+        return NEW
+    assert entry.row is not None
+    if entry.row.conditional and last.kind != TOOL:
+        return LINK
+    if last.kind == TOOL and entry.kind == AGENT:
+        return RUN_OF_TOOL
+    if last.name == entry.name and same_call(last, entry, repeats, table):
+        return AGAIN
+    return NEW
+
+
 @dataclass(frozen=True)
 class Return:
     """A name that came back on its path: a cycle, counted once per loop and trace."""
@@ -284,9 +307,13 @@ class Detection:
         if span.link is not None:
             return above.across() if above is not None else ROOT
         call = span.call(self.table)
-        caller = span.text(dialects.CALLER)
-        if call is not None and caller:
-            return Path((Entry(cut(caller), AGENT, None, caller=True),), crossed=1)
+        # The caller a server's span names ran in the trace before; the caller an invoke_agent
+        # CLIENT span names (the conventions' caller-aware refinement) in this one.
+        named = ((name, key == dialects.CALLER) for key in dialects.CALLERS if (name := span.text(key)))
+        caller = next(named, None)
+        if call is not None and caller is not None:
+            name, across = caller
+            return Path((Entry(cut(name), AGENT, None, caller=True),), crossed=int(across))
         return ROOT
 
     def chain(self, span: Span) -> Path | None:
@@ -322,13 +349,14 @@ class Detection:
             name_depth=max(span.integer(dialects.NAME_DEPTH) or 0, 0) if span.guard else 0,
         )
         last = base.entries[-1] if base.entries else None
-        if call.row.conditional and last is not None and last.kind != TOOL:
-            return base  # a call only first below a tool: here a link
+        found = step(last, entry, base.names.count(entry.name), self.table)
+        if found == LINK:
+            return base
         self.decide(span, call.name)
-        if last is not None and last.kind == TOOL and entry.kind == AGENT:
+        if found == RUN_OF_TOOL:
             return self.run_of_tool(span, entry, base)
-        repeats = base.names.count(entry.name)
-        if last is not None and last.name == entry.name and same_call(last, entry, repeats, self.table):
+        if found == AGAIN:
+            assert last is not None
             return base.with_last(replace(entry, node=last.node))
         self.returned(span, base, entry.name)
         return self.new_call(span, base, entry)

@@ -30,6 +30,8 @@ from test_dialects import ROWS, encoded
 from test_value_first import value_first_request
 
 from reference import dialects
+from reference.conventions import CLIENT, MCP_SCOPE, SERVER, Builder
+from reference.conventions import FORESTS as SHAPED
 from reference.dialects import TABLE, Row, Table
 from reference.forests import (
     FIXED_STYLES,
@@ -57,6 +59,33 @@ LOOP = {("cross_function", "planner>budget>planner"): 1}
 LOOP_EDGES = {("planner", "budget"): 3, ("budget", "planner"): 2}
 HEALTHY_EDGES = {("planner", "budget"): 1}
 WHOLE = Delivery("started", 1, [False] * 8, None, [], 0)  # one request, key first
+# Recorded for the reference and the engine alone (the detector goes, issue 24): what each counts.
+TOOL_LOOP = {("cross_function", "ask_budget>ask_planner>ask_budget"): 1}
+FINAL_ANSWERS = {("planner", "final_answer"): 3, ("budget", "final_answer"): 3}
+SHAPES: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {
+    "runtimes/strands.loop": (LOOP, LOOP_EDGES),
+    "runtimes/strands.control": ({}, HEALTHY_EDGES),
+    "runtimes/strands_oi.loop": (LOOP, LOOP_EDGES),
+    "runtimes/strands_oi.control": ({}, HEALTHY_EDGES),
+    "runtimes/agno_oi.loop": (LOOP, LOOP_EDGES),
+    "runtimes/agno_oi.control": ({}, HEALTHY_EDGES),
+    # Agents named by the span name alone (`planner.run`); each run ends in its final_answer tool.
+    "runtimes/smolagents_oi.loop": (LOOP, {**LOOP_EDGES, **FINAL_ANSWERS}),
+    "runtimes/smolagents_oi.control": (
+        {},
+        {**HEALTHY_EDGES, ("planner", "final_answer"): 1, ("budget", "final_answer"): 1},
+    ),
+    # No agent named anywhere (`FunctionAgent.run`, a CHAIN): the loop in its tools' names.
+    "runtimes/llama_index_oi.loop": (
+        TOOL_LOOP,
+        {("ask_budget", "ask_planner"): 2, ("ask_planner", "ask_budget"): 2},
+    ),
+    "runtimes/llama_index_oi.control": ({}, {}),
+    # Every agent span a child of the workflow root, none below the tool that ran it: no loop
+    # to see, each agent's tool call an edge of its own.
+    "runtimes/oai_tl.loop": ({}, {("planner", "ask_budget"): 3, ("budget", "ask_planner"): 2}),
+    "runtimes/oai_tl.control": ({}, {("planner", "ask_budget"): 1}),
+}
 
 
 @dataclass(frozen=True)
@@ -124,9 +153,13 @@ WRAPPER_ROWS = (
 
 
 def today_table() -> Table:
-    """The dialect table as today's detector reads it: the reference's without its two fixes."""
+    """The dialect table as today's detector reads it: the reference's without its fixes (and
+    without what came after it: the span name's stem, the protocol rows, a tool span named by
+    gen_ai.tool.name before its span name)."""
     kind_rows = tuple(
-        replace(row, names=(dialects.TL_NAME,)) if row.key == dialects.TL_KIND else row
+        replace(row, names=(dialects.TL_NAME,))
+        if row.key == dialects.TL_KIND
+        else replace(row, names=tuple(name for name in row.names if name != dialects.STEM))
         for row in dialects.KIND_ROWS
     )
 
@@ -139,7 +172,12 @@ def today_table() -> Table:
         rows(dialects.OI_KIND, "AGENT", "TOOL"),
         rows(dialects.TL_KIND, "agent", "workflow", "tool"),
     )
-    return Table(kind_rows=kind_rows, wrappers=(), forms=forms)
+    name_rows = tuple(
+        replace(row, names=(dialects.SUBJECT, "gen_ai.tool.name")) if row.value == "execute_tool" else row
+        for row in dialects.NAME_ROWS
+    )
+    forms = (name_rows, *forms[1:])
+    return Table(name_rows, kind_rows, protocol_rows=(), wrappers=(), forms=forms)
 
 
 # The reference, with the fixes it makes undone, is today's detector: in every recording and
@@ -203,9 +241,12 @@ ENCODINGS = {
 }
 
 
+DETECTOR_RECORDINGS = [path for path in RECORDINGS if recording(path) not in SHAPES]
+
+
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
 @pytest.mark.parametrize("order", ORDERS, ids=lambda order: order.__name__)
-@pytest.mark.parametrize("path", RECORDINGS, ids=recording)
+@pytest.mark.parametrize("path", DETECTOR_RECORDINGS, ids=recording)
 def test_every_recording_counts_alike_in_any_order_and_field_order(
     path: Path, order: Any, encoding: str
 ) -> None:
@@ -221,6 +262,20 @@ def test_every_recording_counts_alike_in_any_order_and_field_order(
         "the detector no longer counts what KNOWN_DIFFERENCES says: check it counts as the "
         "reference does, and take the recording off the list"
     )
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda order: order.__name__)
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_the_recordings_the_detector_never_read_count_as_the_readme_says(name: str, order: Any) -> None:
+    raws = [ENCODINGS["key_first"](batch) for batch in order(read_spans(CORPUS / f"{name}.spans.jsonl"))]
+    ours = reference(raws)
+    assert (ours.cycles, ours.delegations) == SHAPES[name]
+
+
+def test_the_shapes_are_the_recordings_the_detector_test_leaves_out() -> None:
+    assert {recording(path) for path in RECORDINGS} - {
+        recording(path) for path in DETECTOR_RECORDINGS
+    } == set(SHAPES)
 
 
 def test_the_known_differences_are_recordings_of_the_corpus() -> None:
@@ -476,3 +531,63 @@ def test_what_the_forests_leave_out_counts_as_documented(name: str) -> None:
         assert theirs.delegations == edges, (delivery, "the detector counts otherwise now: update the list")
         if known.right_cycles is not None and known.today_cycles is not None:
             assert (ours.cycles, theirs.cycles) == (known.right_cycles, known.today_cycles[at])
+
+
+# --- the newest conventions' shapes (reference/conventions.py) ----------------------------------
+
+WORKFLOW_EDGES = {("offsite_workflow", "planner"): 1}
+CONVENTION_COUNTS = {
+    **{(name, True): (LOOP, LOOP_EDGES) for name in SHAPED},
+    **{(name, False): ({}, HEALTHY_EDGES) for name in SHAPED},
+    # The workflow is the first name of each path; the healthy one runs budget after planner.
+    ("workflow", True): (LOOP, {**LOOP_EDGES, **WORKFLOW_EDGES}),
+    ("workflow", False): ({}, {**HEALTHY_EDGES, **WORKFLOW_EDGES, ("offsite_workflow", "budget"): 1}),
+    # Handoffs beside each other: no agent below another, so no loop to see; each transfer is a
+    # tool call of its source, named by gen_ai.tool.name (not the span name's target).
+    ("handoff", True): (
+        {},
+        {
+            ("offsite_workflow", "planner"): 3,
+            ("offsite_workflow", "budget"): 3,
+            ("planner", "transfer_to_budget"): 3,
+            ("budget", "transfer_to_planner"): 2,
+        },
+    ),
+    ("handoff", False): (
+        {},
+        {
+            ("offsite_workflow", "planner"): 1,
+            ("offsite_workflow", "budget"): 1,
+            ("planner", "transfer_to_budget"): 1,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("loop", [True, False], ids=["loop", "healthy"])
+@pytest.mark.parametrize("name", sorted(SHAPED))
+def test_the_conventions_shapes_count_each_loop_once_and_healthy_runs_nothing(name: str, loop: bool) -> None:
+    """Workflows as invoke_agent spans, transfers, A2A and MCP client and server spans (one call
+    each), and a CLIENT span naming its caller (gen_ai.caller.name), in any delivery."""
+    for order in ("started", "ended", "shuffled"):
+        raws = requests(SHAPED[name](loop), Delivery(order, 3, [False, True] * 4, None, [], 7))
+        ours = reference(raws)
+        assert (ours.cycles, ours.delegations) == CONVENTION_COUNTS[(name, loop)], order
+
+
+def test_without_the_protocol_rows_spans_named_by_their_method_alone_are_no_calls() -> None:
+    """A2A spans and MCP spans with no gen_ai.operation.name are read by their method: without
+    those rows, agents known only by their A2A spans are not seen (nor their loop), and an MCP
+    tool call makes no edge."""
+    without = replace(TABLE, protocol_rows=())
+    raws = requests(SHAPED["a2a_alone"](True), WHOLE)
+    assert (reference(raws).cycles, reference(raws, without).cycles) == (LOOP, {})
+    spans = Builder()
+    search = {"mcp.method.name": "tools/call", "jsonrpc.request.id": "1"}
+    client = spans.span(
+        "tools/call search", spans.agent("planner", None), search, kind=CLIENT, scope=MCP_SCOPE
+    )
+    spans.span("tools/call search", client, search, kind=SERVER, scope=MCP_SCOPE)
+    raws = requests(spans.forest, WHOLE)
+    assert reference(raws).delegations == {("planner", "search"): 1}
+    assert reference(raws, without).delegations == {}
