@@ -27,7 +27,13 @@ ROOT = Path(__file__).resolve().parents[3]
 PROCESSOR = ROOT / "processor"
 
 
+def clean_environ() -> dict[str, str]:
+    """This process's environment without ``PYTHONPATH``: a clean venv imports what it installed."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def run(command: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    kwargs.setdefault("env", clean_environ())
     completed = subprocess.run(
         [str(part) for part in command], capture_output=True, text=True, timeout=600, check=False, **kwargs
     )  # type: ignore[call-overload]
@@ -43,7 +49,7 @@ def without_rust() -> dict[str, str]:
         if entry and not (Path(entry, "cargo").exists() or Path(entry, "rustc").exists())
     ]
     env = {
-        **os.environ,
+        **clean_environ(),
         "PATH": os.pathsep.join(path),
         "CARGO_HOME": "/nonexistent",
         "RUSTUP_HOME": "/nonexistent",
@@ -55,7 +61,7 @@ def without_rust() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    cargo_cache = {**os.environ, "CARGO_TARGET_DIR": str(PROCESSOR / "target")}
+    cargo_cache = {**clean_environ(), "CARGO_TARGET_DIR": str(PROCESSOR / "target")}
     run([sys.executable, "-m", "build", "--outdir", out, PROCESSOR], env=cargo_cache)
     run([sys.executable, "-m", "build", "--outdir", out, ROOT], env=without_rust())
     return out
