@@ -20,8 +20,8 @@ import grpc
 import grpc.aio
 import httpx
 import pytest
-from otel_guard_processor.detector import Detector, DetectorLimits
-from otel_guard_processor.otlp import parse_request
+from otel_guard_processor.bounds import DetectorLimits
+from otel_guard_processor.engine import EngineDetector
 from otel_guard_processor.service import Processor
 from processor_helpers import EXPORT, ProcessorFactory, Sink, export, grpc_address, http_url, scrape, series
 from processor_spans import Trace, encode
@@ -52,9 +52,9 @@ def small_trace() -> bytes:
 
 def detection_seconds(raw: bytes) -> float:
     """How long the detector alone takes on ``raw``, in this process, now."""
-    detector = Detector(DetectorLimits(max_spans_per_trace=2 * LARGE_SPANS))
+    detector = EngineDetector(DetectorLimits(max_spans_per_trace=2 * LARGE_SPANS))
     started = time.perf_counter()
-    detector.ingest(parse_request(raw), raw, 0.0)
+    detector.ingest(raw, 0.0)
     return time.perf_counter() - started
 
 
