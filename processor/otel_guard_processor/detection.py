@@ -65,7 +65,7 @@ class Detection:
         self._expiry_queued = False
         self._failed_once = False
         self._stopping = False
-        self._stopped = False
+        self._stopped = asyncio.Event()  # set once stop() has made the last counts
 
     def submit(self, raw: bytes, now: float, done: Callable[[], None]) -> None:
         """Detect the request ``raw`` (its protobuf bytes, received at ``now``) after those before
@@ -81,13 +81,13 @@ class Detection:
 
     async def run(self, work: Callable[[], T | Awaitable[T]]) -> T:
         """``work()`` in the queue, after everything submitted before it; its result (awaited, when
-        it is awaitable: the queue waits for it) or its exception. Once detection has stopped,
-        nothing changes any more, and ``work()`` runs at once."""
-        if self._stopped:
+        it is awaitable: the queue waits for it) or its exception. Asked while detection stops,
+        ``work()`` runs once it has stopped (then nothing changes any more): a scrape during the
+        drain reads the final counts."""
+        if self._stopping:
+            await self._stopped.wait()
             result = work()
             return await result if inspect.isawaitable(result) else result
-        if self._stopping:
-            raise RuntimeError("detection is stopping")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._put(("run", work, future))
         return await future
@@ -125,7 +125,7 @@ class Detection:
             self.detector.release_trees()
         except Exception:
             _log.exception("otel-guard processor: the last counts at stop failed")
-        self._stopped = True
+        self._stopped.set()
 
     # -- the consumer ----------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@
 and acknowledged, or answered with a retryable error -- for up to ``drain_timeout`` seconds, and
 then detection finishes what was acknowledged, makes the counts still waiting (``count_wait``: no
 later span can change them now) and lets go of the delegation trees, and only then do ``/metrics``
-and the downstream channel close: a scrape during the drain reads the final counts. The CLI calls
+and the downstream channel close: a scrape at the end of the drain reads the final counts. The CLI calls
 ``stop()`` on SIGTERM and SIGINT.
 
 Detection state lives in memory only: a restart loses the traces being watched (cycles whose

@@ -25,7 +25,7 @@ from otel_guard_processor.logs import FIELDS, LOOP_MESSAGE, JsonFormatter, LoopL
 from otel_guard_processor.metrics import cycle_edges
 from otel_guard_processor.service import Processor
 from processor_helpers import EXPORT, ProcessorFactory, export, processor_process, ready_port, scrape, series
-from processor_spans import Trace, encode, request
+from processor_spans import Trace, encode, guard_attributes, request
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75"
@@ -189,6 +189,36 @@ async def test_metrics_carry_the_loop_as_an_exemplar_when_asked_for_openmetrics(
         ("summarize>summarize", "direct"): 1,
     }
     assert series(samples, "otel_guard_cycle_edges_total")[("budget", "planner")] == 2
+
+
+async def test_each_decision_series_carries_its_latest_span_as_an_exemplar(
+    start_processor: ProcessorFactory,
+) -> None:
+    processor = await start_processor()
+    first, latest = Trace(), Trace()
+    for trace in (first, latest):
+        planner = trace.agent("planner", attributes=guard_attributes(["planner"]))
+        refused = guard_attributes(["planner", "planner"], decision="refuse", reason="cycle")
+        trace.agent("planner", planner, attributes=refused)
+    short = Trace(trace_id=b"\x01" * 8)  # counted, no exemplar: no trace store could find it
+    short.agent("audit", attributes=guard_attributes(["audit"], decision="would_refuse", reason="budget"))
+    await export(processor, encode(*first.spans))
+    await export(processor, encode(*latest.spans, *short.spans))
+    response = await _get_metrics(processor, OPENMETRICS)
+    exemplars = _exemplars(response.text, "otel_guard_span_decisions_total")
+    assert exemplars == {
+        (("agent", "planner"), ("decision", "allow"), ("reason", "")): {
+            "trace_id": latest.trace_id.hex(),
+            "span_id": latest.spans[0].span_id.hex(),
+        },
+        (("agent", "planner"), ("decision", "refuse"), ("reason", "cycle")): {
+            "trace_id": latest.trace_id.hex(),
+            "span_id": latest.spans[1].span_id.hex(),
+        },
+        (("agent", "audit"), ("decision", "would_refuse"), ("reason", "budget")): None,
+    }
+    plain = await _get_metrics(processor, None)
+    assert " # {" not in plain.text
 
 
 # --- the log line ---------------------------------------------------------------------------
