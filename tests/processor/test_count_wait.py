@@ -61,7 +61,7 @@ async def test_a_late_earlier_return_names_the_loop_counted_once_after_the_wait(
     sent = time.monotonic()
     assert await cycles_when_counted(processor, timeout=10.0) == {FIRST_RETURN: 1}
     # Made by the sweep within about a second of its due time, and once.
-    assert time.monotonic() - sent < 2.0 + 2.5
+    assert time.monotonic() - sent < 2.0 + 3.0
     await asyncio.sleep(1.5)
     assert series(await scrape(processor), "otel_guard_cycles_total") == {FIRST_RETURN: 1}
 
