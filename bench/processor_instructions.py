@@ -2,23 +2,23 @@
 
 ``bench/processor_throughput.py`` times the processor against a raw pass-through; on this shared
 machine its ratios move with the load from run to run. This script counts the instructions the
-detector executes instead, under valgrind's callgrind, which does not depend on what else the
+detector (the compiled engine behind :class:`~otel_guard_processor.engine.EngineDetector`, with
+the check the service makes of each request before it acknowledges it) executes instead, under valgrind's
+callgrind, which does not depend on what else the
 machine is doing (the same figures run after run). Each mix runs in a child process twice, with 0
 and with ``--requests`` requests ingested after the same setup; the difference divided by their
 spans is the cost a span.
 
 The setup, the same whatever the count: the mix's traffic (``bench/_processor_traffic.py``, 40
 traces a request, new trace ids every cycle, ids from a seeded generator and a fixed hash seed so
-that every run reads the same bytes), every request parsed beforehand, the garbage collector
-frozen and tuned as ``otel-guard processor`` does, and ``--warm`` requests ingested first, so that
+that every run reads the same bytes), the garbage collector frozen and tuned as
+``otel-guard processor`` does, and ``--warm`` requests ingested first, so that
 the detector holds ``--max-traces`` traces and evicts as traces come (its steady state under load).
 Time moves 2 ms a request (about the benchmark's rate) and ``expire`` runs every second of it, as
 the service's sweep does.
 
-Instructions are not time everywhere: a search of a long text (CPython's two-way algorithm, for a
-whole request) runs at about half an instruction a byte, a search of a span's few kilobytes (its
-simpler search) at several, yet both take about the same time a byte. ``--time`` also times the
-same work natively (the best of ``--repeat`` runs, nanoseconds a span), to weigh such changes.
+Instructions are not time everywhere (a cache miss is one instruction): ``--time`` also times the
+same work natively (the best of ``--repeat`` runs, nanoseconds a span), to weigh a change.
 
 Usage: python bench/processor_instructions.py [--mix guarded --mix dialects --mix budget]
        [--requests 40] [--time]   (a minute or so a mix)
@@ -41,7 +41,7 @@ SECONDS_A_REQUEST = 0.002
 
 
 def setup(mix: str, total: int, max_traces: int) -> tuple[Any, list[tuple[Any, bytes, int]]]:
-    """A fresh detector, and ``total`` requests of the mix, parsed: (request, bytes, spans)."""
+    """A fresh detector, and ``total`` requests of the mix: (None, bytes, spans)."""
     import gc
     import random
 
@@ -49,22 +49,25 @@ def setup(mix: str, total: int, max_traces: int) -> tuple[Any, list[tuple[Any, b
     import _processor_traffic as traffic
 
     traffic.os.urandom = random.Random(8).randbytes  # type: ignore[attr-defined]  # repeatable ids
-    from otel_guard_processor.detector import Detector, DetectorLimits
-    from otel_guard_processor.otlp import parse_request
+    from otel_guard_processor.bounds import DetectorLimits
+    from otel_guard_processor.engine import EngineDetector
 
     template = traffic.MIXES[mix](40)
-    requests = [(parse_request(raw), raw, spans) for raw, spans in (template.next() for _ in range(total))]
+    requests = [(None, raw, spans) for raw, spans in (template.next() for _ in range(total))]
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-    return Detector(DetectorLimits(max_traces=max_traces)), requests
+    return EngineDetector(DetectorLimits(max_traces=max_traces)), requests
 
 
 def ingest(detector: Any, requests: list[tuple[Any, bytes, int]], first: int, count: int) -> None:
     """Ingest ``count`` requests from ``first`` on, at 2 ms a request, sweeping every second."""
+    from otel_guard_processor.engine import decode_counts
+
     for index in range(first, first + count):
-        request, raw, _ = requests[index]
+        _, raw, _ = requests[index]
         now = index * SECONDS_A_REQUEST
-        detector.ingest(request, raw, now)
+        decode_counts(raw, ())  # the service's check before it acknowledges
+        detector.ingest(raw, now)
         if int(now + SECONDS_A_REQUEST) > int(now):
             detector.expire(now + SECONDS_A_REQUEST)
 

@@ -14,12 +14,13 @@ Run it::
   JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing. Metrics
   and logs (``/v1/metrics``, ``/v1/logs`` and their gRPC services) are taken unread: forwarded as
   they came, or answered OK without ``--forward`` (:mod:`otel_guard_processor.signals`).
-- Detection (:mod:`otel_guard_processor.detector`): a call span (``invoke_agent X`` /
-  ``execute_tool X``) whose name is already on its own path of named ancestors is a cycle:
-  ``direct`` (A -> A), ``cross_function`` (A -> B -> A) or ``cross_trace`` (through a span link or
-  an ``otel_guard.chain.root`` shared across traces). Incremental, in any arrival order, bounded.
-  It runs behind the answers, in slices (:mod:`otel_guard_processor.detection`): no client waits
-  for another's detection; past ``--max-pending-bytes`` waiting, a request gets a retryable
+- Detection (the compiled engine, :mod:`otel_guard_processor.engine`): a call span
+  (``invoke_agent X`` / ``execute_tool X``, or a call in another dialect) whose name is already on
+  its own path of named ancestors is a cycle: ``direct`` (A -> A), ``cross_function``
+  (A -> B -> A) or ``cross_trace`` (through a span link or an ``otel_guard.chain.root`` shared
+  across traces). Incremental, in any arrival order, bounded; one call into the engine a request.
+  It runs behind the answers (:mod:`otel_guard_processor.detection`): no client waits for
+  another's detection; past ``--max-pending-bytes`` waiting, a request gets a retryable
   RESOURCE_EXHAUSTED (HTTP 429).
 - Forwarding (``--forward``): each request goes downstream byte for byte and is acknowledged only
   after the downstream did; a downstream that is down or slow gets the client a retryable
@@ -33,24 +34,24 @@ Run it::
 - Configuration (:mod:`otel_guard_processor.config`): flags, a YAML file, ``OTEL_GUARD_PROCESSOR_*``.
 
 Programmatic use: ``Processor(ProcessorConfig(...))``, ``await processor.start()``,
-``await processor.stop()``; ``Detector`` alone reads parsed requests and needs no network.
+``await processor.stop()``; ``EngineDetector`` alone reads requests' bytes and needs no network.
 """
 
+from otel_guard_processor.bounds import DetectorLimits
 from otel_guard_processor.cli import main
 from otel_guard_processor.config import ConfigError, ProcessorConfig, load_config
-from otel_guard_processor.detector import Detector, DetectorLimits
-from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf, parse_request
+from otel_guard_processor.engine import EngineDetector
+from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
 from otel_guard_processor.service import Processor
 
 __all__ = [
     "ConfigError",
-    "Detector",
     "DetectorLimits",
+    "EngineDetector",
     "MalformedRequest",
     "Processor",
     "ProcessorConfig",
     "json_to_protobuf",
     "load_config",
     "main",
-    "parse_request",
 ]

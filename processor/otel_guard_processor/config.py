@@ -130,6 +130,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_spans_per_trace", int, "most spans of one trace held; later ones skip detection", "N"),
     Option("trace_ttl", float, "seconds a trace is held after its latest span", "SECONDS"),
     Option(
+        "count_wait",
+        float,
+        "seconds a count waits for late spans that may change it (an earlier return naming a loop, "
+        "an agent run taking a tool call's place); 0 counts at once",
+        "SECONDS",
+    ),
+    Option(
         "max_request_bytes",
         int,
         "largest request accepted (after decompression); larger ones get RESOURCE_EXHAUSTED / 413",
@@ -184,6 +191,7 @@ class ProcessorConfig:
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
     trace_ttl: float = 120.0
+    count_wait: float = 10.0
     max_request_bytes: int = 8 * 1024 * 1024
     forward_timeout: float = 10.0
     max_inflight: int = 256
@@ -216,6 +224,8 @@ class ProcessorConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value}")
+        if not math.isfinite(self.count_wait) or self.count_wait < 0:
+            raise ConfigError("count_wait", f"must be a number of seconds, 0 or more, got {self.count_wait}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:

@@ -1,20 +1,16 @@
-"""Detection behind the answers, in slices, so that no client waits for another client's spans.
+"""Detection behind the answers, so that no client waits for another client's spans.
 
-Detection is pure Python and takes time in proportion to a request's spans (a few microseconds a
-span: a 250,000-span request takes most of a second). It used to run inside each request's handler,
-which held every other client for that long, and each acknowledgement waited for it. Here the
-pipeline queues each parsed request and answers the client as soon as the downstream has the spans;
-one consumer task detects the queued requests in the order they were accepted, in slices of
-``SPANS_PER_STEP`` spans, and gives the event loop back between slices, so a small request is
-received, forwarded and answered while a large one is being detected.
-
-Why a task on the event loop and not a thread: a thread would run the same Python under the same
-interpreter lock, and handing the lock back and forth with the event loop cost a quarter of the
-throughput when measured (``bench/processor_throughput.py``); slices cost next to nothing.
+The pipeline queues each request (its bytes) and answers the client as soon as the downstream has
+the spans; one consumer task hands the queued requests to the compiled engine, one call a request,
+in the order they were accepted. The engine releases the interpreter lock while it works, so a
+request of more than ``INLINE_BYTES`` is detected on one worker thread while the event loop goes on
+receiving, forwarding and answering; a smaller one is detected on the loop itself, where it takes
+less time than the hand-over to a thread would (``bench/processor_throughput.py``).
 
 Order. Everything that reads or changes the detector goes through the same queue: the sweep
 (:meth:`Detection.expire`) and the Prometheus collection (:meth:`Detection.run`), so that a scrape
-sees one consistent state that counts every request acknowledged before the scrape began.
+sees one consistent state that counts every request acknowledged before the scrape began. The
+worker thread is never running while anything else touches the detector: the consumer waits for it.
 
 The bound on what waits is the pipeline's (``max_pending_bytes``, :mod:`otel_guard_processor.pipeline`):
 each request is held, in bytes, until it is both answered and detected.
@@ -28,23 +24,24 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
-from otel_guard_processor.detector import Detector
+from otel_guard_processor.engine import EngineDetector
 from otel_guard_processor.metrics import RequestStats
-from otel_guard_processor.otlp import RequestView
 
-__all__ = ["SPANS_PER_STEP", "Detection"]
+__all__ = ["INLINE_BYTES", "Detection"]
 
 _log = logging.getLogger("otel_guard_processor")
 T = TypeVar("T")
 
-SPANS_PER_STEP: Final = 1024
-"""Spans detected between two returns to the event loop (a few milliseconds of work)."""
+INLINE_BYTES: Final = 1 << 20
+"""Requests up to this size are detected on the event loop (a few milliseconds at most), larger
+ones on the worker thread."""
 _YIELD_AFTER: Final = 0.002
-"""Seconds of back-to-back small jobs after which the consumer gives the event loop back."""
+"""Seconds of back-to-back jobs on the loop after which the consumer gives the event loop back."""
 
-# A job: ("ingest", request, raw, now, done) | ("expire", now) | ("run", work, future)
+# A job: ("ingest", raw, now, done) | ("expire", now) | ("run", work, future)
 _Job = tuple[Any, ...]
 
 
@@ -53,37 +50,44 @@ class Detection:
 
     def __init__(
         self,
-        detector: Detector,
+        detector: EngineDetector,
         stats: RequestStats,
         *,
-        step: int = SPANS_PER_STEP,
+        inline_bytes: int = INLINE_BYTES,
     ) -> None:
         self.detector = detector
         self._stats = stats
-        self._step = step
+        self._inline_bytes = inline_bytes
+        self._worker: ThreadPoolExecutor | None = None  # started with the first large request
         self._jobs: deque[_Job] = deque()
         self._wake = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None  # started with the first job
         self._expiry_queued = False
         self._failed_once = False
         self._stopping = False
+        self._stopped = asyncio.Event()  # set once stop() has made the last counts
 
-    def submit(self, request: RequestView, raw: bytes, now: float, done: Callable[[], None]) -> None:
-        """Detect ``request`` (its protobuf bytes ``raw``, received at ``now``) after those before
+    def submit(self, raw: bytes, now: float, done: Callable[[], None]) -> None:
+        """Detect the request ``raw`` (its protobuf bytes, received at ``now``) after those before
         it; ``done()`` is called once it has been (or has failed)."""
-        self._put(("ingest", request, raw, now, done))
+        self._put(("ingest", raw, now, done))
 
     def expire(self, now: float) -> None:
-        """Evict idle traces and count due tool edges, unless a sweep is still waiting its turn."""
+        """Evict idle traces and make the counts whose wait is over, unless a sweep is still
+        waiting its turn."""
         if not self._expiry_queued and not self._stopping:
             self._expiry_queued = True
             self._put(("expire", now))
 
     async def run(self, work: Callable[[], T | Awaitable[T]]) -> T:
         """``work()`` in the queue, after everything submitted before it; its result (awaited, when
-        it is awaitable: the queue waits for it) or its exception."""
+        it is awaitable: the queue waits for it) or its exception. Asked while detection stops,
+        ``work()`` runs once it has stopped (then nothing changes any more): a scrape during the
+        drain reads the final counts."""
         if self._stopping:
-            raise RuntimeError("detection has stopped")
+            await self._stopped.wait()
+            result = work()
+            return await result if inspect.isawaitable(result) else result
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._put(("run", work, future))
         return await future
@@ -93,34 +97,35 @@ class Detection:
         await self.run(_nothing)
 
     async def stop(self, timeout: float) -> None:
-        """Detect what was submitted (for up to ``timeout`` seconds), end the consumer, then let go
-        of the delegation trees held (each observed in ``otel_guard_tree_hops``)."""
+        """Detect what was submitted (for up to ``timeout`` seconds), end the consumer, then make
+        the counts still waiting (no later span can change them now) and let go of the delegation
+        trees held (each observed in ``otel_guard_tree_hops``)."""
         self._stopping = True
         consumer = self._consumer
-        if consumer is None:
-            self._release_trees()
-            return
-        if self._jobs:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._put(("run", _nothing, future))
-            try:
-                await asyncio.wait_for(future, timeout)
-            except TimeoutError:
-                _log.warning(
-                    "otel-guard processor: stopped with %d requests not yet detected",
-                    sum(job[0] == "ingest" for job in self._jobs),
-                )
-        consumer.cancel()
-        await asyncio.gather(consumer, return_exceptions=True)
-        self._consumer = None
-        self._release_trees()
-
-    def _release_trees(self) -> None:
-        # Once the consumer is gone: nothing else reads or changes the detector now.
+        if consumer is not None:
+            if self._jobs:
+                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._put(("run", _nothing, future))
+                try:
+                    await asyncio.wait_for(future, timeout)
+                except TimeoutError:
+                    _log.warning(
+                        "otel-guard processor: stopped with %d requests not yet detected",
+                        sum(job[0] == "ingest" for job in self._jobs),
+                    )
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+            self._consumer = None
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)  # a cancelled consumer may have left it working
+            self._worker = None
+        # Nothing else reads or changes the detector now.
         try:
+            self.detector.count_waiting(time.monotonic())
             self.detector.release_trees()
         except Exception:
-            _log.exception("otel-guard processor: letting go of the delegation trees failed")
+            _log.exception("otel-guard processor: the last counts at stop failed")
+        self._stopped.set()
 
     # -- the consumer ----------------------------------------------------------------------------
 
@@ -141,25 +146,25 @@ class Detection:
             job = jobs.popleft()
             kind = job[0]
             if kind == "ingest":
-                await self._ingest(job[1], job[2], job[3], job[4])
+                await self._ingest(job[1], job[2], job[3])
             elif kind == "expire":
                 self._expire(job[1])
             else:
                 await self._run(job[1], job[2])
             now = time.perf_counter()
             if now - since >= _YIELD_AFTER:
-                await asyncio.sleep(0)  # many small jobs in a row: let the loop serve the clients
+                await asyncio.sleep(0)  # many jobs in a row: let the loop serve the clients
                 since = time.perf_counter()
 
-    async def _ingest(self, request: RequestView, raw: bytes, now: float, done: Callable[[], None]) -> None:
+    async def _ingest(self, raw: bytes, now: float, done: Callable[[], None]) -> None:
         try:
-            steps = self.detector.ingest_steps(request, raw, now, self._step)
-            try:
-                while True:
-                    next(steps)
-                    await asyncio.sleep(0)  # a slice is done: the clients' turn
-            except StopIteration:
-                pass
+            if len(raw) <= self._inline_bytes:
+                self.detector.ingest(raw, now)
+            else:
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1, thread_name_prefix="otel-guard-detection")
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._worker, self.detector.ingest, raw, now)
         except Exception:
             self._stats.detection_errors += 1
             if not self._failed_once:

@@ -7,8 +7,7 @@ Its calls take a whole request's bytes: no Python runs per span.
 
 - :class:`Engine`: the whole detection in bounded state; ``ingest(request, now)``, ``expire(now)``
   and ``release_trees()`` each hand back the :class:`Events` they counted.
-- :class:`EngineDetector`: an Engine behind the tallies the metrics read (the attributes of
-  :class:`~otel_guard_processor.detector.Detector`), for the service to switch over to.
+- :class:`EngineDetector`: an Engine behind the tallies the metrics read; the service's detector.
 - :func:`decode_counts` ``(request, keys)``: the spans, links and asked-for attributes a request
   holds; :func:`decode_summary` ``(request, keys)``: what the engine reads of a request as Python
   values, for tests and benchmarks; :func:`dialect_table`: the table the engine reads calls by.
@@ -20,16 +19,19 @@ Its calls take a whole request's bytes: no Python runs per span.
 
 What a reader would not guess: counts that later spans may change are made late. A tool call's
 edge waits ``tool_edge_wait`` seconds (an agent run below it may take its place), a loop's count
-``cycle_wait`` (an earlier return may name it), both made by the :meth:`Engine.expire` after their
-wait, or when their trace goes.
+``cycle_wait`` (an earlier return may name it), both made by the first call into the engine after
+their wait (in the same ``ingest`` when the wait is 0), or when their trace goes. The service sets
+both to its one ``count_wait``.
 """
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import TypeVar
 
-from otel_guard_processor.detector import MAX_SERIES, OVERFLOW, TREE_HOPS_BUCKETS, DetectorLimits
+from otel_guard_processor.bounds import MAX_SERIES, OVERFLOW, TREE_HOPS_BUCKETS, CountedCycle, DetectorLimits
 
 try:
     from otel_guard_processor._engine import (
@@ -53,6 +55,7 @@ __all__ = [
     "EngineDetector",
     "EngineFault",
     "Events",
+    "SpanAt",
     "decode_counts",
     "decode_summary",
     "dialect_table",
@@ -61,32 +64,47 @@ __all__ = [
 K = TypeVar("K")
 
 
+SpanAt = tuple[bytes, bytes, float]
+"""A span a count points at: its trace id and span id as sent (unchecked), and when it was counted
+(seconds since the epoch)."""
+
+
 class EngineDetector:
-    """An :class:`Engine` and the tallies of what it counted, as the metrics read a Detector's.
+    """An :class:`Engine` and the tallies of what it counted, as the metrics read them.
 
     ``cycles[(kind, label)]``, ``delegations[(caller, callee)]``,
     ``decisions[(decision, reason, name)]`` (each at most ``MAX_SERIES`` label sets, the rest under
     ``_overflow``), ``evictions[reason]``, ``dropped[reason]``, ``duplicates``,
     ``truncated[what]``, ``tree_hops`` (per bucket of ``TREE_HOPS_BUCKETS``), ``tree_hops_sum``,
-    ``tree_evictions[reason]``; ``exemplars[(kind, label)]``: the (trace id, span id), in hex, of
-    the span where the name returned in the latest count of that cycle.
+    ``tree_evictions[reason]``; ``cycle_spans[(kind, label)]``: the span where the name returned in
+    the latest count of that cycle, ``decision_spans[(decision, reason, name)]``: the latest span
+    of that decision whose ids are the size of real ones. ``on_cycle`` is told of each cycle
+    counted, under its series. Python runs once a call, never once a span.
     """
 
-    def __init__(self, limits: DetectorLimits | None = None, *, cycle_wait: float | None = None) -> None:
+    def __init__(
+        self,
+        limits: DetectorLimits | None = None,
+        *,
+        on_cycle: Callable[[CountedCycle], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.limits = limits or DetectorLimits()
-        wait = self.limits.tool_edge_wait if cycle_wait is None else cycle_wait
         self.engine = Engine(
             max_traces=self.limits.max_traces,
             max_spans=self.limits.max_spans,
             max_spans_per_trace=self.limits.max_spans_per_trace,
             trace_ttl=self.limits.trace_ttl,
-            tool_edge_wait=self.limits.tool_edge_wait,
-            cycle_wait=wait,
+            tool_edge_wait=self.limits.count_wait,
+            cycle_wait=self.limits.count_wait,
         )
+        self._on_cycle = on_cycle
+        self._clock = clock
         self.cycles: dict[tuple[str, str], int] = {}
-        self.exemplars: dict[tuple[str, str], tuple[str, str]] = {}
+        self.cycle_spans: dict[tuple[str, str], SpanAt] = {}
         self.delegations: dict[tuple[str, str], int] = {}
         self.decisions: dict[tuple[str, str, str], int] = {}
+        self.decision_spans: dict[tuple[str, str, str], SpanAt] = {}
         self.evictions: dict[str, int] = {"ttl": 0, "capacity": 0}
         self.dropped: dict[str, int] = {"trace_full": 0}
         self.duplicates = 0
@@ -125,6 +143,11 @@ class EngineDetector:
         self._tally(events)
         return events.evictions["ttl"]
 
+    def count_waiting(self, now: float) -> None:
+        """Make every count still waiting, as if its wait were over (the processor stops: no later
+        span can change them); traces idle for longer than the TTL less the wait go too."""
+        self.expire(now + self.limits.count_wait)
+
     def release_trees(self) -> int:
         """Let go of every tree held (the processor stops), each observed once; return how many."""
         events = self.engine.release_trees()
@@ -132,13 +155,21 @@ class EngineDetector:
         return len(events.tree_hops)
 
     def _tally(self, events: Events) -> None:
-        for kind, label, trace_id, span_id in events.cycles:
+        cycles = events.cycles
+        when = self._clock() if cycles or events.decision_spans else 0.0
+        for kind, label, trace_id, span_id in cycles:
             key = _count(self.cycles, (kind, label), (kind, OVERFLOW), 1)
-            self.exemplars[key] = (trace_id.hex(), span_id.hex())
+            self.cycle_spans[key] = (trace_id, span_id, when)
+            if self._on_cycle is not None:
+                self._on_cycle(CountedCycle(key[0], key[1], trace_id, span_id))
         for edge, count in events.delegations.items():
             _count(self.delegations, edge, (OVERFLOW, OVERFLOW), count)
+        spans = events.decision_spans
         for decision, count in events.decisions.items():
-            _count(self.decisions, decision, (OVERFLOW, OVERFLOW, OVERFLOW), count)
+            series = _count(self.decisions, decision, (OVERFLOW, OVERFLOW, OVERFLOW), count)
+            at = spans.get(decision)
+            if at is not None:
+                self.decision_spans[series] = (*at, when)
         for hops in events.tree_hops:
             self.tree_hops[bisect_left(TREE_HOPS_BUCKETS, hops)] += 1
             self.tree_hops_sum += hops

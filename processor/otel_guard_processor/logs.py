@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from otel_guard_processor.detector import CountedCycle
+from otel_guard_processor.bounds import CountedCycle
 
 __all__ = ["FIELDS", "JsonFormatter", "LoopLog", "TextFormatter", "configure_logging"]
 

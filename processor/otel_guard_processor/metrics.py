@@ -1,24 +1,24 @@
 """The processor's Prometheus metrics: plain-dict tallies, turned into metric families at scrape time.
 
-Counting happens on the hot path, once or more per span, so it is a dict increment: no
-``prometheus_client`` metric object is touched per span. :class:`ProcessorCollector` reads the
-tallies of the detector and of :class:`RequestStats` when Prometheus scrapes ``/metrics``.
-Everything runs on one event loop, and a scrape is taken in the detection queue
-(:mod:`otel_guard_processor.detection`), never in the middle of a request's detection: it sees a
-consistent snapshot that counts every request acknowledged before it.
+The engine counts and the detector (:class:`~otel_guard_processor.engine.EngineDetector`) adds
+each request's counts into dicts, once a request; :class:`ProcessorCollector` reads those tallies,
+and those of :class:`RequestStats`, when Prometheus scrapes ``/metrics``. A scrape is taken in the
+detection queue (:mod:`otel_guard_processor.detection`), never in the middle of a request's
+detection: it sees a consistent snapshot that counts every request acknowledged before it.
 
-Each cycle series carries the latest counted cycle as an exemplar (:class:`CycleExemplars`), which
-only the OpenMetrics exposition writes: the plain text format has no place for it and leaves it out.
+Each cycle series carries the span where the latest counted cycle closed as an exemplar, and each
+decision series the latest span of that decision; only the OpenMetrics exposition writes them: the
+plain text format has no place for them and leaves them out.
 
 Metric names are listed in docs/processor.md; a test checks that list against ``/metrics``.
 """
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import pairwise
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -29,20 +29,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar
 
-from otel_guard_processor.detector import (
-    CUT,
-    MAX_SERIES,
-    OVERFLOW,
-    TREE_HOPS_BUCKETS,
-    CountedCycle,
-    Detector,
-)
+from otel_guard_processor.bounds import CUT, MAX_SERIES, OVERFLOW, TREE_HOPS_BUCKETS
 
 __all__ = [
     "LATENCY_BUCKETS",
-    "CycleExemplars",
     "ProcessorCollector",
     "RequestStats",
+    "Tallies",
     "cycle_edges",
     "new_registry",
 ]
@@ -113,27 +106,66 @@ class RequestStats:
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
 
+SpanAt = tuple[bytes, bytes, float]
+K = TypeVar("K", bound=tuple[str, ...])
 
-class CycleExemplars:
-    """The latest counted cycle of each cycle series, as an exemplar ``{trace_id, span_id}`` in hex.
 
-    Fed by ``Detector(on_cycle=...)``; one entry per series of ``Detector.cycles``, so bounded as
-    that is. Ids that are not those of a real span (16 and 8 bytes, not all zero) make no exemplar:
-    the processor does not check ids, and a trace store could find nothing by them.
-    """
+class Tallies(Protocol):
+    """What the metrics read of the detector (:class:`~otel_guard_processor.engine.EngineDetector`)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        self.by_series: dict[tuple[str, ...], Exemplar] = {}
+    cycles: dict[tuple[str, str], int]
+    cycle_spans: dict[tuple[str, str], SpanAt]
+    delegations: dict[tuple[str, str], int]
+    decisions: dict[tuple[str, str, str], int]
+    decision_spans: dict[tuple[str, str, str], SpanAt]
+    evictions: dict[str, int]
+    dropped: dict[str, int]
+    duplicates: int
+    truncated: dict[str, int]
+    tree_hops: list[int]
+    tree_hops_sum: int
+    tree_evictions: dict[str, int]
 
-    def add(self, cycle: CountedCycle) -> None:
-        trace_id, span_id = cycle.trace_id, cycle.span_id
-        if len(trace_id) != _TRACE_ID_BYTES or len(span_id) != _SPAN_ID_BYTES:
-            return
-        if not any(trace_id) or not any(span_id):
-            return
-        labels = {"trace_id": trace_id.hex(), "span_id": span_id.hex()}
-        self.by_series[(cycle.kind, cycle.cycle)] = Exemplar(labels, 1.0, self._clock())
+    @property
+    def active_traces(self) -> int: ...
+    @property
+    def active_trees(self) -> int: ...
+    @property
+    def stored_spans(self) -> int: ...
+    @property
+    def pending_spans(self) -> int: ...
+
+
+def exemplar(at: SpanAt) -> Exemplar | None:
+    """The exemplar ``{trace_id, span_id}`` (lowercase hex) of a span a count points at, with the
+    time it was counted; None for ids that are not those of a real span (16 and 8 bytes, not all
+    zero): the processor does not check ids, and a trace store could find nothing by them."""
+    trace_id, span_id, when = at
+    if len(trace_id) != _TRACE_ID_BYTES or len(span_id) != _SPAN_ID_BYTES:
+        return None
+    if not any(trace_id) or not any(span_id):
+        return None
+    return Exemplar({"trace_id": trace_id.hex(), "span_id": span_id.hex()}, 1.0, when)
+
+
+class _Exemplars(Generic[K]):
+    """The exemplars of one metric's series, each made again only when its span changes."""
+
+    __slots__ = ("_made",)
+
+    def __init__(self) -> None:
+        self._made: dict[K, tuple[SpanAt, Exemplar | None]] = {}
+
+    def of(self, spans: Mapping[K, SpanAt]) -> dict[K, Exemplar]:
+        made = self._made
+        out: dict[K, Exemplar] = {}
+        for series, at in spans.items():
+            known = made.get(series)
+            if known is None or known[0] is not at:
+                known = made[series] = (at, exemplar(at))
+            if known[1] is not None:
+                out[series] = known[1]
+        return out
 
 
 def cycle_edges(cycles: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
@@ -159,12 +191,11 @@ def cycle_edges(cycles: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], 
 class ProcessorCollector(Collector):
     """Exposes the detector's and the receivers' tallies as Prometheus metric families."""
 
-    def __init__(
-        self, detector: Detector, stats: RequestStats, exemplars: CycleExemplars | None = None
-    ) -> None:
+    def __init__(self, detector: Tallies, stats: RequestStats) -> None:
         self._detector = detector
         self._stats = stats
-        self._exemplars = exemplars or CycleExemplars()
+        self._cycle_exemplars = _Exemplars[tuple[str, str]]()
+        self._decision_exemplars = _Exemplars[tuple[str, str, str]]()
         # cycle_edges of the cycles as they were at (number of series, total count): the counts
         # only grow, so any change changes the pair, and an unchanged scrape does not redo it.
         self._edges_of: tuple[int, int] = (0, 0)
@@ -177,7 +208,7 @@ class ProcessorCollector(Collector):
             "Distinct delegation cycles, each counted once in the trace where a name repeats.",
             ("kind", "cycle"),
             detector.cycles.items(),
-            self._exemplars.by_series,
+            self._cycle_exemplars.of(detector.cycle_spans),
         )
         yield _counter(
             "otel_guard_delegations",
@@ -196,6 +227,7 @@ class ProcessorCollector(Collector):
             "Guard decisions read from otel_guard.decision on incoming spans.",
             ("decision", "reason", "agent"),
             detector.decisions.items(),
+            self._decision_exemplars.of(detector.decision_spans),
         )
         tree_hops = HistogramMetricFamily(
             "otel_guard_tree_hops",
@@ -314,8 +346,8 @@ def _counter(
     name: str,
     documentation: str,
     labels: tuple[str, ...],
-    samples: Iterable[tuple[tuple[str, ...], float]],
-    exemplars: Mapping[tuple[str, ...], Exemplar] | None = None,
+    samples: Iterable[tuple[K, float]],
+    exemplars: Mapping[K, Exemplar] | None = None,
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(name, documentation, labels=labels)
     for label_values, value in samples:
@@ -328,10 +360,8 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
-def new_registry(
-    detector: Detector, stats: RequestStats, exemplars: CycleExemplars | None = None
-) -> CollectorRegistry:
-    """A registry holding only the processor's metrics (the cycles' with ``exemplars``)."""
+def new_registry(detector: Tallies, stats: RequestStats) -> CollectorRegistry:
+    """A registry holding only the processor's metrics."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ProcessorCollector(detector, stats, exemplars))
+    registry.register(ProcessorCollector(detector, stats))
     return registry

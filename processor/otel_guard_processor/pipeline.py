@@ -8,9 +8,11 @@ work is what keeps spans safe and the clients apart:
    fill ``max_pending_bytes`` (a request is held, in bytes, from here until it is both answered and
    detected; one request is always taken when none is held); the client keeps the spans and sends
    them again;
-2. parse (a request that does not parse is answered INVALID_ARGUMENT and changes nothing);
-3. forward the very same bytes, and queue the parsed request for detection
-   (:mod:`otel_guard_processor.detection`);
+2. check it is a readable ExportTraceServiceRequest and count its spans, with the compiled
+   engine's decoder (a request that does not decode is answered INVALID_ARGUMENT, saying at which
+   byte and why, and changes nothing);
+3. forward the very same bytes, and queue them for detection (:mod:`otel_guard_processor.detection`),
+   which decodes them again in the engine: a decode is cheaper than holding what it read;
 4. wait for the downstream's acknowledgement and answer the client with it -- or with a retryable
    error, so the client keeps the spans and sends them again. The answer does not wait for
    detection: one client's large request never holds up another's.
@@ -26,9 +28,10 @@ from dataclasses import dataclass
 import grpc
 
 from otel_guard_processor.detection import Detection
+from otel_guard_processor.engine import DecodeError, decode_counts
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.metrics import RequestStats
-from otel_guard_processor.otlp import MalformedRequest, RequestView, parse_request
+from otel_guard_processor.otlp import MalformedRequest
 from otel_guard_processor.signals import Unread
 
 __all__ = ["Answer", "Pipeline", "http_status"]
@@ -100,10 +103,11 @@ class Pipeline:
                 return busy  # before parsing: a refusal under load costs next to nothing
             held = _Held(stats, size)
             try:
-                request = parse_request(raw)
-            except MalformedRequest as exc:
+                spans = decode_counts(raw, ())[0]
+            except DecodeError as exc:
                 held.drop()
-                return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
+                message = f"not an OTLP ExportTraceServiceRequest: {exc}"
+                return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, message,
                                    size, started)  # fmt: skip
             answering = None
             if self.forwarder is not None:
@@ -111,9 +115,8 @@ class Pipeline:
                     answering = self.forwarder.start(raw)
                 except DownstreamError as exc:
                     held.drop()
-                    return self._downstream_failed(exc, protocol, raw, request, started)
-            self.detection.submit(request, raw, self._clock(), held.release)
-            spans = _count_spans(request)
+                    return self._downstream_failed(exc, protocol, size, spans, started)
+            self.detection.submit(raw, self._clock(), held.release)
             stats.spans["received"] += spans
             try:
                 response = b"" if answering is None else await answering
@@ -198,13 +201,12 @@ class Pipeline:
         return Answer(code, message, retry_after=self._retry_after if retryable else None)
 
     def _downstream_failed(
-        self, exc: DownstreamError, protocol: str, raw: bytes, request: RequestView, started: float
+        self, exc: DownstreamError, protocol: str, size: int, spans: int, started: float
     ) -> Answer:
         stats = self.stats
-        spans = _count_spans(request)
         stats.spans["received"] += spans
         stats.spans["rejected"] += spans
-        stats.request(protocol, "downstream_error", len(raw), time.perf_counter() - started)
+        stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
         return self._answer_error(exc, f"{spans} spans")
 
     def _answer_error(self, exc: DownstreamError, what: str) -> Answer:
@@ -252,11 +254,3 @@ class _Held:
         """The request goes no further: neither is."""
         self._holders = 1
         self.release()
-
-
-def _count_spans(request: RequestView) -> int:
-    count = 0
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            count += len(scope_spans.spans)
-    return count

@@ -4,11 +4,14 @@
 ``start()`` binds every listener (an address in use fails the start, naming the option), and
 ``stop()`` drains: the receivers stop taking requests, the requests in flight finish -- forwarded
 and acknowledged, or answered with a retryable error -- for up to ``drain_timeout`` seconds, and
-only then is the downstream channel closed. The CLI calls ``stop()`` on SIGTERM and SIGINT.
+then detection finishes what was acknowledged, makes the counts still waiting (``count_wait``: no
+later span can change them now) and lets go of the delegation trees, and only then do ``/metrics``
+and the downstream channel close: a scrape at the end of the drain reads the final counts. The CLI calls
+``stop()`` on SIGTERM and SIGINT.
 
 Detection state lives in memory only: a restart loses the traces being watched (cycles whose
-spans straddle the restart may go unseen), never spans, which are acknowledged only once the
-downstream has them.
+spans straddle the restart may go unseen, and spans still waiting for their parent are not
+settled), never spans, which are acknowledged only once the downstream has them.
 """
 
 from __future__ import annotations
@@ -23,19 +26,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from otel_guard_processor.bounds import DetectorLimits
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.detection import Detection
-from otel_guard_processor.detector import CountedCycle, Detector, DetectorLimits
+from otel_guard_processor.engine import EngineDetector
 from otel_guard_processor.forwarder import Forwarder
 from otel_guard_processor.grpc_receiver import GrpcReceiver
 from otel_guard_processor.http_receiver import AsgiServer, build_http_app
 from otel_guard_processor.logs import LoopLog
-from otel_guard_processor.metrics import CycleExemplars, RequestStats, new_registry
+from otel_guard_processor.metrics import RequestStats, new_registry
 from otel_guard_processor.pipeline import Pipeline
 
 __all__ = ["Processor"]
 
 SWEEP_INTERVAL = 1.0
+"""Seconds between sweeps: a waiting count is made within about this long of its due time."""
 
 
 class Processor:
@@ -43,21 +48,21 @@ class Processor:
 
     def __init__(self, config: ProcessorConfig) -> None:
         self.config = config.validate()
-        # Each counted cycle: an exemplar on its series, and a log line (rate-limited per label).
-        self.exemplars = CycleExemplars()
+        # Each counted cycle gets a log line (rate-limited per label).
         self.loop_log = LoopLog()
-        self.detector = Detector(
+        self.detector = EngineDetector(
             DetectorLimits(
                 max_traces=config.max_traces,
                 max_spans=config.max_spans,
                 max_spans_per_trace=config.max_spans_per_trace,
                 trace_ttl=config.trace_ttl,
+                count_wait=config.count_wait,
             ),
-            on_cycle=self._counted,
+            on_cycle=self.loop_log.counted,
         )
         self.stats = RequestStats()
         self.detection = Detection(self.detector, self.stats)
-        self.registry = new_registry(self.detector, self.stats, self.exemplars)
+        self.registry = new_registry(self.detector, self.stats)
         self.forwarder: Forwarder | None = None
         self.grpc: GrpcReceiver | None = None
         self.http: AsgiServer | None = None
@@ -126,16 +131,12 @@ class Processor:
         host = address.rpartition(":")[0]
         return f"{host}:{server.port}"
 
-    def _counted(self, cycle: CountedCycle) -> None:
-        self.exemplars.add(cycle)
-        self.loop_log.counted(cycle)
-
     def _metrics_app(self) -> Starlette:
         from prometheus_client.exposition import choose_encoder
 
         async def metrics(request: Request) -> Response:
-            # OpenMetrics (with the cycles' exemplars) when the scraper asks for it, else the
-            # plain text format. In the detection queue: after every request acknowledged so far.
+            # OpenMetrics (with the exemplars) when the scraper asks for it, else the plain text
+            # format. In the detection queue: after every request acknowledged so far.
             encode, content_type = choose_encoder(request.headers.get("accept", ""))
             body = await self.detection.run(partial(encode, self.registry))
             return Response(body, headers={"Content-Type": content_type})
@@ -163,14 +164,14 @@ class Processor:
             stopping.append(self.http.stop())
         await asyncio.gather(*stopping)
         self.grpc = self.http = None
+        await self.detection.stop(drain)
+        self.loop_log.flush(everything=True)
         if self.prometheus is not None:
             await self.prometheus.stop()
             self.prometheus = None
         if self.forwarder is not None:
             await self.forwarder.close()
             self.forwarder = None
-        await self.detection.stop(drain)
-        self.loop_log.flush(everything=True)
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

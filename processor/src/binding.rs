@@ -275,7 +275,8 @@ impl PyEngine {
 ///
 /// `received`: spans in the request; `cycles`: a (kind, label, trace_id, span_id) per counted
 /// cycle, the ids of the span where the name returned; `delegations`: {(caller, callee): calls};
-/// `decisions`: {(decision, reason, name): spans}; `tree_hops`: the largest hop count of each
+/// `decisions`: {(decision, reason, name): spans}; `decision_spans`: {(decision, reason, name):
+/// (trace_id, span_id)} of the latest such span whose ids have the sizes of real ones; `tree_hops`: the largest hop count of each
 /// tree let go of; `evictions`, `tree_evictions`: {"ttl": n, "capacity": n}; `dropped`: spans of
 /// full traces left out; `duplicates`: spans received again; `truncated`: {"name": n, "label": n}.
 #[pyclass(frozen, module = "otel_guard_processor._engine", name = "Events")]
@@ -288,6 +289,8 @@ struct PyEvents {
     delegations: Py<PyDict>,
     #[pyo3(get)]
     decisions: Py<PyDict>,
+    #[pyo3(get)]
+    decision_spans: Py<PyDict>,
     #[pyo3(get)]
     tree_hops: Py<PyList>,
     #[pyo3(get)]
@@ -328,6 +331,13 @@ impl PyEvents {
         for ([decision, reason, name], count) in events.decisions() {
             decisions.set_item((decision, reason, name), count)?;
         }
+        let decision_spans = PyDict::new(py);
+        for ([decision, reason, name], (trace_id, span_id)) in events.decision_spans() {
+            decision_spans.set_item(
+                (decision, reason, name),
+                (PyBytes::new(py, trace_id), PyBytes::new(py, span_id)),
+            )?;
+        }
         let truncated = PyDict::new(py);
         truncated.set_item("name", events.truncated_names)?;
         truncated.set_item("label", events.truncated_labels)?;
@@ -336,6 +346,7 @@ impl PyEvents {
             cycles: cycles.unbind(),
             delegations: delegations.unbind(),
             decisions: decisions.unbind(),
+            decision_spans: decision_spans.unbind(),
             tree_hops: PyList::new(py, &events.tree_hops)?.unbind(),
             evictions: reasons(py, events.evictions)?.unbind(),
             tree_evictions: reasons(py, events.tree_evictions)?.unbind(),

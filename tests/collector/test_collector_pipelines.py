@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -185,6 +186,8 @@ class Pipeline:
         await asyncio.sleep(0.5)  # and what would come twice has come
         for processor in self.processors:
             await processor.detection.settled()
+            # Every span is in: the counts still waiting for late spans (count_wait) are made.
+            await processor.detection.run(partial(processor.detector.count_waiting, time.monotonic()))
         return received_span_ids(self.sink)
 
     async def __aexit__(self, *exc: object) -> None:

@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,7 @@ async def let_go(processors: list[Processor]) -> None:
     """Every request's detection done, and every tree held observed (as at the processor's stop)."""
     for processor in processors:
         await processor.detection.settled()
+        await processor.detection.run(partial(processor.detector.count_waiting, time.monotonic()))
         await processor.detection.run(processor.detector.release_trees)
 
 
@@ -244,6 +246,7 @@ class Instance:
             f"--forward={self.forward}",
             f"--prometheus=127.0.0.1:{self.metrics_port}",
             f"--trace-ttl={TRACE_TTL}",
+            "--count-wait=0",  # each loop counted as it is seen: the scrape before the kill reads it
             "--drain-timeout=2",
             "--log-level=warning",
         ]

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
-from otel_guard_processor.detector import Detector
+from otel_guard_processor.engine import EngineDetector
 from otel_guard_processor.metrics import RequestStats, new_registry
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -87,7 +87,7 @@ def guard_samples() -> dict[str, set[frozenset[tuple[str, str]]]]:
 
 def processor_metric_names() -> set[str]:
     """Every sample name the processor's /metrics can serve."""
-    text = generate_latest(new_registry(Detector(), RequestStats())).decode()
+    text = generate_latest(new_registry(EngineDetector(), RequestStats())).decode()
     names: set[str] = set()
     for family in text_string_to_metric_families(text):
         names.update(family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type])

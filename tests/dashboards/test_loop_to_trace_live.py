@@ -3,6 +3,8 @@ processor fed the guarded program's loops, scraped by a real Prometheus with exe
 
 - The cycle panel's query, sent to ``/api/v1/query_exemplars`` as Grafana sends it, returns each
   loop's exemplar with the trace id of the trace the loop ran in (the guarded program prints it).
+- The decision counter's refusal and would-refuse series carry the span of their decision as an
+  exemplar: the trace the loop ran in.
 - The processor wrote one log line for each loop, naming the same trace.
 - The node graph's two queries, shaped as Grafana shapes an instant table query and then by the
   panel's own transformation, give the frames Grafana's node graph reads: nodes with ``id`` and
@@ -64,6 +66,39 @@ def test_each_loop_is_an_exemplar_on_the_cycle_panel_with_its_trace_id(stack: St
             (exemplar,) = found[cycle]
             assert len(exemplar["span_id"]) == 16
             assert set(exemplar) == {"trace_id", "span_id"}
+
+    eventually(check, timeout=30)
+
+
+def test_each_refusal_is_an_exemplar_on_the_decision_counter_with_its_trace_id(stack: Stack) -> None:
+    """The summarize loop was refused (enforce), planner>budget>planner would have been (observe):
+    each decision series holds one span, in the loop's trace."""
+    traces = _loop_traces(stack)
+    expected = {
+        ("refuse", "cycle", "summarize"): traces["summarize>summarize"],
+        ("would_refuse", "cycle", "planner"): traces["planner>budget>planner"],
+    }
+
+    def check() -> None:
+        now = time.time()
+        answer = stack.prometheus.api(
+            "query_exemplars",
+            query='otel_guard_span_decisions_total{reason="cycle"}',
+            start=str(now - 600),
+            end=str(now + 60),
+        )
+        assert answer["status"] == "success", answer
+        found = {
+            (labels["decision"], labels["reason"], labels["agent"]): [
+                exemplar["labels"] for exemplar in series["exemplars"]
+            ]
+            for series in answer["data"]
+            for labels in [series["seriesLabels"]]
+        }
+        for decision, trace_id in expected.items():
+            assert [e["trace_id"] for e in found.get(decision, [])] == [trace_id], found
+            (exemplar,) = found[decision]
+            assert len(exemplar["span_id"]) == 16
 
     eventually(check, timeout=30)
 

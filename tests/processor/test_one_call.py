@@ -8,20 +8,19 @@ cycle; a loop that bounces counts once, in agent names.
 from __future__ import annotations
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from otel_guard_processor.detector import SCOPE_LEARN_REQUESTS, Detector
-from otel_guard_processor.otlp import parse_request
+from otel_guard_processor.engine import EngineDetector
 from processor_spans import CLIENT, SERVER, Trace, encode
 
 OI_LANGCHAIN = "openinference.instrumentation.langchain"
 TRACELOOP_LANGCHAIN = "opentelemetry.instrumentation.langchain"
 
 
-def detect(*batches: list[Span]) -> Detector:
-    detector = Detector()
+def detect(*batches: list[Span]) -> EngineDetector:
+    detector = EngineDetector()
     for batch in batches:
         raw = encode(*batch)
-        detector.ingest(parse_request(raw), raw, 0.0)
-    detector.expire(detector.limits.tool_edge_wait)  # the tool edges' wait is over
+        detector.ingest(raw, 0.0)
+    detector.expire(detector.limits.count_wait)  # the tool edges' wait is over
     return detector
 
 
@@ -56,11 +55,11 @@ def test_a_tool_that_runs_no_agent_keeps_its_edge_once_its_wait_is_over() -> Non
     trace = Trace()
     trace.tool("search", trace.agent("planner"))
     raw = encode(*trace.spans)
-    detector = Detector()
-    detector.ingest(parse_request(raw), raw, 100.0)
-    detector.expire(100.0 + detector.limits.tool_edge_wait - 1)
+    detector = EngineDetector()
+    detector.ingest(raw, 100.0)
+    detector.expire(100.0 + detector.limits.count_wait - 1)
     assert detector.delegations == {}
-    detector.expire(100.0 + detector.limits.tool_edge_wait)
+    detector.expire(100.0 + detector.limits.count_wait)
     assert detector.delegations == {("planner", "search"): 1}
 
 
@@ -70,14 +69,14 @@ def test_an_agent_run_from_another_process_arriving_after_its_tool_takes_the_too
     client = trace.span("POST", tool, kind=CLIENT)
     server = trace.span("POST /ask", client, kind=SERVER)
     budget = trace.agent("budget", server)
-    detector = Detector()
+    detector = EngineDetector()
     first, later = trace.spans[:3], trace.spans[3:]
     for batch, now in ((first, 0.0), (later, 4.0)):
         raw = encode(*batch)
-        detector.ingest(parse_request(raw), raw, now)
+        detector.ingest(raw, now)
     detector.expire(60.0)
     assert detector.delegations == {("planner", "budget"): 1}
-    assert budget.span_id in next(iter(detector._traces.values())).paths
+    assert (detector.pending_spans, budget.name) == (0, "invoke_agent budget")  # settled
 
 
 def test_an_agent_that_calls_a_tool_named_after_itself_reentered_itself() -> None:
@@ -190,7 +189,8 @@ def test_a_conditional_call_that_waits_for_its_parent_is_decided_when_it_settles
     # Children first, one request each: every span waits until the root arrives.
     detector = detect(*([span] for span in reversed(trace.spans)))
     assert detector.delegations == {("planner", "budget"): 1}
-    assert inner.span_id in next(iter(detector._traces.values())).paths
+    assert (detector.pending_spans, detector.stored_spans) == (0, 4)  # the model run settled too
+    assert inner.name == "model"
 
 
 def test_invoke_workflow_spans_are_calls() -> None:
@@ -206,28 +206,6 @@ def test_invoke_workflow_spans_are_calls() -> None:
     assert detector.cycles == {("cross_function", "trip>planner>trip"): 1}
 
 
-def test_a_scope_that_names_calls_by_span_name_stops_being_read_by_attributes() -> None:
-    detector = Detector()
-    for _ in range(SCOPE_LEARN_REQUESTS):
-        trace = Trace()
-        trace.tool("search", trace.agent("planner"))
-        raw = encode(*trace.spans)
-        assert detector._watch_scope("tests", 0.0)
-        detector.ingest(parse_request(raw), raw, 0.0)
-    assert not detector._watch_scope("tests", 0.0)
-    # A scope seen to name a call otherwise stays watched.
-    trace = Trace()
-    trace.span("agent run", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"})
-    raw = encode(*trace.spans)
-    detector.ingest(parse_request(raw), raw, 700.0)
-    for _ in range(2 * SCOPE_LEARN_REQUESTS):
-        trace = Trace()
-        trace.agent("planner")
-        raw = encode(*trace.spans)
-        detector.ingest(parse_request(raw), raw, 701.0)
-    assert detector._watch_scope("tests", 701.0)
-
-
 def test_a_trace_root_that_names_its_caller_continues_the_callers_path() -> None:
     # A remote agent's server span in a trace of its own (the caller's context was dropped) that
     # says who called it: gen_ai.caller.agent.name.
@@ -240,7 +218,7 @@ def test_a_trace_root_that_names_its_caller_continues_the_callers_path() -> None
 
 
 def test_names_and_labels_are_cut_to_their_bounds_and_counted() -> None:
-    from otel_guard_processor.detector import CUT, MAX_LABEL_CHARS, MAX_NAME_CHARS
+    from otel_guard_processor.bounds import CUT, MAX_LABEL_CHARS, MAX_NAME_CHARS
 
     huge = "p" * 100_000
     trace = Trace()
@@ -264,7 +242,7 @@ def test_names_and_labels_are_cut_to_their_bounds_and_counted() -> None:
 
 
 def test_long_names_from_attributes_and_chains_are_cut_too() -> None:
-    from otel_guard_processor.detector import MAX_NAME_CHARS
+    from otel_guard_processor.bounds import MAX_NAME_CHARS
 
     long = "a" * 5000
     trace = Trace()

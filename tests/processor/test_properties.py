@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor.bounds import MAX_LABEL_CHARS, MAX_NAME_CHARS, DetectorLimits
 from otel_guard_processor.config import ProcessorConfig
-from otel_guard_processor.detector import MAX_LABEL_CHARS, MAX_NAME_CHARS, Detector, DetectorLimits
-from otel_guard_processor.dialects import call_by_attributes
-from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf, parse_request
+from otel_guard_processor.engine import DecodeError, EngineDetector
+from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
 from otel_guard_processor.service import Processor
 from processor_helpers import Sink, export
 
@@ -131,13 +131,13 @@ def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
 
 @SETTINGS
 @given(st.binary(max_size=300))
-def test_arbitrary_bytes_parse_or_are_malformed(raw: bytes) -> None:
-    detector = Detector()
+def test_arbitrary_bytes_are_detected_or_a_decode_error_that_changes_nothing(raw: bytes) -> None:
+    detector = EngineDetector()
     try:
-        request = parse_request(raw)
-    except MalformedRequest:
+        detector.ingest(raw, 0.0)
+    except DecodeError:
+        assert (detector.stored_spans, detector.active_traces, detector.duplicates) == (0, 0, 0)
         return
-    detector.ingest(request, raw, 0.0)
     detector.expire(1_000.0)
     assert detector.stored_spans == 0
 
@@ -186,11 +186,11 @@ def test_arbitrary_json_shapes_convert_or_are_malformed(document: object) -> Non
 def test_detection_of_any_requests_accounts_for_every_span(
     batches: list[ExportTraceServiceRequest], traces: int
 ) -> None:
-    detector = Detector(DetectorLimits(max_traces=traces, max_spans=40, trace_ttl=5.0))
+    detector = EngineDetector(DetectorLimits(max_traces=traces, max_spans=40, trace_ttl=5.0))
     received = 0
     for now, message in enumerate(batches):
         raw = message.SerializeToString()
-        received += detector.ingest(parse_request(raw), raw, float(now))
+        received += detector.ingest(raw, float(now))
         assert detector.pending_spans <= detector.stored_spans
     detector.expire(1_000.0)
     assert detector.stored_spans == detector.pending_spans == 0
@@ -202,12 +202,6 @@ def test_detection_of_any_requests_accounts_for_every_span(
         assert len(label) <= MAX_LABEL_CHARS
     for decision in detector.decisions:
         assert all(len(part) <= MAX_NAME_CHARS for part in decision)
-
-
-@SETTINGS
-@given(st.binary(max_size=400), st.text(max_size=10), SCOPES)
-def test_dialect_reading_of_any_span_encoding_never_raises(encoded: bytes, name: str, scope: str) -> None:
-    call_by_attributes(name, scope, encoded)
 
 
 # What a client may be told instead of OK: the request is malformed, or the processor is full.

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
-from otel_guard_processor.detector import Detector
+from otel_guard_processor.engine import EngineDetector
 from processor_helpers import ProcessorFactory, Sink, export, scrape, series
 from processor_spans import Trace, encode
 
@@ -38,11 +37,11 @@ async def test_a_failure_in_detection_still_forwards_and_is_counted(
 ) -> None:
     processor = await start_processor(forward=sink.address)
 
-    def broken(self: Detector, *args: object) -> Iterator[None]:
-        yield  # one slice went well, then
-        raise RuntimeError("a bug in detection")
+    def broken(self: EngineDetector, raw: bytes, now: float) -> int:
+        self.engine._fault("a bug in the engine")  # a real panic inside the engine
+        raise AssertionError("the panic was not an EngineFault")
 
-    monkeypatch.setattr(Detector, "ingest_steps", broken)
+    monkeypatch.setattr(EngineDetector, "ingest", broken)
     trace = Trace()
     trace.agent("planner")
     raw = encode(*trace.spans)
@@ -51,3 +50,4 @@ async def test_a_failure_in_detection_still_forwards_and_is_counted(
     samples = await scrape(processor)
     assert series(samples, "otel_guard_processor_detection_errors_total") == {(): 1}
     assert series(samples, "otel_guard_processor_spans_total") == {("received",): 1, ("forwarded",): 1}
+    assert processor.detector.engine.faults == 1

@@ -17,8 +17,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector, DetectorLimits
-from otel_guard_processor.otlp import parse_request
+from otel_guard_processor.bounds import TREE_HOPS_BUCKETS, DetectorLimits
+from otel_guard_processor.engine import EngineDetector
 from processor_helpers import ProcessorFactory, export, scrape, series
 from processor_spans import Trace, encode, guard_attributes, length_delimited
 from processor_spans import value_first as value_first_span
@@ -29,11 +29,11 @@ from otel_guard import DelegationRefused, delegate
 ROOTS = ("a1" * 16, "b2" * 16, "c3" * 16)
 
 
-def ingest(detector: Detector, raw: bytes, now: float = 0.0) -> None:
-    detector.ingest(parse_request(raw), raw, now)
+def ingest(detector: EngineDetector, raw: bytes, now: float = 0.0) -> None:
+    detector.ingest(raw, now)
 
 
-def observed(detector: Detector) -> dict[int | str, int]:
+def observed(detector: EngineDetector) -> dict[int | str, int]:
     """The trees observed so far, by bucket upper bound (``inf`` past the last), zeros left out."""
     bounds: list[int | str] = [*TREE_HOPS_BUCKETS, "inf"]
     return {bound: count for bound, count in zip(bounds, detector.tree_hops, strict=True) if count}
@@ -89,7 +89,7 @@ def test_a_hop_refused_for_its_budget_counts_with_reason_budget(spans: Any) -> N
     error = run_tree(["planner", "budget", "fx", "ledger"])
     assert error is not None
     assert error.reason == "budget"
-    detector = Detector()
+    detector = EngineDetector()
     ingest(detector, real_requests(spans))
     assert detector.decisions == {
         ("allow", "", "planner"): 1,
@@ -105,7 +105,7 @@ def test_a_hop_refused_for_its_budget_counts_with_reason_budget(spans: Any) -> N
 def test_observe_mode_counts_would_refuse_with_reason_budget(spans: Any) -> None:
     otel_guard.configure(max_hops=2, mode="observe")
     assert run_tree(["planner", "budget", "fx", "ledger"]) is None  # observe: nothing is refused
-    detector = Detector()
+    detector = EngineDetector()
     ingest(detector, real_requests(spans))
     assert detector.decisions == {
         ("allow", "", "planner"): 1,
@@ -124,7 +124,7 @@ def test_real_trees_each_observe_their_own_hops(spans: Any) -> None:
     run_tree(["planner", "budget", "fx"])
     for _ in range(2):
         run_tree(["planner", "budget", "fx", "ledger", "audit", "mail"])  # two trees of 6
-    detector = Detector()
+    detector = EngineDetector()
     ingest(detector, real_requests(spans), now=10.0)
     assert detector.active_trees == 4
     detector.expire(10.0 + detector.limits.trace_ttl - 1)
@@ -151,7 +151,7 @@ def test_one_tree_across_traces_and_requests_in_any_order_is_observed_once_at_it
     # Another tree in a third trace, in the same requests.
     other = hop(third, "planner", None, ["planner"], root_b, 1)
     hop(third, "budget", other, ["planner", "budget"], root_b, 2)
-    detector = Detector()
+    detector = EngineDetector()
     ingest(detector, encode(*reversed(second.spans), third.spans[1]), now=1.0)
     ingest(detector, encode(*first.spans, third.spans[0]), now=2.0)
     ingest(detector, encode(*second.spans), now=3.0)  # sent again: counted once
@@ -164,7 +164,7 @@ def test_one_tree_across_traces_and_requests_in_any_order_is_observed_once_at_it
 def test_a_tree_is_held_from_its_latest_hop_and_observed_again_only_after_letting_go() -> None:
     trace = Trace()
     planner = hop(trace, "planner", None, ["planner"], ROOTS[0], 1)
-    detector = Detector(DetectorLimits(trace_ttl=10.0))
+    detector = EngineDetector(DetectorLimits(trace_ttl=10.0))
     ingest(detector, encode(planner), now=0.0)
     later = Trace()
     ingest(detector, encode(hop(later, "budget", None, ["planner", "budget"], ROOTS[0], 2)), now=8.0)
@@ -183,7 +183,7 @@ def test_spans_without_a_count_hold_no_tree() -> None:
     trace = Trace()
     planner = hop(trace, "planner", None, ["planner"], ROOTS[0], None)  # the budget is off
     hop(trace, "budget", planner, ["planner", "budget"], ROOTS[0], None, "refuse", "budget")
-    detector = Detector()
+    detector = EngineDetector()
     ingest(detector, encode(*trace.spans))
     assert detector.active_trees == 0
     assert detector.decisions[("refuse", "budget", "budget")] == 1
@@ -219,42 +219,21 @@ def test_counts_read_alike_in_every_layout(order: str) -> None:
     hop(trace, "audit", planner, ["planner", "audit"], ROOTS[1], 127)
     hop(trace, "mail", planner, ["planner", "mail"], ROOTS[2], 128)
     raw = encode(*trace.spans) if order == "key_first" else value_first(*trace.spans)
-    detector = Detector()
+    detector = EngineDetector()
     ingest(detector, raw)
     assert detector.cycles == {}
     assert detector.decisions[("would_refuse", "cycle", "budget")] == 1
-    assert dict(detector._trees) == {
-        ROOTS[0].encode(): (300, 0.0),
-        b"short-root": (70_000, 0.0),
-        ROOTS[1].encode(): (127, 0.0),
-        ROOTS[2].encode(): (128, 0.0),
-    }
-
-
-def test_a_large_request_is_read_in_steps() -> None:
-    spans = []
-    for index in range(300):
-        trace = Trace()
-        spans.append(hop(trace, "planner", None, ["planner"], f"{index:032x}", index + 1))
-    raw = encode(*spans)
-    detector = Detector()
-    steps = detector.ingest_steps(parse_request(raw), raw, 0.0, step=64)
-    paused = 0
-    try:
-        while True:
-            next(steps)
-            paused += 1
-    except StopIteration:
-        pass
-    assert paused >= 300 // 64 + 4  # the spans' steps, then the counts'
-    assert detector.active_trees == 300
+    assert detector.active_trees == 4
+    detector.release_trees()
+    assert observed(detector) == {200: 2, 500: 1, "inf": 1}  # 127 and 128; 300; 70,000
+    assert detector.tree_hops_sum == 300 + 70_000 + 127 + 128
 
 
 # -- bounds ---------------------------------------------------------------------------------------
 
 
 def test_trees_are_bounded_like_traces_and_the_least_recently_active_goes_first() -> None:
-    detector = Detector(DetectorLimits(max_traces=2))
+    detector = EngineDetector(DetectorLimits(max_traces=2))
     for now, (root, hops) in enumerate(((ROOTS[0], 4), (ROOTS[1], 30), (ROOTS[0], 5), (ROOTS[2], 600))):
         trace = Trace()
         ingest(detector, encode(hop(trace, "planner", None, ["planner"], root, hops)), now=float(now))
@@ -355,7 +334,7 @@ def test_the_guards_spans_between_others_across_resources_count_as_they_do_alone
             scope_spans = resource_spans.scope_spans.add()
             scope_spans.scope.name = scope
             scope_spans.spans.extend(spans)
-    together, alone = Detector(), Detector()
+    together, alone = EngineDetector(), EngineDetector()
     ingest(together, batched.SerializeToString())
     for guard_spans in loops:
         ingest(alone, encode(*guard_spans))

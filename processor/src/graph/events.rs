@@ -37,6 +37,9 @@ pub struct Cycle {
     pub span_id: Vec<u8>,
 }
 
+/// A span by its trace id and span id, as sent.
+pub type SpanAt = ([u8; 16], [u8; 8]);
+
 /// Why a trace or a tree went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -54,6 +57,9 @@ pub struct Events {
     pub(super) delegations: Labelled,
     /// (decision, reason, name) -> spans.
     pub(super) decisions: Labelled,
+    /// Per (decision, reason, name), in the order of `decisions`: the latest span counted there
+    /// whose ids have the sizes of real ids (16 and 8 bytes), as (trace id, span id).
+    pub(super) decision_spans: Vec<Option<SpanAt>>,
     /// The largest hop count of each delegation tree let go of.
     pub tree_hops: Vec<i64>,
     /// Traces evicted: [ttl, capacity].
@@ -79,6 +85,33 @@ impl Events {
     pub fn decisions(&self) -> impl Iterator<Item = ([&str; 3], u64)> {
         self.decisions.iter()
     }
+
+    /// The latest span of each (decision, reason, name) counted, where its ids have the sizes of
+    /// real ids (for an exemplar: a trace store finds nothing by other ids).
+    pub fn decision_spans(&self) -> impl Iterator<Item = ([&str; 3], &SpanAt)> {
+        self.decisions
+            .iter()
+            .zip(&self.decision_spans)
+            .filter_map(|((values, _), at)| Some((values, at.as_ref()?)))
+    }
+
+    /// Count one span's decision `values` (decision, reason, name); the span is `span_id` of
+    /// the trace `trace_id` (None: not the size of a real trace id).
+    pub(super) fn decide(
+        &mut self,
+        scratch: &mut String,
+        values: &[&str; 3],
+        trace_id: Option<[u8; 16]>,
+        span_id: &[u8],
+    ) {
+        let at = self.decisions.add(scratch, values, 1);
+        if self.decision_spans.len() <= at {
+            self.decision_spans.resize(at + 1, None);
+        }
+        if let (Some(trace_id), Ok(span_id)) = (trace_id, <[u8; 8]>::try_from(span_id)) {
+            self.decision_spans[at] = Some((trace_id, span_id));
+        }
+    }
 }
 
 /// Counts by label values, in the order each set of values was first counted (so that a
@@ -90,15 +123,20 @@ pub(super) struct Labelled {
 }
 
 impl Labelled {
-    /// Add `by` to the count of `values` (`scratch`: a buffer to pack them in).
-    pub(super) fn add(&mut self, scratch: &mut String, values: &[&str], by: u64) {
+    /// Add `by` to the count of `values` (`scratch`: a buffer to pack them in); their index in
+    /// the order first counted.
+    pub(super) fn add(&mut self, scratch: &mut String, values: &[&str], by: u64) -> usize {
         pack(scratch, values);
         match self.index.get(scratch.as_str()) {
-            Some(&at) => self.counts[at].1 += by,
+            Some(&at) => {
+                self.counts[at].1 += by;
+                at
+            }
             None => {
-                self.index
-                    .insert(scratch.as_str().into(), self.counts.len());
+                let at = self.counts.len();
+                self.index.insert(scratch.as_str().into(), at);
                 self.counts.push((scratch.as_str().into(), by));
+                at
             }
         }
     }

@@ -20,6 +20,13 @@ impl Engine {
             return base;
         };
         let Engine { traces, shared, .. } = self;
+        // The trace id, for the exemplar of the decision the span carries (if any).
+        let trace_id = match facts.decision {
+            Some(_) => traces
+                .key(handle)
+                .and_then(|key| <[u8; 16]>::try_from(&key[..]).ok()),
+            None => None,
+        };
         let Some(trace) = traces.get_mut(handle) else {
             return base;
         };
@@ -43,7 +50,7 @@ impl Engine {
         if step == Step::Link {
             return base;
         }
-        shared.decide(facts, &call.name);
+        shared.decide(trace_id, facts, &call.name);
         match step {
             Step::Link => base,
             Step::Again => {

@@ -551,10 +551,12 @@ impl Shared {
         out
     }
 
-    pub(super) fn decide(&mut self, facts: &Facts<'_>, name: &str) {
+    /// Count the guard's decision on a call span named `name`, if it has one (`trace_id`: its
+    /// trace's id, where it is the size of a real one).
+    pub(super) fn decide(&mut self, trace_id: Option<[u8; 16]>, facts: &Facts<'_>, name: &str) {
         if let Some((verdict, reason)) = &facts.decision {
             let Shared { events, text, .. } = self;
-            events.decisions.add(text, &[verdict, reason, name], 1);
+            events.decide(text, &[verdict, reason, name], trace_id, &facts.span_id);
         }
     }
 }

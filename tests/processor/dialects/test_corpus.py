@@ -4,7 +4,9 @@ The live tests (``test_third_party_traces.py``) export through the real SDK; the
 instrumentations wrote, fast and in every order a pipeline may deliver: the whole trace in one
 request, one span per request children first (exporters send spans as they end), and shuffled across
 requests. Each loop is one ``planner>budget>planner`` series and each healthy run counts no cycle,
-however the spans arrive.
+however the spans arrive. The runtimes traced by their own telemetry (``corpus/runtimes``: Google
+ADK's, CrewAI's under OpenLLMetry, which the retired pure-Python detector counted wrong) count the
+same, here and through a running processor's ``/metrics``.
 """
 
 from __future__ import annotations
@@ -15,21 +17,30 @@ from typing import Any
 
 import pytest
 from corpus_spans import CORPUS, read_spans, to_request
-from otel_guard_processor.detector import Detector
-from otel_guard_processor.otlp import parse_request
+from otel_guard_processor.engine import EngineDetector
+from processor_helpers import ProcessorFactory, export, scrape, series
 
-LOOPS = sorted(CORPUS.glob("*.loop.spans.jsonl"))
-CONTROLS = sorted(CORPUS.glob("*.control.spans.jsonl"))
+RUNTIMES = CORPUS / "runtimes"
+# The runtimes whose telemetry names both agents and nests each under the tool that ran it: their
+# counts are the corpus's own. (The others count as the README's table says: smolagents' final_answer
+# tool, LlamaIndex's tool-level loop, OpenLLMetry's flat OpenAI Agents spans; the service test below
+# holds each to tests/processor/reference/test_reference.py's RIGHT.)
+NAMED_AND_NESTED = ("adk", "crewai_tl", "strands", "strands_oi", "agno_oi")
+LOOPS = sorted(CORPUS.glob("*.loop.spans.jsonl")) + [
+    RUNTIMES / f"{name}.loop.spans.jsonl" for name in NAMED_AND_NESTED
+]
+CONTROLS = sorted(CORPUS.glob("*.control.spans.jsonl")) + [
+    RUNTIMES / f"{name}.control.spans.jsonl" for name in NAMED_AND_NESTED
+]
 LOOP_CYCLES = {("cross_function", "planner>budget>planner"): 1}
 LOOP_EDGES = {("planner", "budget"): 3, ("budget", "planner"): 2}
 
 
-def detect(batches: list[list[dict[str, Any]]]) -> Detector:
-    detector = Detector()
+def detect(batches: list[list[dict[str, Any]]]) -> EngineDetector:
+    detector = EngineDetector()
     for batch in batches:
-        raw = to_request(batch).SerializeToString()
-        detector.ingest(parse_request(raw), raw, 0.0)
-    detector.expire(detector.limits.tool_edge_wait)  # the tool edges' wait is over
+        detector.ingest(to_request(batch).SerializeToString(), 0.0)
+    detector.expire(detector.limits.count_wait)  # the counts' wait is over
     return detector
 
 
@@ -60,7 +71,16 @@ ORDERS = [whole, children_first, parents_first, shuffled]
 def test_the_corpus_holds_every_dialect() -> None:
     prefixes = {path.name.split(".")[0] for path in LOOPS}
     assert prefixes == {p.name.split(".")[0] for p in CONTROLS}
-    assert {"pai_builtin", "pai_oi_same", "oai_oi", "oai_otelv2", "lg_oi", "lg_tl"} <= prefixes
+    assert {
+        "pai_builtin",
+        "pai_oi_same",
+        "oai_oi",
+        "oai_otelv2",
+        "lg_oi",
+        "lg_tl",
+        "adk",
+        "crewai_tl",
+    } <= prefixes
     scopes = {record["scope"] for path in LOOPS for record in read_spans(path)}
     assert {
         "pydantic-ai",
@@ -68,6 +88,8 @@ def test_the_corpus_holds_every_dialect() -> None:
         "opentelemetry.instrumentation.openai_agents",
         "openinference.instrumentation.langchain",
         "opentelemetry.instrumentation.langchain",
+        "gcp.vertex.agent",
+        "opentelemetry.instrumentation.crewai.instrumentation",
     } <= scopes
 
 
@@ -98,3 +120,25 @@ def test_a_span_received_twice_counts_nothing_more() -> None:
     assert detector.cycles == LOOP_CYCLES
     assert detector.delegations == LOOP_EDGES
     assert detector.duplicates == len(records)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(RUNTIMES.glob("*.spans.jsonl")), ids=lambda path: path.name.split(".spans")[0]
+)
+async def test_a_runtimes_own_telemetry_counts_right_through_the_service(
+    start_processor: ProcessorFactory, path: Path
+) -> None:
+    """Google ADK's healthy run is no ``planner>planner`` (its invoke_workflow around invoke_agent is
+    one call), and CrewAI's loop under OpenLLMetry is counted: read from /metrics, each span
+    exported as it ended (children first), one request each."""
+    from reference.test_reference import RIGHT  # here: test_reference imports this module
+
+    processor = await start_processor(count_wait=0.0)
+    for batch in children_first(read_spans(path)):
+        await export(processor, to_request(batch).SerializeToString())
+    samples = await scrape(processor)
+    cycles = series(samples, "otel_guard_cycles_total")  # (label, kind)
+    edges = series(samples, "otel_guard_delegations_total")  # (callee, caller)
+    right_cycles, right_edges = RIGHT[f"runtimes/{path.name.removesuffix('.spans.jsonl')}"]
+    assert cycles == {(label, kind): n for (kind, label), n in right_cycles.items()}
+    assert edges == {(callee, caller): n for (caller, callee), n in right_edges.items()}

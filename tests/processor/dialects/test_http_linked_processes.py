@@ -75,8 +75,11 @@ def test_a_loop_across_two_processes_linked_only_by_http_is_one_cross_function_c
             f"http://127.0.0.1:{planner.read_text()}/ask", json={"question": "Plan the offsite"}, timeout=60
         )
         assert answer.status_code == 200, answer.text
+        # The loop's count waits --count-wait (10 s by default) for the two processes' late spans.
         deadline = time.monotonic() + WAIT_SECONDS
-        while sum(metric(metrics_url, "otel_guard_delegations_total").values()) < 5:
+        while sum(metric(metrics_url, "otel_guard_delegations_total").values()) < 5 or not metric(
+            metrics_url, "otel_guard_cycles_total"
+        ):
             assert time.monotonic() < deadline, metric(metrics_url, "otel_guard_delegations_total")
             time.sleep(0.1)
         assert metric(metrics_url, "otel_guard_cycles_total") == {

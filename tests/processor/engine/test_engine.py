@@ -1,5 +1,5 @@
 """The engine through its binding: ``Engine`` and its ``Events``, and ``EngineDetector``, the tallies
-the service's metrics read, against today's ``Detector`` where both bound the same state.
+the service's metrics read (with the bounds of state they count).
 
 Bad input is an error value (DecodeError, a ValueError) that changes nothing; a panic is an
 EngineFault after which the engine starts again empty, never a crash; random and damaged bytes are
@@ -16,9 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otel_guard_processor import engine
-from otel_guard_processor.detector import TREE_HOPS_BUCKETS, Detector, DetectorLimits
+from otel_guard_processor.bounds import TREE_HOPS_BUCKETS, DetectorLimits
 from otel_guard_processor.engine import DecodeError, Engine, EngineDetector
-from otel_guard_processor.otlp import parse_request
 from processor_spans import Trace, encode, guard_attributes
 from test_engine_decode import mutated
 
@@ -107,37 +106,13 @@ def test_random_and_damaged_bytes_are_events_or_a_decode_error_never_a_fault(raw
     assert (engine_.faults, engine_.stored_spans, engine_.pending_spans) == (0, 0, 0)
 
 
-def detectors(
-    limits: DetectorLimits, raws: list[tuple[bytes, float]], sweeps: list[float]
-) -> tuple[Detector, EngineDetector]:
-    today, compiled = Detector(limits), EngineDetector(limits)
-    for raw, now in raws:
-        today.ingest(parse_request(raw), raw, now)
-        compiled.ingest(raw, now)
-    for now in sweeps:
-        today.expire(now)
-        compiled.expire(now)
-    return today, compiled
+def held(detector: EngineDetector) -> tuple[int, int, int, int]:
+    return (detector.active_traces, detector.active_trees, detector.stored_spans, detector.pending_spans)
 
 
-def bounded(detector: Detector | EngineDetector) -> tuple[object, ...]:
-    return (
-        detector.evictions,
-        detector.dropped,
-        detector.duplicates,
-        detector.tree_evictions,
-        detector.tree_hops,
-        detector.tree_hops_sum,
-        detector.active_traces,
-        detector.active_trees,
-        detector.stored_spans,
-        detector.pending_spans,
-    )
-
-
-def test_the_bounds_count_as_the_detectors_count() -> None:
+def test_the_bounds_count_what_they_let_go_of() -> None:
     """Traces past max_traces, spans of a full trace, spans sent twice, TTLs, trees past capacity
-    and their hops: the same tallies from the engine as from today's detector."""
+    and their hops (the tallies the retired pure-Python detector made of the same traffic)."""
     limits = DetectorLimits(max_traces=3, max_spans_per_trace=2, trace_ttl=10.0)
     raws = []
     for at in range(5):
@@ -148,15 +123,22 @@ def test_the_bounds_count_as_the_detectors_count() -> None:
         raws.append((encode(*trace.spans), float(at)))
         raws.append((encode(*trace.spans), float(at)))  # again: duplicates
         raws.append((encode(trace.agent("fx", planner)), float(at)))  # the trace is full
-    today, compiled = detectors(limits, raws, [12.0, 30.0])
-    assert bounded(compiled) == bounded(today)
+    compiled = EngineDetector(limits)
+    for raw, now in raws:
+        compiled.ingest(raw, now)
+    assert held(compiled) == (3, 3, 6, 0)
+    assert compiled.duplicates == 10
+    compiled.expire(12.0)
+    assert held(compiled) == (2, 2, 4, 0)
+    compiled.expire(30.0)
+    assert held(compiled) == (0, 0, 0, 0)
     assert compiled.evictions == {"ttl": 3, "capacity": 2}
     assert compiled.dropped == {"trace_full": 5}
     assert compiled.tree_evictions == {"ttl": 3, "capacity": 2}
     assert compiled.tree_hops_sum == sum(range(1, 6))
     assert sum(compiled.tree_hops) == 5
     assert len(compiled.tree_hops) == len(TREE_HOPS_BUCKETS) + 1
-    assert today.release_trees() == compiled.release_trees() == 0
+    assert compiled.release_trees() == 0
 
 
 def test_label_sets_past_their_bound_fold_into_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,11 +153,11 @@ def test_label_sets_past_their_bound_fold_into_overflow(monkeypatch: pytest.Monk
 
 
 def test_each_counted_cycle_keeps_the_span_where_its_name_returned() -> None:
-    detector = EngineDetector(cycle_wait=0.0)
+    detector = EngineDetector(DetectorLimits(count_wait=0.0), clock=lambda: 5.0)
     trace = a_loop()
     detector.ingest(encode(*trace.spans), 0.0)
     returned = trace.spans[2]
     assert detector.cycles == {("cross_function", "planner>budget>planner"): 1}
-    assert detector.exemplars == {
-        ("cross_function", "planner>budget>planner"): (returned.trace_id.hex(), returned.span_id.hex())
+    assert detector.cycle_spans == {
+        ("cross_function", "planner>budget>planner"): (returned.trace_id, returned.span_id, 5.0)
     }

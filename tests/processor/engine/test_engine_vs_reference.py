@@ -46,7 +46,6 @@ from reference.test_reference import (
     KNOWN_FOREST_DIFFERENCES,
     RECORDINGS,
     RIGHT,
-    SHAPES,
     SWEEP,
     Counts,
     bounded,
@@ -137,13 +136,13 @@ def test_every_recording_counts_as_the_reference_in_any_order_and_encoding(
     assert engine(raws) == reference(raws)
 
 
-def test_the_runtimes_the_detector_gets_wrong_or_never_read_count_right() -> None:
+def test_the_runtimes_recordings_count_right() -> None:
     """ADK's invoke_workflow around invoke_agent is one call; CrewAI's X.agent spans are named by
-    gen_ai.agent.name; and the recordings the detector never read (Strands, OpenInference for
-    smolagents, LlamaIndex, Agno and Strands, OpenLLMetry for the OpenAI Agents SDK) count as
-    the corpus's README says."""
+    gen_ai.agent.name (both counted wrong by the retired pure-Python detector); and the other
+    runtimes' recordings (Strands, OpenInference for smolagents, LlamaIndex, Agno and Strands,
+    OpenLLMetry for the OpenAI Agents SDK) count as the corpus's README says."""
     runtimes = {recording(path): path for path in RECORDINGS if path.parent.name == "runtimes"}
-    right = {**RIGHT, **SHAPES}
+    right = RIGHT
     assert set(runtimes) == set(right)
     for name, path in runtimes.items():
         for order in ENGINE_ORDERS:
