@@ -37,9 +37,9 @@ from otel_guard.chain import (
     InvalidToken,
     Keyring,
     check_hop,
-    decode,
     normal_name,
     start_chain,
+    verified_tokens,
 )
 from otel_guard.errors import DelegationRefused
 from otel_guard.policy import Verdict, decide
@@ -84,43 +84,13 @@ def _baggage_of(ctx: Context) -> Mapping[str, object] | None:
     return baggage.get_all(ctx)
 
 
-class _VerifiedTokens:
-    """Tokens from carriers that this process has verified already, by token text.
-
-    A server reads the same incoming token more than once (``current_chain()``, then the hop): the
-    second read is a dict lookup. Bounded (emptied when full); only successful verifications are kept,
-    each with the keyring that verified it. Small on purpose: the reads of one request come close
-    together, and a token used once (as most are) should die young, before the garbage collector's
-    older generations see it and its plan (at 256 entries the ingress hop cost 4 % more
-    instructions, most of it in collections).
-    Plain dict operations are atomic under the GIL, so no lock is needed.
-    """
-
-    def __init__(self, size: int = 16) -> None:
-        self._size = size
-        self._items: dict[str, tuple[Keyring | None, ChainToken]] = {}
-
-    def verify(self, text: str, keyring: Keyring | None) -> ChainToken:
-        item = self._items.get(text)
-        if item is not None and item[0] is keyring:
-            return item[1]
-        token = ChainToken(decode(text, keyring), keyring, text)
-        if len(self._items) >= self._size:
-            self._items.clear()
-        self._items[text] = (keyring, token)
-        return token
-
-
-_verified = _VerifiedTokens()
-
-
 def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
     """The chain a baggage value carries; raises :class:`InvalidToken` for one that fails verification."""
     if value is None or type(value) is ChainToken:
         return value
     if not isinstance(value, str):
         raise InvalidToken("baggage member otel_guard.chain is not a token")
-    return _verified.verify(value, keyring)
+    return verified_tokens.verify(value, keyring)
 
 
 def current_chain() -> Chain | None:
