@@ -42,7 +42,7 @@ from otel_guard.chain import (
     verified_tokens,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import Verdict, decide
+from otel_guard.policy import ALLOW, Verdict, decide
 from otel_guard.settings import Settings, current_settings
 
 HopKind = Literal["agent", "tool"]
@@ -202,6 +202,77 @@ class _Plan:
         else:
             child_baggage.pop(_BAGGAGE_KEY, None)
         return child_baggage
+
+
+class _FirstHop:
+    """What every first hop of a chain into the same (agent, skill, kind) shares, under one settings
+    object: a first hop is always allowed (docs/spec.md §3: nothing to repeat, depth 1), so only its
+    root, its times and what depends on them (token, budget meters, the root attribute) are new.
+
+    Every agent run of a runtime starts a chain, so this is the hop a runtime makes most.
+    """
+
+    __slots__ = (
+        "after",
+        "before",
+        "budgeted",
+        "hop",
+        "in_force",
+        "keyring",
+        "settings",
+        "span_name",
+        "tally",
+    )
+
+    def __init__(self, plan: _Plan, settings: Settings) -> None:
+        self.in_force = plan.settings
+        self.settings = settings
+        self.keyring = settings.keys
+        self.hop = plan.hop
+        # The attributes in their order, the root's place kept.
+        items = list(plan.attributes.items())
+        at = [key for key, _ in items].index(names.CHAIN_ROOT)
+        self.before = dict(items[:at])
+        self.after = dict(items[at + 1 :])
+        self.span_name = plan.span_name
+        self.tally = plan.tally
+        self.budgeted = plan.budgeted
+
+    def plan(self, now: float) -> _Plan:
+        settings = self.settings
+        token = ChainToken(start_chain(self.hop, settings.workspace, now, settings.ttl), self.keyring)
+        return _Plan(
+            self.hop,
+            ALLOW,
+            token,
+            True,
+            self.in_force,
+            {**self.before, names.CHAIN_ROOT: token.root, **self.after},
+            self.span_name,
+            self.tally,
+            now,
+            budgeted=self.budgeted,
+        )
+
+
+class _FirstHops:
+    """The :class:`_FirstHop` of each hop key (bounded: emptied when full; dict operations are atomic)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._items: dict[tuple[str, str | None, str], _FirstHop] = {}
+
+    def get(self, key: tuple[str, str | None, str], in_force: Settings) -> _FirstHop | None:
+        first = self._items.get(key)
+        return first if first is not None and first.in_force is in_force else None
+
+    def keep(self, key: tuple[str, str | None, str], plan: _Plan, settings: Settings) -> None:
+        if len(self._items) >= self._size:
+            self._items.clear()
+        self._items[key] = _FirstHop(plan, settings)
+
+
+_first_hops = _FirstHops()
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -426,6 +497,12 @@ class Delegation:
         A refusal is recorded and raised here; an allowed hop's plan is kept on the token it came
         from, for as long as ``in_force`` (the process-wide settings) stay in force.
         """
+        if value is None:
+            first = _first_hops.get(self._key, in_force)
+            if first is not None:
+                plan = first.plan(time.time())
+                self._hop = plan.hop
+                return plan
         hop = self.hop
         check_hop(hop)
         settings = in_force.for_agent(hop.agent)
@@ -494,6 +571,8 @@ class Delegation:
         )
         if memo is not None:
             memo.remember(self._key, plan)
+        elif value is None and verdict is ALLOW and carried:
+            _first_hops.keep(self._key, plan, settings)
         return plan
 
     def _spend(self, plan: _Plan, parent: Context) -> _Spent:
