@@ -169,14 +169,15 @@ def test_every_first_hop_starts_a_chain_of_its_own_under_the_settings_in_force(s
     chains = []
     for _ in range(3):
         with delegate("planner", "plan") as first:
+            assert first.chain is not None
             chains.append(first.chain)
             with delegate("budget"), pytest.raises(DelegationRefused) as refused, delegate("fx"):
                 pass
             assert refused.value.reason == "budget"  # each tree has its own max_hops
         time.sleep(0.002)
     assert len({chain.root for chain in chains}) == 3
-    assert all(chain is not None and chain.expires_at - chain.issued_at == 60 for chain in chains)
-    assert len({chain.issued_at for chain in chains if chain is not None}) == 3
+    assert all(chain.expires_at - chain.issued_at == 60 for chain in chains)
+    assert len({chain.issued_at for chain in chains}) == 3
     otel_guard.configure(mode="observe", workspace="finance")
     with delegate("planner", "plan") as after:
         assert after.chain is not None
