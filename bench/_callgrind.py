@@ -20,6 +20,13 @@ def instructions(
 ) -> int:
     """The instructions ``python script arguments...`` executes under callgrind (its output file
     thrown away): a RuntimeError with valgrind's last words when it gives no count."""
+    return counted(script, arguments, timeout, env)[0]
+
+
+def counted(
+    script: str, arguments: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
+) -> tuple[int, str]:
+    """:func:`instructions`, and what the child printed on its standard output."""
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -32,7 +39,7 @@ def instructions(
     found = COLLECTED.search(done.stderr)
     if found is None:
         raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    return int(found.group(1)), done.stdout
 
 
 def require_valgrind() -> None:

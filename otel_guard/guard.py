@@ -37,12 +37,12 @@ from otel_guard.chain import (
     InvalidToken,
     Keyring,
     check_hop,
-    decode,
     normal_name,
     start_chain,
+    verified_tokens,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import Verdict, decide
+from otel_guard.policy import ALLOW, Verdict, decide
 from otel_guard.settings import Settings, current_settings
 
 HopKind = Literal["agent", "tool"]
@@ -84,43 +84,13 @@ def _baggage_of(ctx: Context) -> Mapping[str, object] | None:
     return baggage.get_all(ctx)
 
 
-class _VerifiedTokens:
-    """Tokens from carriers that this process has verified already, by token text.
-
-    A server reads the same incoming token more than once (``current_chain()``, then the hop): the
-    second read is a dict lookup. Bounded (emptied when full); only successful verifications are kept,
-    each with the keyring that verified it. Small on purpose: the reads of one request come close
-    together, and a token used once (as most are) should die young, before the garbage collector's
-    older generations see it and its plan (at 256 entries the ingress hop cost 4 % more
-    instructions, most of it in collections).
-    Plain dict operations are atomic under the GIL, so no lock is needed.
-    """
-
-    def __init__(self, size: int = 16) -> None:
-        self._size = size
-        self._items: dict[str, tuple[Keyring | None, ChainToken]] = {}
-
-    def verify(self, text: str, keyring: Keyring | None) -> ChainToken:
-        item = self._items.get(text)
-        if item is not None and item[0] is keyring:
-            return item[1]
-        token = ChainToken(decode(text, keyring), keyring, text)
-        if len(self._items) >= self._size:
-            self._items.clear()
-        self._items[text] = (keyring, token)
-        return token
-
-
-_verified = _VerifiedTokens()
-
-
 def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
     """The chain a baggage value carries; raises :class:`InvalidToken` for one that fails verification."""
     if value is None or type(value) is ChainToken:
         return value
     if not isinstance(value, str):
         raise InvalidToken("baggage member otel_guard.chain is not a token")
-    return _verified.verify(value, keyring)
+    return verified_tokens.verify(value, keyring)
 
 
 def current_chain() -> Chain | None:
@@ -232,6 +202,77 @@ class _Plan:
         else:
             child_baggage.pop(_BAGGAGE_KEY, None)
         return child_baggage
+
+
+class _FirstHop:
+    """What every first hop of a chain into the same (agent, skill, kind) shares, under one settings
+    object: a first hop is always allowed (docs/spec.md §3: nothing to repeat, depth 1), so only its
+    root, its times and what depends on them (token, budget meters, the root attribute) are new.
+
+    Every agent run of a runtime starts a chain, so this is the hop a runtime makes most.
+    """
+
+    __slots__ = (
+        "after",
+        "before",
+        "budgeted",
+        "hop",
+        "in_force",
+        "keyring",
+        "settings",
+        "span_name",
+        "tally",
+    )
+
+    def __init__(self, plan: _Plan, settings: Settings) -> None:
+        self.in_force = plan.settings
+        self.settings = settings
+        self.keyring = settings.keys
+        self.hop = plan.hop
+        # The attributes in their order, the root's place kept.
+        items = list(plan.attributes.items())
+        at = [key for key, _ in items].index(names.CHAIN_ROOT)
+        self.before = dict(items[:at])
+        self.after = dict(items[at + 1 :])
+        self.span_name = plan.span_name
+        self.tally = plan.tally
+        self.budgeted = plan.budgeted
+
+    def plan(self, now: float) -> _Plan:
+        settings = self.settings
+        token = ChainToken(start_chain(self.hop, settings.workspace, now, settings.ttl), self.keyring)
+        return _Plan(
+            self.hop,
+            ALLOW,
+            token,
+            True,
+            self.in_force,
+            {**self.before, names.CHAIN_ROOT: token.root, **self.after},
+            self.span_name,
+            self.tally,
+            now,
+            budgeted=self.budgeted,
+        )
+
+
+class _FirstHops:
+    """The :class:`_FirstHop` of each hop key (bounded: emptied when full; dict operations are atomic)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._items: dict[tuple[str, str | None, str], _FirstHop] = {}
+
+    def get(self, key: tuple[str, str | None, str], in_force: Settings) -> _FirstHop | None:
+        first = self._items.get(key)
+        return first if first is not None and first.in_force is in_force else None
+
+    def keep(self, key: tuple[str, str | None, str], plan: _Plan, settings: Settings) -> None:
+        if len(self._items) >= self._size:
+            self._items.clear()
+        self._items[key] = _FirstHop(plan, settings)
+
+
+_first_hops = _FirstHops()
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -456,6 +497,12 @@ class Delegation:
         A refusal is recorded and raised here; an allowed hop's plan is kept on the token it came
         from, for as long as ``in_force`` (the process-wide settings) stay in force.
         """
+        if value is None:
+            first = _first_hops.get(self._key, in_force)
+            if first is not None:
+                plan = first.plan(time.time())
+                self._hop = plan.hop
+                return plan
         hop = self.hop
         check_hop(hop)
         settings = in_force.for_agent(hop.agent)
@@ -524,6 +571,8 @@ class Delegation:
         )
         if memo is not None:
             memo.remember(self._key, plan)
+        elif value is None and verdict is ALLOW and carried:
+            _first_hops.keep(self._key, plan, settings)
         return plan
 
     def _spend(self, plan: _Plan, parent: Context) -> _Spent:

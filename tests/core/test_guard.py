@@ -708,6 +708,60 @@ def test_a_token_verified_once_is_checked_against_the_current_workspace(
     assert refused.value.reason == "foreign_workspace"
 
 
+def _received_after_sending(
+    carrier_token: Callable[[dict[str, str]], str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, list[str], Any]:
+    """A hop sends its chain (injected into a carrier); returns the token, the texts the guard
+    decoded since, and the chain sent."""
+    carrier: dict[str, str] = {}
+    with delegate("planner"), delegate("budget", kind="tool") as sender:
+        propagate.inject(carrier)
+    decoded: list[str] = []
+    real = otel_guard.chain.decode
+
+    def counting(text: object, keyring: Any) -> Any:
+        decoded.append(str(text))
+        return real(text, keyring)
+
+    monkeypatch.setattr(otel_guard.chain, "decode", counting)
+    monkeypatch.setattr(otel_guard.guard, "decode", counting, raising=False)  # where it may be imported
+    return carrier_token(carrier), decoded, sender.chain
+
+
+def test_a_token_this_process_signed_is_not_verified_again(
+    key: Any,
+    chain_in_baggage: InBaggage,
+    carrier_token: Callable[[dict[str, str]], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server in this process receiving the chain a client of it just sent (an MCP call over
+    streams): its hop takes the signed token as verified, with the same chain and decision."""
+    token, decoded, sent = _received_after_sending(carrier_token, monkeypatch)
+    with chain_in_baggage(token), delegate("budget", kind="tool", receiving=True) as served:
+        assert served.decision == "allow"
+        assert served.chain == sent
+    assert decoded == []
+
+
+def test_a_token_this_process_signed_is_verified_after_the_key_changes(
+    key: Any,
+    make_key: Callable[[str], Any],
+    chain_in_baggage: InBaggage,
+    carrier_token: Callable[[dict[str, str]], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token, decoded, _ = _received_after_sending(carrier_token, monkeypatch)
+    otel_guard.configure(keys={"k1": make_key("k1").secret})  # same key id, new secret
+    with (
+        chain_in_baggage(token),
+        pytest.raises(DelegationRefused) as refused,
+        delegate("budget", kind="tool", receiving=True),
+    ):
+        pass
+    assert refused.value.reason == "bad_signature"
+    assert decoded == [token]
+
+
 def test_a_repeated_hop_is_decided_again_when_the_settings_change(spans: Any) -> None:
     """The guard reuses the decision and child chain of a hop repeated from one chain (an agent
     calling one tool again and again) only while the settings stay the same."""

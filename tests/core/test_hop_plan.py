@@ -162,6 +162,35 @@ def test_a_settings_change_takes_effect_at_the_next_repetition(spans: Any) -> No
     ]
 
 
+def test_every_first_hop_starts_a_chain_of_its_own_under_the_settings_in_force(spans: Any) -> None:
+    """A first hop repeated (every agent run of a runtime starts a chain) shares what does not
+    depend on its root with the last one, never its root, times, token or budget."""
+    otel_guard.configure(ttl=60, max_hops=2)
+    chains = []
+    for _ in range(3):
+        with delegate("planner", "plan") as first:
+            assert first.chain is not None
+            chains.append(first.chain)
+            with delegate("budget"), pytest.raises(DelegationRefused) as refused, delegate("fx"):
+                pass
+            assert refused.value.reason == "budget"  # each tree has its own max_hops
+        time.sleep(0.002)
+    assert len({chain.root for chain in chains}) == 3
+    assert all(chain.expires_at - chain.issued_at == 60 for chain in chains)
+    assert len({chain.issued_at for chain in chains}) == 3
+    otel_guard.configure(mode="observe", workspace="finance")
+    with delegate("planner", "plan") as after:
+        assert after.chain is not None
+        assert after.chain.workspace == "finance"
+    planner = spans.named("invoke_agent planner")
+    assert [s.attributes["otel_guard.mode"] for s in planner] == ["enforce"] * 3 + ["observe"]
+    assert [s.attributes["otel_guard.chain.root"] for s in planner[:3]] == [c.root for c in chains]
+    for span in planner:
+        assert span.attributes["otel_guard.chain.agents"] == ("planner",)
+        assert span.attributes["otel_guard.skill"] == "plan"
+        assert span.attributes["otel_guard.budget.hops"] == 1
+
+
 def test_a_chain_that_expires_between_repetitions_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock()
     monkeypatch.setattr(otel_guard.guard, "time", clock)

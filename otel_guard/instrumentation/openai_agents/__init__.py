@@ -244,17 +244,30 @@ def _guard_run_streamed(
 
 
 @unless_suppressed
-async def _turn_in_current_agent(
+def _turn_in_current_agent(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> Any:
-    """One turn of a run: after a handoff it runs inside the handoff's hop."""
+) -> Awaitable[Any]:
+    """One turn of a run: after a handoff it runs inside the handoff's hop.
+
+    Not a coroutine itself: a turn with no handoff to run in (most) is the SDK's own coroutine,
+    returned as it is, without a coroutine of the guard's around it.
+    """
     scope = current_run.get()
     ctx = scope.context if scope is not None else None
     if ctx is None:
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
+    return _turn_in(ctx, wrapped, args, kwargs)
+
+
+async def _turn_in(
+    ctx: otel_context.Context,
+    wrapped: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     token = otel_context.attach(ctx)
     try:
         return await wrapped(*args, **kwargs)
@@ -365,17 +378,27 @@ async def _guard_handoff(
 
 
 @unless_suppressed
-async def _add_guidance(
+def _add_guidance(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> Any:
-    """``maybe_filter_model_input(*, agent, ...)``: the situational prefix on the user turn."""
-    model_input = await wrapped(*args, **kwargs)
+) -> Awaitable[Any]:
+    """``maybe_filter_model_input(*, agent, ...)``: the situational prefix on the user turn.
+
+    Whether a prefix can apply is known before the call: when none can, the SDK's own coroutine is
+    returned as it is.
+    """
     scope = current_run.get()
     # A server-held conversation tracks the items it sent by identity: leave them as they are.
     if scope is None or scope.server_managed or not current_settings().situational_prompt:
-        return model_input
+        return wrapped(*args, **kwargs)
+    return _with_guidance(wrapped, args, kwargs)
+
+
+async def _with_guidance(
+    wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    model_input = await wrapped(*args, **kwargs)
     prefix = guidance_for(kwargs["agent"])
     return with_guidance(model_input, prefix) if prefix is not None else model_input

@@ -27,13 +27,15 @@ def _tokens(usage: Any) -> int:
     return int(getattr(usage, "input_tokens", 0) or 0) + int(getattr(usage, "output_tokens", 0) or 0)
 
 
-async def guard_get_response(
+def guard_get_response(
     wrapped: Callable[..., Awaitable[Any]], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``get_response_with_retry(*, get_response, ...)``: each attempt checked, its usage counted."""
+) -> Awaitable[Any]:
+    """``get_response_with_retry(*, get_response, ...)``: each attempt checked, its usage counted.
+
+    Not a coroutine: the SDK's own coroutine is returned (with the counted callable, when counted)."""
     get_response = kwargs.get("get_response")
     if get_response is None or not model_requests_counted():
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
 
     async def counted() -> Any:
         refused = await abefore_model_request()
@@ -43,7 +45,7 @@ async def guard_get_response(
         await aafter_model_request(_tokens(getattr(response, "usage", None)))
         return response
 
-    return await wrapped(*args, **{**kwargs, "get_response": counted})
+    return wrapped(*args, **{**kwargs, "get_response": counted})
 
 
 def guard_stream_response(
