@@ -26,9 +26,10 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
-from otel_guard._spending import StoreFailed, aspend, spend, spent_message, tree_count
+from otel_guard._plans import Plan, first_hops
+from otel_guard._spending import StoreFailed, aspend, spend, spent_message
 from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
-from otel_guard.budget import Meter, store_failure, store_for, usage_meters
+from otel_guard.budget import Meter, store_failure, store_for
 from otel_guard.chain import (
     MAX_TOKEN_LENGTH,
     Chain,
@@ -122,159 +123,6 @@ def _warn_unsigned_once() -> None:
         )
 
 
-class _Plan:
-    """Everything a hop decided and built from one chain, before its span.
-
-    Nothing in it depends on the moment or the parent context, so the plan of a hop that was allowed
-    is kept on the token of the chain it came from (:attr:`ChainToken.children`): the same hop from
-    the same chain (an agent calling one tool again and again) reuses it while the settings stay the
-    same object and the chain has not expired.
-    """
-
-    __slots__ = (
-        "arrival",
-        "attributes",
-        "budgeted",
-        "carried",
-        "hop",
-        "meters",
-        "own_baggage",
-        "received",
-        "settings",
-        "span_name",
-        "tally",
-        "token",
-        "valid_until",
-        "verdict",
-    )
-
-    def __init__(
-        self,
-        hop: Hop,
-        verdict: Verdict,
-        token: ChainToken,
-        carried: bool,
-        settings: Settings,
-        attributes: dict[str, AttributeValue],
-        span_name: str,
-        tally: names.HopKey,
-        valid_until: float,
-        arrival: Chain | None = None,
-        budgeted: bool = False,
-        received: bool = False,
-    ) -> None:
-        self.arrival = arrival  # the chain the hop arrived with (what a refusal names)
-        # Whether each hop made from this plan goes to the budgets (an allowed hop, not in off mode);
-        # whether it is one the caller's process counted already (checked: otel_guard._spending);
-        # the tree's hop count (limited by max_hops, if on) and model budgets.
-        self.budgeted = budgeted
-        self.received = received
-        self.meters: tuple[Meter, ...] = ()
-        if budgeted:
-            # The tree's hops count; its model requests and tokens, when those budgets are on, are
-            # only checked (a tree that spent them makes no more hops either).
-            expires_at = token.chain.expires_at
-            self.meters = (
-                tree_count(settings, token.root, expires_at),
-                *usage_meters(settings, token.root, expires_at, 0),
-            )
-        self.hop = hop
-        self.verdict = verdict
-        self.token = token  # the chain including this hop
-        self.carried = carried  # False: too large for baggage (off mode), the hop carries no chain
-        self.settings = settings
-        self.attributes = attributes
-        self.span_name = span_name
-        self.tally = tally
-        self.valid_until = valid_until  # the chain's expiry: then the hop is decided afresh
-        # The baggage of a hop made in a context whose baggage holds nothing but the chain (the usual
-        # case): the same for every such hop, and never changed in place, so it is shared.
-        self.own_baggage: dict[str, object] = {_BAGGAGE_KEY: token} if carried else {}
-
-    def child_baggage(self, parent_baggage: Mapping[str, object] | None) -> dict[str, object]:
-        """The baggage of a hop made from this plan in a context with ``parent_baggage``."""
-        if not parent_baggage or (len(parent_baggage) == 1 and _BAGGAGE_KEY in parent_baggage):
-            return self.own_baggage
-        child_baggage = dict(parent_baggage)
-        # A token the propagator would drop is never produced: in off mode such a hop carries no chain.
-        if self.carried:
-            child_baggage[_BAGGAGE_KEY] = self.token
-        else:
-            child_baggage.pop(_BAGGAGE_KEY, None)
-        return child_baggage
-
-
-class _FirstHop:
-    """What every first hop of a chain into the same (agent, skill, kind) shares, under one settings
-    object: a first hop is always allowed (docs/spec.md §3: nothing to repeat, depth 1), so only its
-    root, its times and what depends on them (token, budget meters, the root attribute) are new.
-
-    Every agent run of a runtime starts a chain, so this is the hop a runtime makes most.
-    """
-
-    __slots__ = (
-        "after",
-        "before",
-        "budgeted",
-        "hop",
-        "in_force",
-        "keyring",
-        "settings",
-        "span_name",
-        "tally",
-    )
-
-    def __init__(self, plan: _Plan, settings: Settings) -> None:
-        self.in_force = plan.settings
-        self.settings = settings
-        self.keyring = settings.keys
-        self.hop = plan.hop
-        # The attributes in their order, the root's place kept.
-        items = list(plan.attributes.items())
-        at = [key for key, _ in items].index(names.CHAIN_ROOT)
-        self.before = dict(items[:at])
-        self.after = dict(items[at + 1 :])
-        self.span_name = plan.span_name
-        self.tally = plan.tally
-        self.budgeted = plan.budgeted
-
-    def plan(self, now: float) -> _Plan:
-        settings = self.settings
-        token = ChainToken(start_chain(self.hop, settings.workspace, now, settings.ttl), self.keyring)
-        return _Plan(
-            self.hop,
-            ALLOW,
-            token,
-            True,
-            self.in_force,
-            {**self.before, names.CHAIN_ROOT: token.root, **self.after},
-            self.span_name,
-            self.tally,
-            now,
-            budgeted=self.budgeted,
-        )
-
-
-class _FirstHops:
-    """The :class:`_FirstHop` of each hop key (bounded: emptied when full; dict operations are atomic)."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._items: dict[tuple[str, str | None, str], _FirstHop] = {}
-
-    def get(self, key: tuple[str, str | None, str], in_force: Settings) -> _FirstHop | None:
-        first = self._items.get(key)
-        return first if first is not None and first.in_force is in_force else None
-
-    def keep(self, key: tuple[str, str | None, str], plan: _Plan, settings: Settings) -> None:
-        if len(self._items) >= self._size:
-            self._items.clear()
-        self._items[key] = _FirstHop(plan, settings)
-
-
-_first_hops = _FirstHops()
-
-
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
 """What a hop's budget check gave it: a verdict that replaces the plan's (observe mode, a spent
 budget) and the attributes its span gets; ``None`` when it had nothing to count."""
@@ -289,7 +137,7 @@ class Delegation:
 
     # Not slotted: what a hop sets only when it starts has a class-level default instead (cheaper).
     _hop: Hop | None = None
-    _plan: _Plan | None = None
+    _plan: Plan | None = None
     _token: object = None
     _decided_in: Context | None = None
     _spent: _Spent = None
@@ -395,7 +243,7 @@ class Delegation:
         """Whether the hop's span has started."""
         return self.span is not trace.INVALID_SPAN
 
-    def _plan_in(self, parent: Context, parent_baggage: Mapping[str, object] | None) -> _Plan:
+    def _plan_in(self, parent: Context, parent_baggage: Mapping[str, object] | None) -> Plan:
         """The plan of this hop in ``parent``: the one kept on the arriving token, or a new decision."""
         settings = current_settings()  # a plan is kept for these; overrides are applied in _decide
         value = parent_baggage.get(_BAGGAGE_KEY) if parent_baggage else None
@@ -408,7 +256,7 @@ class Delegation:
 
     def _opened(
         self,
-        plan: _Plan,
+        plan: Plan,
         parent: Context,
         parent_baggage: Mapping[str, object] | None,
     ) -> Context:
@@ -491,14 +339,14 @@ class Delegation:
 
     # Internals ----------------------------------------------------------------------------------
 
-    def _decide(self, value: object, in_force: Settings, parent: Context) -> _Plan:
+    def _decide(self, value: object, in_force: Settings, parent: Context) -> Plan:
         """Verify the chain that arrived in ``value``, decide the hop and build its plan.
 
         A refusal is recorded and raised here; an allowed hop's plan is kept on the token it came
         from, for as long as ``in_force`` (the process-wide settings) stay in force.
         """
         if value is None:
-            first = _first_hops.get(self._key, in_force)
+            first = first_hops.get(self._key, in_force)
             if first is not None:
                 plan = first.plan(time.time())
                 self._hop = plan.hop
@@ -555,7 +403,7 @@ class Delegation:
                 f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
             )
             self._refuse(verdict, arrival, token, parent, settings)
-        plan = _Plan(
+        plan = Plan(
             hop,
             verdict,
             token,
@@ -572,10 +420,10 @@ class Delegation:
         if memo is not None:
             memo.remember(self._key, plan)
         elif value is None and verdict is ALLOW and carried:
-            _first_hops.keep(self._key, plan, settings)
+            first_hops.keep(self._key, plan, settings)
         return plan
 
-    def _spend(self, plan: _Plan, parent: Context) -> _Spent:
+    def _spend(self, plan: Plan, parent: Context) -> _Spent:
         """Count this hop against its tree's and its workspace's budgets (a received hop: check it,
         and claim it: :mod:`otel_guard._spending`).
 
@@ -589,7 +437,7 @@ class Delegation:
             return self._store_failed(plan, parent, failed)
         return self._taken(plan, parent, meters, taken)
 
-    async def _aspend(self, plan: _Plan, parent: Context) -> _Spent:
+    async def _aspend(self, plan: Plan, parent: Context) -> _Spent:
         """:meth:`_spend`, awaiting a store that has an asyncio API."""
         try:
             meters, taken = await aspend(store_for(plan.settings), plan.meters, plan.settings, plan.received)
@@ -598,7 +446,7 @@ class Delegation:
         return self._taken(plan, parent, meters, taken)
 
     def _taken(
-        self, plan: _Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
+        self, plan: Plan, parent: Context, meters: tuple[Meter, ...], taken: tuple[int, ...] | int
     ) -> _Spent:
         if isinstance(taken, int):
             meter = meters[taken]
@@ -607,7 +455,7 @@ class Delegation:
         # The tree's count comes first (with max_hops on: the span's otel_guard.budget.hops).
         return (None, {names.BUDGET_HOPS: taken[0]}) if plan.meters[0].limit else None
 
-    def _store_failed(self, plan: _Plan, parent: Context, failed: StoreFailed) -> _Spent:
+    def _store_failed(self, plan: Plan, parent: Context, failed: StoreFailed) -> _Spent:
         names.count_store_error(failed.error)
         if plan.settings.budget_on_error == "allow":
             return None
@@ -618,7 +466,7 @@ class Delegation:
         return self._over_budget(plan, parent, message, failed.meters[0].budget)
 
     def _over_budget(
-        self, plan: _Plan, parent: Context, message: str, budget: str
+        self, plan: Plan, parent: Context, message: str, budget: str
     ) -> tuple[Verdict | None, dict[str, AttributeValue]]:
         """The refusal (enforce) or would-refuse (observe) of a hop past a budget."""
         exhausted: dict[str, AttributeValue] = {names.BUDGET_EXHAUSTED: budget}
@@ -717,7 +565,7 @@ def _with_baggage(ctx: Context, hop_baggage: Mapping[str, object]) -> Context:
     return ctx
 
 
-def _child_context_slowly(parent: Context, span: trace.Span, plan: _Plan) -> Context:
+def _child_context_slowly(parent: Context, span: trace.Span, plan: Plan) -> Context:
     """The hop's context made through the public API only (when the context slots are unknown)."""
     ctx = trace.set_span_in_context(span, parent)
     if plan.carried:

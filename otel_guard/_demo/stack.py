@@ -69,11 +69,16 @@ async def _run() -> int:
     started = time.monotonic()
     sink = _Sink()
     await sink.start()
-    processor = Processor(
-        replace(
-            ProcessorConfig(), listen="127.0.0.1:0", prometheus=None, forward=sink.address, drain_timeout=5.0
-        )
+    # Every span is in before the demo reads the metrics, so no count need wait for late ones.
+    config = replace(
+        ProcessorConfig(),
+        listen="127.0.0.1:0",
+        prometheus=None,
+        forward=sink.address,
+        drain_timeout=5.0,
+        count_wait=0.0,
     )
+    processor = Processor(config)
     agents: dict[str, asyncio.subprocess.Process] = {}
     relays: list[asyncio.Task[None]] = []
     errors: dict[str, list[str]] = {}  # each agent's stderr, shown if the demo fails
