@@ -464,3 +464,50 @@ fn a_tools_run_is_the_source_of_its_span_that_started_first_in_any_order() {
     assert_eq!(run(&others_first).edges(), [("planner", "budget", 3)]);
     assert_eq!(run(&guards_first).edges(), [("planner", "budget", 3)]);
 }
+
+#[test]
+fn a_tools_run_is_found_again_however_many_runs_its_trace_holds() {
+    // Past 16 runs a trace finds them by an index rather than a scan: each tool's run, recorded
+    // twice below it (the second span later, in another request), counts as it does alone.
+    let trace = |tools: u64| {
+        let mut first = vec![span(1, 1, None, "invoke_agent planner", 1)];
+        let mut again = Vec::new();
+        for tool in 0..tools {
+            let id = 10 + 3 * tool;
+            first.push(span(
+                1,
+                id,
+                Some(1),
+                &format!("execute_tool ask_{tool}"),
+                id,
+            ));
+            first.push(span(
+                1,
+                id + 1,
+                Some(id),
+                &format!("invoke_agent agent_{tool}"),
+                id + 1,
+            ));
+            again.push(span(
+                1,
+                id + 2,
+                Some(id),
+                &format!("invoke_agent agent_{tool}"),
+                id,
+            ));
+        }
+        [
+            encode(&[("pydantic-ai", first)]),
+            encode(&[("pydantic-ai", again)]),
+        ]
+    };
+    let alone = run(&trace(1));
+    assert_eq!(alone.edges(), [("planner", "agent_0", 1)]);
+    let many = run(&trace(40));
+    let many = many.edges();
+    assert_eq!(many.len(), 40);
+    for (index, edge) in many.iter().enumerate() {
+        assert_eq!(edge.0, "planner");
+        assert_eq!(edge.2, 1, "{edge:?} (of {index})");
+    }
+}

@@ -88,10 +88,7 @@ impl Engine {
         let ran = tool.and_then(|tool| {
             let owner = traces.get_mut(tool.trace)?;
             let agent = owner.intern(&call.name, keys);
-            let ran = owner
-                .rare
-                .as_ref()
-                .and_then(|rare| rare.runs.get(&(tool.index, agent)).cloned());
+            let ran = owner.run_mut((tool.index, agent)).map(|run| run.clone());
             Some((tool, agent, ran))
         });
         let (start, span_id) = facts.order();
@@ -117,7 +114,7 @@ impl Engine {
                 start,
                 span_id: span_id.into(),
             };
-            owner.rare(keys).runs.insert((tool.index, agent), run);
+            owner.add_run((tool.index, agent), run, keys);
             if let Some(Node::Local { ran, .. }) = owner.nodes.get_mut(tool.index as usize) {
                 *ran = true;
             }
@@ -139,8 +136,7 @@ impl Engine {
         let (start, span_id) = facts.order();
         if let Some(run) = traces
             .get_mut(tool.trace)
-            .and_then(|owner| owner.rare.as_mut())
-            .and_then(|rare| rare.runs.get_mut(&(tool.index, agent)))
+            .and_then(|owner| owner.run_mut((tool.index, agent)))
         {
             run.start = start;
             run.span_id = span_id.into();

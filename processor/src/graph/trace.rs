@@ -187,6 +187,10 @@ pub(super) struct Trace {
     pub(super) entries: Vec<Entry>,
     pub(super) nodes: Vec<Node>,
     pub(super) tallies: Vec<Tally>,
+    /// (a call, an agent's name) -> that agent's run directly below the call. Most traces with a
+    /// tool hold one, so it lives here rather than in `rare`, where it would keep the rare parts
+    /// (300 bytes and a map) alive for one entry.
+    pub(super) runs: Vec<((u32, u32), Run)>,
     pub(super) due: Vec<(f64, Due)>,
     pub(super) queued: bool,
     pub(super) rare: Option<Box<Rare>>,
@@ -203,9 +207,9 @@ pub(super) struct Rare {
     pub(super) cycles: Vec<CycleState>,
     /// (the loop's names from its least rotation, its kind) -> its index in `cycles`.
     pub(super) cycle_index: Map<Box<[u32]>, u32>,
-    /// (a call, an agent's name) -> that agent's run directly below the call.
-    pub(super) runs: Map<(u32, u32), Run>,
-    /// Past SCANNED of them: name -> its index; (names, kind) -> the tally.
+    /// Past SCANNED of them: (a call, an agent's name) -> its index in `runs`; name -> its index;
+    /// (names, kind) -> the tally.
+    pub(super) run_index: Map<(u32, u32), u32>,
     pub(super) name_index: Map<Box<str>, u32>,
     pub(super) tally_index: Map<Box<[u32]>, u32>,
 }
@@ -217,7 +221,7 @@ impl Rare {
             pending: ids::map(keys),
             cycles: Vec::new(),
             cycle_index: ids::map(keys),
-            runs: ids::map(keys),
+            run_index: ids::map(keys),
             name_index: ids::map(keys),
             tally_index: ids::map(keys),
         }
@@ -233,6 +237,7 @@ impl Trace {
             entries: Vec::new(),
             nodes: Vec::new(),
             tallies: Vec::new(),
+            runs: Vec::new(),
             due: Vec::new(),
             queued: false,
             rare: None,
@@ -250,7 +255,7 @@ impl Trace {
         rare.waiting.shrink_to_fit();
         rare.pending.shrink_to_fit();
         let unused = rare.cycles.is_empty()
-            && rare.runs.is_empty()
+            && rare.run_index.is_empty()
             && rare.name_index.is_empty()
             && rare.tally_index.is_empty();
         if unused {
@@ -293,6 +298,35 @@ impl Trace {
             }
         }
         id
+    }
+
+    /// The run below call `key.0` of the agent named `key.1`.
+    pub(super) fn run_mut(&mut self, key: (u32, u32)) -> Option<&mut Run> {
+        let at = if self.runs.len() <= SCANNED {
+            self.runs.iter().position(|(known, _)| *known == key)?
+        } else {
+            *self.rare.as_ref()?.run_index.get(&key)? as usize
+        };
+        self.runs.get_mut(at).map(|(_, run)| run)
+    }
+
+    /// Keep a run (its key not here yet).
+    pub(super) fn add_run(&mut self, key: (u32, u32), run: Run, keys: Keyed) {
+        if self.runs.is_empty() {
+            self.runs.reserve_exact(1);
+        }
+        self.runs.push((key, run));
+        if self.runs.len() > SCANNED {
+            let fresh = self
+                .rare
+                .as_ref()
+                .is_none_or(|rare| rare.run_index.is_empty());
+            let from = if fresh { 0 } else { self.runs.len() - 1 };
+            let indexed: Vec<((u32, u32), u32)> = (from..self.runs.len())
+                .map(|index| (self.runs[index].0, index as u32))
+                .collect();
+            self.rare(keys).run_index.extend(indexed);
+        }
     }
 
     pub(super) fn name(&self, id: u32) -> &str {
