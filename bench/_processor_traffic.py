@@ -39,6 +39,7 @@ import grpc.aio
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor.engine import decode_counts
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 EXPORT = f"/{SERVICE}/Export"
@@ -360,8 +361,10 @@ async def _serve(port: int, handler: object, count: object = None) -> None:
 
 
 def _spans_in(raw: bytes) -> int:
-    request = ExportTraceServiceRequest.FromString(raw)
-    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+    """The spans in a request, counted by the engine's decoder (a fifth of a full protobuf parse's
+    CPU, which the sink spent beside every arm on the same two cores)."""
+    spans: int = decode_counts(raw, ())[0]
+    return spans
 
 
 async def sink(port: int) -> None:

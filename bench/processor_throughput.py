@@ -274,6 +274,7 @@ class Round:
     backlog: int  # spans acknowledged but not at the sink when the load ended
     drain: float  # seconds after that until the last of them was
     sink_cpu: float  # the sink's µs a span
+    load_cpu: float  # the load generator's (this process's) µs a span, while it sent
 
 
 def measure(
@@ -290,7 +291,9 @@ def measure(
     busy_before = sum(map(busy_requests, scrapes))
     before = sink.spans()
     started = time.perf_counter()
+    load_before = time.process_time()
     sent = asyncio.run(load(arm.target, template, seconds, concurrency, sink.address, arm.window))
+    load_cpu = (time.process_time() - load_before) / sent * 1e6
     for url in arm.metrics_urls:
         caught_up(url)
     delivered = sink.spans() - before
@@ -311,10 +314,11 @@ def measure(
         f"   backlog {sent - delivered:,} spans, at the sink {drain:.1f} s later" if sent > delivered else ""
     )
     print(
-        f"  {name:12s} {rate:10,.0f} spans/s   CPU a span: {shown}{total} µs (sink {sink_cpu:.2f}){tail}",
+        f"  {name:12s} {rate:10,.0f} spans/s   CPU a span: {shown}{total} µs "
+        f"(sink {sink_cpu:.2f}, load {load_cpu:.2f}){tail}",
         flush=True,
     )
-    return Round(rate, cpu, sent - delivered, drain, sink_cpu)
+    return Round(rate, cpu, sent - delivered, drain, sink_cpu, load_cpu)
 
 
 def seconds_of(duration: str) -> float:
@@ -325,10 +329,15 @@ def seconds_of(duration: str) -> float:
     raise ValueError(f"unknown duration {duration!r}")
 
 
-def inline_config(directory: Path, name: str, exporter_to: str) -> tuple[Path, str, float]:
+def inline_config(
+    directory: Path, name: str, exporter_to: str, plain: bool = False
+) -> tuple[Path, str, float]:
     """``inline.yaml`` as shipped, on free 127.0.0.1 ports, its exporter sent to ``exporter_to``
-    and the Collector's own metrics off (nothing else listens). Returns the config, the OTLP/gRPC
-    address and the batch timeout in seconds."""
+    and the Collector's own metrics off (nothing else listens); ``plain``: without its ``batch``
+    processor and its exporter's sending queue, so that a request is acknowledged once the
+    downstream acknowledged it, as the processor does (receiver, exporter and compression as
+    shipped). Returns the config, the OTLP/gRPC address and the batch timeout in seconds (0
+    without a batch)."""
     grpc_port, http_port = free_port(), free_port()
     text = INLINE.read_text(encoding="utf-8")
     for deployed, local in {
@@ -341,9 +350,16 @@ def inline_config(directory: Path, name: str, exporter_to: str) -> tuple[Path, s
         text = text.replace(deployed, local)
     config = yaml.safe_load(text)
     config["service"]["telemetry"] = {"metrics": {"level": "none"}}
+    timeout = seconds_of(str(config["processors"]["batch"]["timeout"]))
+    if plain:
+        del config["processors"]
+        config["service"]["pipelines"]["traces"].pop("processors")
+        for exporter in config["exporters"].values():
+            exporter["sending_queue"] = {"enabled": False}
+        timeout = 0.0
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path, f"127.0.0.1:{grpc_port}", seconds_of(str(config["processors"]["batch"]["timeout"]))
+    return path, f"127.0.0.1:{grpc_port}", timeout
 
 
 @contextmanager
@@ -387,16 +403,28 @@ def report(results: dict[str, list[Round]]) -> None:
             if base != name
         )
         sink_cpu = statistics.median(r.sink_cpu for r in results[name])
+        load_cpu = statistics.median(r.load_cpu for r in results[name])
         print(
             f"  {name:12s} {rate:10,.0f} spans/s   CPU a span: {shown}{total} µs "
-            f"(sink {sink_cpu:.2f}){ratios}"
+            f"(sink {sink_cpu:.2f}, load {load_cpu:.2f}){ratios}"
         )
     ours, base = rates["processor"], rates["passthrough"]
     print(f"throughput ratio (processor / passthrough): {ours / base:.2f}   (goal >= 0.85)")
     if "collector" in results:
         print(
             f"the processor alone / the Collector pass-through: {ours / rates['collector']:.2f}x spans/s "
-            f"(goal >= 2), {totals['processor'] / totals['collector']:.2f}x CPU a span"
+            f"(goal >= 2), {totals['processor'] / totals['collector']:.2f}x CPU a span; spans a CPU "
+            f"second: {totals['collector'] / totals['processor']:.2f}x"
+        )
+        harness = {
+            name: statistics.median(r.sink_cpu + r.load_cpu for r in results[name])
+            for name in ("processor", "collector")
+        }
+        print(
+            "  the sink and the load generator share the cores: "
+            f"{harness['processor']:.2f} µs a span beside the processor's {totals['processor']:.2f}, "
+            f"{harness['collector']:.2f} beside the Collector's {totals['collector']:.2f}; where the "
+            "cores are the bound, spans/s ratios are of the sums"
         )
     print(
         f"CPU a span: passthrough {totals['passthrough']:.2f} µs, processor {totals['processor']:.2f} µs, "
@@ -589,6 +617,14 @@ def main() -> int:
     )
     parser.add_argument("--no-collector", action="store_true", help="leave the Collector arms out")
     parser.add_argument(
+        "--collector-pipeline",
+        choices=["plain", "inline"],
+        default="plain",
+        help="the collector pass-through arm: plain (otlp receiver -> otlp exporter, no batch, no "
+        "sending queue: acknowledged once the sink has it, as the processor) or inline.yaml as "
+        "shipped (batch, sending queue) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--collector-window",
         type=int,
         help="Collector arms: at most this many spans sent and not at the sink yet (default: what "
@@ -649,16 +685,25 @@ def main() -> int:
         batch_timeout = 0.0
         if binary is not None:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-collector-")))
-            alone, alone_at, batch_timeout = inline_config(directory, "collector", f"127.0.0.1:{sink_port}")
-            front, front_at, _ = inline_config(directory, "inline", f"127.0.0.1:{proc_port}")
+            plain = args.collector_pipeline == "plain"
+            alone, alone_at, alone_timeout = inline_config(
+                directory, "collector", f"127.0.0.1:{sink_port}", plain
+            )
+            front, front_at, batch_timeout = inline_config(directory, "inline", f"127.0.0.1:{proc_port}")
+            batch_timeout = max(batch_timeout, alone_timeout)
             pass_collector = stack.enter_context(collector(binary, alone))
             inline_collector = stack.enter_context(collector(binary, front))
             shown = INLINE.relative_to(HERE.parent) if INLINE.is_relative_to(HERE.parent) else INLINE
             version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
             print(
-                f"Collector: {version.stdout.strip()}, {shown} as shipped "
-                f"(batch timeout {batch_timeout:g} s); collector -> sink, "
-                "inline: collector -> processor -> sink"
+                f"Collector: {version.stdout.strip()}; collector -> sink: {shown} "
+                + (
+                    "without batch or sending queue (otlp receiver -> otlp exporter, compression none, "
+                    "acknowledged once the sink acknowledged)"
+                    if plain
+                    else f"as shipped (batch timeout {batch_timeout:g} s)"
+                )
+                + f"; inline: collector ({shown} as shipped) -> processor -> sink"
             )
             window = (
                 args.concurrency * template.spans if args.collector_window is None else args.collector_window

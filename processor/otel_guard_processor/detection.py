@@ -1,13 +1,17 @@
 """Detection behind the answers, so that no client waits for another client's spans.
 
-The pipeline queues each request (its bytes) and answers the client as soon as the downstream has
-the spans; one consumer task hands the queued requests to the compiled engine, one call a request,
-in the order they were accepted. The engine releases the interpreter lock while it works, so a
-request of more than ``INLINE_BYTES`` is detected on one worker thread while the event loop goes on
-receiving, forwarding and answering; a smaller one is detected on the loop itself, where it takes
-less time than the hand-over to a thread would (``bench/processor_throughput.py``).
+The pipeline hands each request (its bytes) over and answers the client as soon as the downstream
+has the spans; one consumer task hands the queued requests to the compiled engine, one call a
+request, in the order they were accepted. When nothing is queued or running and the request is
+small it is detected at once instead, its decode doubling as the check that it is readable (a
+second decode cost 5-10% of the processor's CPU a span). The engine releases the interpreter lock
+while it works, so a request of more than ``INLINE_BYTES`` is detected on one worker thread while
+the event loop goes on receiving, forwarding and answering; a smaller one is detected on the loop
+itself, where it takes less time than the hand-over to a thread would
+(``bench/processor_throughput.py``).
 
-Order. Everything that reads or changes the detector goes through the same queue: the sweep
+Order. Everything that reads or changes the detector goes through the same queue (a request
+detected at once is one that would have been the queue's next job): the sweep
 (:meth:`Detection.expire`) and the Prometheus collection (:meth:`Detection.run`), so that a scrape
 sees one consistent state that counts every request acknowledged before the scrape began. The
 worker thread is never running while anything else touches the detector: the consumer waits for it.
@@ -27,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
-from otel_guard_processor.engine import EngineDetector
+from otel_guard_processor.engine import DecodeError, EngineDetector, decode_counts
 from otel_guard_processor.metrics import RequestStats
 
 __all__ = ["INLINE_BYTES", "Detection"]
@@ -63,9 +67,30 @@ class Detection:
         self._wake = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None  # started with the first job
         self._expiry_queued = False
+        self._running = False  # the consumer is on a job (it may be awaiting it)
         self._failed_once = False
         self._stopping = False
         self._stopped = asyncio.Event()  # set once stop() has made the last counts
+
+    def take(self, raw: bytes, now: float, done: Callable[[], None]) -> int:
+        """Detect the request ``raw`` (received at ``now``) after those before it and return its
+        spans: at once when no job waits or runs and it is small (one decode does both), else
+        checked with the engine's decoder and queued. Raises :class:`DecodeError` when it does not
+        decode (nothing changed, ``done`` never called); else ``done()`` is called once it has been
+        detected (or detection failed)."""
+        if self._running or self._jobs or self._stopping or len(raw) > self._inline_bytes:
+            spans: int = decode_counts(raw, ())[0]
+            self.submit(raw, now, done)
+            return spans
+        try:
+            spans = self.detector.ingest(raw, now)
+        except DecodeError:
+            raise
+        except Exception:
+            self._failed()
+            spans = decode_counts(raw, ())[0]  # the count for the metrics
+        done()
+        return spans
 
     def submit(self, raw: bytes, now: float, done: Callable[[], None]) -> None:
         """Detect the request ``raw`` (its protobuf bytes, received at ``now``) after those before
@@ -145,12 +170,16 @@ class Detection:
                 since = time.perf_counter()
             job = jobs.popleft()
             kind = job[0]
-            if kind == "ingest":
-                await self._ingest(job[1], job[2], job[3])
-            elif kind == "expire":
-                self._expire(job[1])
-            else:
-                await self._run(job[1], job[2])
+            self._running = True  # take() queues behind it
+            try:
+                if kind == "ingest":
+                    await self._ingest(job[1], job[2], job[3])
+                elif kind == "expire":
+                    self._expire(job[1])
+                else:
+                    await self._run(job[1], job[2])
+            finally:
+                self._running = False
             now = time.perf_counter()
             if now - since >= _YIELD_AFTER:
                 await asyncio.sleep(0)  # many jobs in a row: let the loop serve the clients
@@ -166,12 +195,16 @@ class Detection:
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._worker, self.detector.ingest, raw, now)
         except Exception:
-            self._stats.detection_errors += 1
-            if not self._failed_once:
-                self._failed_once = True
-                _log.exception("otel-guard processor: detection failed; spans still forwarded")
+            self._failed()
         finally:
             done()
+
+    def _failed(self) -> None:
+        """Count a failed ingest (logged the first time, from within its ``except``)."""
+        self._stats.detection_errors += 1
+        if not self._failed_once:
+            self._failed_once = True
+            _log.exception("otel-guard processor: detection failed; spans still forwarded")
 
     def _expire(self, now: float) -> None:
         self._expiry_queued = False

@@ -84,6 +84,18 @@ class Forwarder:
     def inflight(self) -> int:
         return self._inflight
 
+    def busy(self) -> DownstreamError | None:
+        """The refusal :meth:`start` would raise now (``max_inflight`` requests already waiting),
+        else None: nothing changes between this and a ``start`` with no ``await`` between them."""
+        if self._inflight < self._max_inflight:
+            return None
+        return DownstreamError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{self._inflight} requests already waiting for the downstream {self.target}",
+            retryable=True,
+            reason="busy",
+        )
+
     def start(self, raw: bytes, method: str = EXPORT_METHOD) -> asyncio.Future[bytes]:
         """Start sending ``raw`` to ``method`` (one of METHODS); the future gives the downstream's
         response bytes.
@@ -92,13 +104,9 @@ class Forwarder:
         The call is started before the caller goes on to detection, so that the downstream
         works on it meanwhile.
         """
-        if self._inflight >= self._max_inflight:
-            raise DownstreamError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{self._inflight} requests already waiting for the downstream {self.target}",
-                retryable=True,
-                reason="busy",
-            )
+        busy = self.busy()
+        if busy is not None:
+            raise busy
         self._inflight += 1
         sending = asyncio.ensure_future(self._send(self._exports[method], raw))
         # If the client goes away meanwhile nobody awaits the result: retrieve it anyway, so a

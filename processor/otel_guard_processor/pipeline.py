@@ -8,11 +8,13 @@ work is what keeps spans safe and the clients apart:
    fill ``max_pending_bytes`` (a request is held, in bytes, from here until it is both answered and
    detected; one request is always taken when none is held); the client keeps the spans and sends
    them again;
-2. check it is a readable ExportTraceServiceRequest and count its spans, with the compiled
-   engine's decoder (a request that does not decode is answered INVALID_ARGUMENT, saying at which
-   byte and why, and changes nothing);
-3. forward the very same bytes, and queue them for detection (:mod:`otel_guard_processor.detection`),
-   which decodes them again in the engine: a decode is cheaper than holding what it read;
+2. hand it to detection (:meth:`Detection.take <otel_guard_processor.detection.Detection.take>`):
+   detected at once when nothing waits for detection and it is small, else checked with the
+   engine's decoder and queued (decoded again when its turn comes: cheaper than holding what was
+   read). Either way a request that does not decode is answered INVALID_ARGUMENT, saying at which
+   byte and why, and changes nothing; with ``max_inflight`` requests already waiting for the
+   downstream it is only checked and counted, and refused as busy;
+3. forward the very same bytes;
 4. wait for the downstream's acknowledgement and answer the client with it -- or with a retryable
    error, so the client keeps the spans and sends them again. The answer does not wait for
    detection: one client's large request never holds up another's.
@@ -102,21 +104,25 @@ class Pipeline:
             if busy is not None:
                 return busy  # before parsing: a refusal under load costs next to nothing
             held = _Held(stats, size)
+            forwarder = self.forwarder
+            full = None if forwarder is None else forwarder.busy()
             try:
-                spans = decode_counts(raw, ())[0]
+                # Detected (or queued for it) only when it goes on downstream: a refused request
+                # comes again. Detection's decode is the check that it is readable.
+                if full is None:
+                    spans = self.detection.take(raw, self._clock(), held.release)
+                else:
+                    spans = decode_counts(raw, ())[0]
             except DecodeError as exc:
                 held.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"
                 return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, message,
                                    size, started)  # fmt: skip
-            answering = None
-            if self.forwarder is not None:
-                try:
-                    answering = self.forwarder.start(raw)
-                except DownstreamError as exc:
-                    held.drop()
-                    return self._downstream_failed(exc, protocol, size, spans, started)
-            self.detection.submit(raw, self._clock(), held.release)
+            if full is not None:
+                held.drop()
+                return self._downstream_failed(full, protocol, size, spans, started)
+            # No await since busy() said there is room: start() cannot refuse it.
+            answering = None if forwarder is None else forwarder.start(raw)
             stats.spans["received"] += spans
             try:
                 response = b"" if answering is None else await answering

@@ -181,3 +181,53 @@ async def test_stop_detects_what_was_taken_before_it(start_processor: ProcessorF
         release.set()
         await stopping
     assert processor.detector.delegations == {("planner", "budget"): 1}
+
+
+async def test_a_request_is_detected_at_once_when_nothing_waits_for_detection(
+    start_processor: ProcessorFactory,
+) -> None:
+    """One decode for both the check and detection: the pipeline's answer comes with the request
+    already detected, with no turn of the event loop for a queue."""
+    processor = await start_processor()
+    assert processor.pipeline is not None
+    answer = await processor.pipeline.export(small_trace(), "grpc")
+    assert answer.code == grpc.StatusCode.OK
+    assert processor.detector.delegations == {("planner", "budget"): 1}  # before any other task ran
+    assert processor.stats.pending_bytes == 0  # answered and detected: nothing held
+
+
+async def test_a_request_taken_while_detection_is_busy_waits_its_turn(
+    start_processor: ProcessorFactory,
+) -> None:
+    processor = await start_processor()
+    assert processor.pipeline is not None
+    with detection_held(processor) as release:
+        await asyncio.sleep(0)  # the held job is running
+        raw = small_trace()
+        answer = await processor.pipeline.export(raw, "grpc")
+        assert answer.code == grpc.StatusCode.OK
+        assert processor.detector.delegations == {}  # queued behind the held job
+        assert processor.stats.pending_bytes == len(raw)
+        release.set()
+        await processor.detection.settled()
+    assert processor.detector.delegations == {("planner", "budget"): 1}
+    assert processor.stats.pending_bytes == 0
+
+
+async def test_a_request_that_does_not_decode_changes_nothing_either_way(
+    start_processor: ProcessorFactory,
+) -> None:
+    processor = await start_processor()
+    assert processor.pipeline is not None
+    broken = small_trace()[:-3]
+    answer = await processor.pipeline.export(broken, "grpc")  # detected at once: refused
+    assert answer.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not an OTLP ExportTraceServiceRequest" in answer.message
+    with detection_held(processor):
+        await asyncio.sleep(0)
+        queued = await processor.pipeline.export(broken, "grpc")  # checked before queueing
+    assert (queued.code, queued.message) == (answer.code, answer.message)
+    await processor.detection.settled()
+    assert processor.detector.stored_spans == 0
+    assert processor.stats.pending_bytes == 0
+    assert processor.stats.spans["received"] == 0

@@ -188,6 +188,7 @@ async def test_too_many_in_flight_is_resource_exhausted(
     assert retry_delay(caught.value) is not None
     await first
     assert series(await scrape(processor), ERRORS) == {("busy",): 1}
+    assert sum(processor.detector.cycles.values()) == 1  # the refused one was not detected
 
 
 async def test_a_permanent_downstream_error_is_passed_on_without_retry(
