@@ -100,9 +100,9 @@ class Forwarder:
         """Start sending ``raw`` to ``method`` (one of METHODS); the future gives the downstream's
         response bytes.
 
-        Raises DownstreamError at once when ``max_inflight`` requests are already waiting.
-        The call is started before the caller goes on to detection, so that the downstream
-        works on it meanwhile.
+        Raises DownstreamError at once when ``max_inflight`` requests are already waiting (what
+        :meth:`busy` says beforehand). The pipeline starts it once the request has been read: a
+        request that does not decode is never forwarded.
         """
         busy = self.busy()
         if busy is not None:
