@@ -34,13 +34,16 @@ class Sink:
         self.unread: dict[str, list[bytes]] = {"metrics": [], "logs": []}
         self.delay = 0.0
         self.fail_with: grpc.StatusCode | None = None
+        self.refuse_if: Callable[[bytes], bool] | None = None  # INVALID_ARGUMENT for such a request
         self.response = b""
         self.arrived = asyncio.Event()
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
     async def start(self, port: int = 0) -> None:
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self._server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        )
         services = {SERVICE: self.received, METRICS_SERVICE: self.unread["metrics"],
                     LOGS_SERVICE: self.unread["logs"]}  # fmt: skip
         self._server.add_generic_rpc_handlers(
@@ -71,6 +74,8 @@ class Sink:
             await asyncio.sleep(self.delay)
         if self.fail_with is not None:
             await context.abort(self.fail_with, "the sink says no")
+        if self.refuse_if is not None and self.refuse_if(raw):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the sink cannot read one of these")
         into.append(raw)
         return self.response
 
