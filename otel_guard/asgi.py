@@ -99,7 +99,7 @@ class GuardMiddleware:
         try:
             hop = delegate(self.agent, self._skill_of(scope), receiving=True)
             try:
-                hop_context = hop.start()
+                hop_context = await hop.astart()
             except DelegationRefused as err:
                 await _send_refusal(send, err)
                 return

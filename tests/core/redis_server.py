@@ -5,6 +5,7 @@ stopped by the test that needs it. Its absence is a failure, never a skip: scrip
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -67,6 +68,15 @@ class RedisServer:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait(10)
+
+    def pause(self) -> None:
+        """Stop the server without closing its sockets (SIGSTOP): a Redis that does not answer."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)

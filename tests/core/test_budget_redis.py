@@ -254,3 +254,47 @@ def test_a_tree_spends_one_budget_across_an_http_hop_between_two_processes(redis
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+async def test_the_asgi_middleware_awaits_redis_and_the_event_loop_serves_on(
+    redis_server: RedisServer,
+) -> None:
+    """A request's hop waits for a Redis that does not answer (at most the store's timeout) while
+    the event loop goes on with everything else: the middleware awaits the asyncio client."""
+    import httpx
+
+    from otel_guard.asgi import GuardMiddleware
+
+    otel_guard.configure(max_hops=100, budget_store=redis_server.url, budget_on_error="allow")
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    app = GuardMiddleware(endpoint, agent="budget")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://agent") as client:
+        assert (await client.post("/")).status_code == 200  # the asyncio client is connected
+        loop = asyncio.get_running_loop()
+        lags: list[float] = []
+        answered = asyncio.Event()
+
+        async def ticker() -> None:
+            while not answered.is_set():
+                before = loop.time()
+                await asyncio.sleep(0.005)
+                lags.append(loop.time() - before - 0.005)
+
+        ticking = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.02)
+        redis_server.pause()
+        try:
+            started = time.monotonic()
+            response = await client.post("/")
+            waited = time.monotonic() - started
+        finally:
+            redis_server.resume()
+            answered.set()
+            await ticking
+    assert response.status_code == 200  # budget_on_error=allow
+    assert waited >= 0.2  # it did wait for Redis, up to the store's timeout
+    assert max(lags) < 0.1, lags  # and the event loop did not
