@@ -169,6 +169,21 @@ def start_hop(
             otel_context.detach(token)
 
 
+async def astart_hop(
+    hop: Delegation, refused: Refused, caller: Mapping[str, str] | None = None
+) -> otel_context.Context:
+    """:func:`start_hop` for a call on the event loop: a budget store with an asyncio API (Redis) is
+    awaited, so the loop serves other calls meanwhile."""
+    token = attach_caller_context(caller) if caller else None
+    try:
+        return await hop.astart()
+    except DelegationRefused as err:
+        raise refused(err) from err
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+
+
 async def hop_call(
     hop: Delegation,
     refused: Refused,
@@ -176,7 +191,7 @@ async def hop_call(
     caller: Mapping[str, str] | None = None,
 ) -> Any:
     """Run ``await call()`` as ``hop``: decided first, inside its context, span ended after."""
-    hop_context = start_hop(hop, refused, caller)
+    hop_context = await astart_hop(hop, refused, caller)
     token = otel_context.attach(hop_context)
     try:
         result = await call()
