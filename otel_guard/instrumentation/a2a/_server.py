@@ -89,8 +89,14 @@ def _caller_carrier(call_context: Any) -> dict[str, str] | None:
         return {str(name).lower(): str(value) for name, value in headers.items()}
     grpc_context = state.get("grpc_context")
     if grpc_context is not None:
+        # Repeated keys (two ``baggage`` entries) are joined as repeated HTTP headers are, within
+        # the same baggage limit; binary (``-bin``) values are not text and are left out.
         metadata = grpc_context.invocation_metadata() or ()
-        return {str(key).lower(): value for key, value in metadata if isinstance(value, str)}
+        return carrier_from_headers(
+            (str(key).encode("latin-1", "replace"), value.encode("latin-1", "replace"))
+            for key, value in metadata
+            if isinstance(value, str)
+        )
     return None
 
 

@@ -164,3 +164,24 @@ async def test_no_grpc_reply_metadata_carries_the_chain(instrumented: A2AInstrum
     assert ("x-app", "kept") in initial
     reply_baggage = [value for key, value in [*initial, *trailing] if key == "baggage"]
     assert reply_baggage == ["tenant=acme", "tenant=acme"]
+
+
+async def test_a_chain_in_the_first_of_two_baggage_entries_is_read(
+    spans: Any, grpc_agents: GrpcAgents
+) -> None:
+    """gRPC metadata may repeat ``baggage`` (a proxy that adds its own member, a client that sends
+    two); the entries are one baggage, joined as repeated HTTP headers are, so the chain in the
+    first still stops the loop."""
+    otel_guard.configure(cycle_rule="agent")
+    carrier: dict[str, str] = {}
+    with otel_guard.delegate("planner"), otel_guard.delegate("budget"):
+        propagate.inject(carrier)
+    assert CHAIN_BAGGAGE_KEY in carrier["baggage"]
+    metadata = (("a2a-version", "1.0"), ("baggage", carrier["baggage"]), ("baggage", "tenant=acme"))
+    url = grpc_agents.cards["planner"].supported_interfaces[0].url
+    async with grpc.aio.insecure_channel(url) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request("hello"), metadata=metadata)
+    assert caught.value.code() is grpc.StatusCode.ABORTED
+    assert REFUSED_TEXT in (caught.value.details() or "")
+    assert grpc_agents.ran == []  # planner never ran
