@@ -339,6 +339,7 @@ class ChainToken:
         "_text",
         "agents",
         "children",
+        "kin",
         "root",
         "skills",
     )
@@ -360,6 +361,9 @@ class ChainToken:
         self.agents = chain.agents
         self.skills = chain.skills
         self.children: dict[Any, Any] = {}  # the guard's memo of hops made from this chain
+        # What the hops from every chain with this one's path share, when the guard made this token
+        # from such a shared hop (otel_guard._plans.SharedHop); None for any other token.
+        self.kin: dict[Any, Any] | None = None
 
     @property
     def chain(self) -> Chain:
@@ -386,6 +390,7 @@ class ChainToken:
         child.agents = (*self.agents, hop[0])
         child.skills = (*self.skills, hop[1] or "")
         child.children = {}
+        child.kin = None
         return child
 
     def fits(self, limit: int) -> bool:

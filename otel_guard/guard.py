@@ -26,7 +26,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
-from otel_guard._plans import Plan, first_hops
+from otel_guard._plans import Plan, SharedHop, first_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
 from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
 from otel_guard.budget import Meter, store_failure, store_for
@@ -345,10 +345,20 @@ class Delegation:
         A refusal is recorded and raised here; an allowed hop's plan is kept on the token it came
         from, for as long as ``in_force`` (the process-wide settings) stay in force.
         """
+        shared: SharedHop | None = None
+        made_here = value if type(value) is ChainToken else None
         if value is None:
-            first = first_hops.get(self._key, in_force)
-            if first is not None:
-                plan = first.plan(time.time())
+            shared = first_hops.get(self._key, in_force)
+        elif made_here is not None and made_here.kin is not None and not self._receiving:
+            # A chain made here from a shared hop: the next hop from its path may be shared too.
+            shared = made_here.kin.get(self._key)
+            if shared is not None and shared.in_force is not in_force:
+                shared = None
+        if shared is not None:
+            plan = shared.plan(time.time(), made_here)
+            if plan is not None:
+                if made_here is not None:
+                    made_here.remember(self._key, plan)
                 self._hop = plan.hop
                 return plan
         hop = self.hop
@@ -419,6 +429,8 @@ class Delegation:
         )
         if memo is not None:
             memo.remember(self._key, plan)
+            if memo.kin is not None and verdict is ALLOW and carried and not self._receiving:
+                first_hops.share(memo.kin, self._key, plan, settings)
         elif value is None and verdict is ALLOW and carried:
             first_hops.keep(self._key, plan, settings)
         return plan
