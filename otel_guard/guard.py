@@ -96,8 +96,12 @@ def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
 
 def current_chain() -> Chain | None:
     """The verified chain in force in the current context, or ``None`` outside any hop."""
+    members = _baggage_of(context.get_current())
+    value = members.get(_BAGGAGE_KEY) if members else None
+    if value is None or type(value) is ChainToken:  # the usual cases: no settings to read
+        return value.chain if value is not None else None
     try:
-        token = _arrival(baggage.get_baggage(_BAGGAGE_KEY), current_settings().keys)
+        token = _arrival(value, current_settings().keys)
     except InvalidToken:
         return None
     return token.chain if token is not None else None
