@@ -80,8 +80,14 @@ class _OpenHop(NamedTuple):
     chain: Chain | None
 
 
-def _with_open_hop(ctx: context.Context, kind: str, name: str, chain: Chain | None) -> context.Context:
-    return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
+def _with_open_hop(
+    ctx: context.Context, kind: str, name: str, chain: Chain | None, pending: _Pending | None = None
+) -> context.Context:
+    """``ctx`` with the hop as the innermost open one (and ``pending`` as the hop whose span waits
+    for its run: :func:`_open_pending`), in one copy."""
+    if pending is None:
+        return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
+    return context.Context({**ctx, _OPEN_HOP: _OpenHop(kind, name, chain), _PENDING_HOP: pending})
 
 
 # -- spans that follow LangChain's run tree -------------------------------------------------------
@@ -98,10 +104,6 @@ class _Pending(NamedTuple):
 
     event: str  # the callback that begins the call's run: "tool" or "chain"
     hop: Delegation
-
-
-def _with_pending(ctx: context.Context, event: str, hop: Delegation) -> context.Context:
-    return context.set_value(_PENDING_HOP, _Pending(event, hop), ctx)
 
 
 def _openinference() -> Any:
@@ -218,7 +220,11 @@ def _in_run(step: Callable[[], context.Context]) -> context.Context:
     """``step()`` (a hop's ``start`` or ``decide``) under the span of the LangChain run the call is
     made in (see above). Decided only, an allowed hop's span waits for the call's own run
     (:func:`_open_pending`); a refused hop's span goes there at once."""
-    token = context.attach(_in_langchain_run(context.get_current()))
+    current = context.get_current()
+    ctx = _in_langchain_run(current)
+    if ctx is current:  # no such span (no OpenInference): nothing to attach
+        return step()
+    token = context.attach(ctx)
     try:
         return step()
     finally:
@@ -243,7 +249,7 @@ def _run_span_comes_after() -> bool:
 
 
 def _graph_step_context(
-    name: str, attributes: Mapping[str, AttributeValue], span_kind: SpanKind, remote: bool
+    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
 ) -> StepContext:
     """Open (or join) the hop of a graph run named ``name``; called at the stream's first step."""
     parent = context.get_current()
@@ -265,9 +271,9 @@ def _graph_step_context(
     if not remote and _run_span_comes_after():
         # Decided now (a refused graph never runs); the span starts with the graph's run, under
         # the tracer's span of that run. A remote graph's span starts now: its request carries it.
-        ctx = _with_pending(_in_run(hop.decide), "chain", hop)
-    else:
-        ctx = _in_run(hop.start)
+        ctx = _in_run(hop.decide)
+        return _with_open_hop(ctx, "graph", name, hop.chain, _Pending("chain", hop)), hop
+    ctx = _in_run(hop.start)
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -292,14 +298,14 @@ def _entering(
     return enter
 
 
-def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     config = kwargs.get("config", args[1] if len(args) > 1 else None)
     thread_id = None
     if isinstance(config, Mapping):
         configurable = config.get("configurable")
         if isinstance(configurable, Mapping):
             thread_id = configurable.get("thread_id")
-    return {GEN_AI_CONVERSATION_ID: str(thread_id)} if thread_id is not None else {}
+    return {GEN_AI_CONVERSATION_ID: str(thread_id)} if thread_id is not None else None
 
 
 # -- graphs -------------------------------------------------------------------------------------
@@ -408,7 +414,7 @@ def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, s
 def _tool_context(hop: Delegation, name: str) -> context.Context:
     """Decide a tool hop (raises when refused); the context its call begins in, span to follow."""
     ctx = _in_run(hop.decide)
-    return _with_pending(_with_open_hop(ctx, "tool", name, hop.chain), "tool", hop)
+    return _with_open_hop(ctx, "tool", name, hop.chain, _Pending("tool", hop))
 
 
 @unless_suppressed
