@@ -21,7 +21,6 @@ from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
     GuardInstrumentor,
     PatchTarget,
-    acall_in_hop,
     refusal_behind,
     refusal_text,
     unless_suppressed,
@@ -138,9 +137,11 @@ def _conversation(kwargs: dict[str, Any]) -> dict[str, AttributeValue] | None:
 
 def _resumed_agent(args: tuple[Any, ...], kwargs: dict[str, Any], hop: Delegation | None) -> str | None:
     """The agent in charge when a resumed ``RunState`` was saved, if a handoff had made it so."""
+    state = args[1] if len(args) > 1 else kwargs.get("input")
+    if hop is None or type(state) in (str, list):  # a new run's input (the usual case)
+        return None
     from agents.run_state import RunState
 
-    state = args[1] if len(args) > 1 else kwargs.get("input")
     agent = getattr(state, "_current_agent", None) if isinstance(state, RunState) else None
     name = getattr(agent, "name", None)
     if not isinstance(name, str) or not name or hop is None or name == hop.hop.agent:
@@ -302,18 +303,27 @@ async def _guard_tool_call(
     if found is None:
         return await wrapped(*args, **kwargs)
     name, kind = found
-
-    async def call() -> Any:
-        token = _tool_hop.set(name)
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _tool_hop.reset(token)
-
-    # Refused on entry, the refusal is the tool's output; one from the body passes on as it is,
-    # already past the SDK's failure handling.
+    # As acall_in_hop, without a coroutine of its own around the call. Refused on entry, the
+    # refusal is the tool's output; one from the body passes on as it is, already past the SDK's
+    # failure handling.
     hop = delegate(name, kind="agent" if kind == "agent" else "tool")
-    return await acall_in_hop(hop, call, refused=refused_tool_result)
+    try:
+        ctx = await hop.astart()
+    except DelegationRefused as err:
+        return refused_tool_result(err)
+    token = otel_context.attach(ctx)
+    tool_token = _tool_hop.set(name)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _tool_hop.reset(tool_token)
+        otel_context.detach(token)
+        hop.finish(exc)
+        raise
+    _tool_hop.reset(tool_token)
+    otel_context.detach(token)
+    hop.finish()
+    return result
 
 
 @unless_suppressed
