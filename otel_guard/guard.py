@@ -330,7 +330,10 @@ class Delegation:
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
-            self._spent = await self._aspend(plan, parent)
+            if plan.settings.budget_store == "memory":  # it never waits: nothing to await
+                self._spent = self._spend(plan, parent)
+            else:
+                self._spent = await self._aspend(plan, parent)
         return self._opened(plan, parent, parent_baggage)
 
     async def __aexit__(
