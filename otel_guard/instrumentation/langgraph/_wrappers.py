@@ -84,7 +84,7 @@ def _with_open_hop(
     ctx: context.Context, kind: str, name: str, chain: Chain | None, pending: _Pending | None = None
 ) -> context.Context:
     """``ctx`` with the hop as the innermost open one (and ``pending`` as the hop whose span waits
-    for its run: :func:`_open_pending`), in one copy."""
+    for its run: :func:`_entered`), in one copy."""
     if pending is None:
         return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
     return context.Context({**ctx, _OPEN_HOP: _OpenHop(kind, name, chain), _PENDING_HOP: pending})
@@ -135,53 +135,61 @@ def _run_span(run_id: object) -> trace.Span | None:
     return _openinference_span(lambda module: module.LangChainInstrumentor().get_span(run_id))
 
 
-def _open_pending(event: str, run_manager: object) -> context.Context | None:
-    """Open the hop decided for the run that just began; its context, or ``None`` if none waits.
+def _waiting(event: str) -> Delegation | None:
+    """The hop decided for the run of ``event`` that waits for its span, or ``None``.
+
+    Asked at every LangChain run's start (a graph's every node is one): one context lookup when
+    no hop waits, as inside a hop whose span is open already.
+    """
+    pending = context.get_current().get(_PENDING_HOP)
+    if type(pending) is not _Pending or pending.event != event or pending.hop.opened:
+        return None
+    return pending.hop
+
+
+def _entered(hop: Delegation, run_manager: object) -> object:
+    """Open ``hop``, decided for the run that just began, and attach its context.
 
     The first run that begins after a hop was decided is the call's own (``BaseTool.run`` and
     ``Pregel.stream`` start their run before anything else), so it is the one the span goes under:
     the tracer's span of it when the tracer keeps one by run id, else the span now current (a tracer
     that makes its spans current, as Traceloop's does, has just made its span of the run current).
-    """
-    pending = context.get_value(_PENDING_HOP)
-    if not isinstance(pending, _Pending) or pending.event != event or pending.hop.opened:
-        return None
-    current = context.get_current()
-    span = _run_span(getattr(run_manager, "run_id", None))
-    return pending.hop.open(trace.set_span_in_context(span, current) if span is not None else current)
-
-
-def _entered(event: str, run_manager: object) -> object:
-    """Open the hop decided for the run that just began (if one waits) and attach its context.
-
     It is attached in the context the call runs in: a tool's body runs in a copy of that context
     made after this callback, and the steps of a graph's stream go on in it (:mod:`._streams`);
     the hop's wrapper (or the stream's step) resets the context when the call ends.
     """
-    ctx = _open_pending(event, run_manager)
-    if ctx is not None:
-        context.attach(ctx)
+    current = context.get_current()
+    span = _run_span(getattr(run_manager, "run_id", None))
+    context.attach(hop.open(trace.set_span_in_context(span, current) if span is not None else current))
     return run_manager
 
 
 def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_tool_start``: the tool's run has begun; its hop's span starts under it."""
-    return _entered("tool", wrapped(*args, **kwargs))
+    run_manager = wrapped(*args, **kwargs)
+    hop = _waiting("tool")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 async def tool_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_tool_start``: as :func:`tool_run_started`."""
-    return _entered("tool", await wrapped(*args, **kwargs))
+    run_manager = await wrapped(*args, **kwargs)
+    hop = _waiting("tool")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 def chain_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_chain_start``: a graph's run has begun; its hop's span starts under it."""
-    return _entered("chain", wrapped(*args, **kwargs))
+    run_manager = wrapped(*args, **kwargs)
+    hop = _waiting("chain")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 async def chain_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_chain_start``: as :func:`chain_run_started`."""
-    return _entered("chain", await wrapped(*args, **kwargs))
+    run_manager = await wrapped(*args, **kwargs)
+    hop = _waiting("chain")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 def _hop_span_is_current(name: str) -> bool:
@@ -219,7 +227,7 @@ def _in_langchain_run(ctx: context.Context) -> context.Context:
 def _in_run(step: Callable[[], context.Context]) -> context.Context:
     """``step()`` (a hop's ``start`` or ``decide``) under the span of the LangChain run the call is
     made in (see above). Decided only, an allowed hop's span waits for the call's own run
-    (:func:`_open_pending`); a refused hop's span goes there at once."""
+    (:func:`_entered`); a refused hop's span goes there at once."""
     current = context.get_current()
     ctx = _in_langchain_run(current)
     if ctx is current:  # no such span (no OpenInference): nothing to attach
@@ -232,7 +240,7 @@ def _in_run(step: Callable[[], context.Context]) -> context.Context:
 
 
 def _run_span_comes_after() -> bool:
-    """Whether a graph run's hop span waits for the run's tracer span (see :func:`_open_pending`).
+    """Whether a graph run's hop span waits for the run's tracer span (see :func:`_entered`).
 
     It does, except where OpenInference traces a top-level run: OpenInference puts the span of a
     run without a parent run under the current span, so the hop's span, started first, is its
