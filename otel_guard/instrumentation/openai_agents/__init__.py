@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.util.types import AttributeValue
 from wrapt import wrap_function_wrapper
 
@@ -244,7 +245,6 @@ def _guard_run_streamed(
     return result
 
 
-@unless_suppressed
 def _turn_in_current_agent(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -254,11 +254,12 @@ def _turn_in_current_agent(
     """One turn of a run: after a handoff it runs inside the handoff's hop.
 
     Not a coroutine itself: a turn with no handoff to run in (most) is the SDK's own coroutine,
-    returned as it is, without a coroutine of the guard's around it.
+    returned as it is, without a coroutine of the guard's around it (and without asking whether
+    instrumentation is suppressed, which only matters to a turn the guard would move).
     """
     scope = current_run.get()
     ctx = scope.context if scope is not None else None
-    if ctx is None:
+    if ctx is None or not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
     return _turn_in(ctx, wrapped, args, kwargs)
 
@@ -387,7 +388,6 @@ async def _guard_handoff(
 # -- situational guidance -----------------------------------------------------------------------
 
 
-@unless_suppressed
 def _add_guidance(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -396,12 +396,17 @@ def _add_guidance(
 ) -> Awaitable[Any]:
     """``maybe_filter_model_input(*, agent, ...)``: the situational prefix on the user turn.
 
-    Whether a prefix can apply is known before the call: when none can, the SDK's own coroutine is
-    returned as it is.
+    Whether a prefix can apply is known before the call: when none can (or instrumentation is
+    suppressed), the SDK's own coroutine is returned as it is.
     """
     scope = current_run.get()
     # A server-held conversation tracks the items it sent by identity: leave them as they are.
-    if scope is None or scope.server_managed or not current_settings().situational_prompt:
+    if (
+        scope is None
+        or scope.server_managed
+        or not current_settings().situational_prompt
+        or not is_instrumentation_enabled()
+    ):
         return wrapped(*args, **kwargs)
     return _with_guidance(wrapped, args, kwargs)
 
