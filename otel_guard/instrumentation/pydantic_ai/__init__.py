@@ -189,17 +189,29 @@ async def _guard_tool_call(
         # A call that failed validation or was deferred is passed in only to be reported: no hop.
         return await wrapped(*args, **kwargs)
     name = validated.call.tool_name
+    # As `async with delegate(...)`, without its enter and exit coroutines. Refused on entry, or the
+    # tool's own sub-agent run was refused: either way the model must see why in pydantic-ai's own
+    # tool-failure form, and the run goes on.
+    hop = delegate(name, kind="tool")
     try:
-        async with delegate(name, kind="tool"):
-            previous = _tool_call_in_progress.set(name)
-            try:
-                return await wrapped(*args, **kwargs)
-            finally:
-                _tool_call_in_progress.reset(previous)
+        ctx = await hop.astart()
     except DelegationRefused as err:
-        # Refused on entry, or the tool's own sub-agent run was refused: either way the model must
-        # see why in pydantic-ai's own tool-failure form, and the run goes on.
         raise _tool_failure(validated, err, wrap=kwargs.get("wrap_validation_errors", True)) from err
+    token = attach(ctx)
+    previous = _tool_call_in_progress.set(name)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _tool_call_in_progress.reset(previous)
+        detach(token)
+        hop.finish(exc)
+        if isinstance(exc, DelegationRefused):
+            raise _tool_failure(validated, exc, wrap=kwargs.get("wrap_validation_errors", True)) from exc
+        raise
+    _tool_call_in_progress.reset(previous)
+    detach(token)
+    hop.finish()
+    return result
 
 
 def _executes_tool(validated: ValidatedToolCall[Any]) -> bool:
