@@ -127,6 +127,7 @@ class SharedHop:
         "in_force",
         "keyring",
         "kin",
+        "model",
         "settings",
         "span_name",
         "tally",
@@ -145,6 +146,8 @@ class SharedHop:
         self.span_name = plan.span_name
         self.tally = plan.tally
         self.budgeted = plan.budgeted
+        # A first hop's tokens are siblings of this one (a copy: no plan made from the original is kept).
+        self.model = plan.token.sibling(plan.token.chain)
         # The shared hops from the chains this one makes (bounded as a token's children are).
         self.kin: dict[PlanKey, SharedHop] = {}
 
@@ -154,7 +157,7 @@ class SharedHop:
         settings = self.settings
         arrival = None
         if arrived is None:
-            token = ChainToken(start_chain(self.hop, settings.workspace, now, settings.ttl), self.keyring)
+            token = self.model.sibling(start_chain(self.hop, settings.workspace, now, settings.ttl))
             valid_until = now
         else:
             arrival = arrived.chain

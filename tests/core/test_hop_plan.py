@@ -259,6 +259,27 @@ def test_the_hops_after_a_first_hop_are_shared_by_every_chain_of_that_path(spans
     assert [s.attributes["otel_guard.decision"] for s in spans.named("invoke_agent rates")] == ["refuse"] * 4
 
 
+def test_a_shared_hops_token_is_the_token_of_its_own_chain(key: Any) -> None:
+    """A first hop's token shares its agents, skills and size bound with the first one of its name;
+    it signs, measures and decodes as a token made afresh for its chain, and so do its children."""
+    for _ in range(3):
+        with delegate("planner", "plan"):
+            token = _chain_token()
+            fresh = ChainToken(token.chain, key.keyring())
+            assert (token.agents, token.skills, token.length) == (fresh.agents, fresh.skills, fresh.length)
+            assert str(token) == str(fresh)
+            assert decode(str(token), key.keyring()) == token.chain
+            with delegate("lookup", kind="tool"):
+                inner = _chain_token()
+                assert inner.length == len(str(inner))
+                chain = decode(str(inner), key.keyring())
+                assert (chain.root, chain.agents, chain.skills) == (
+                    token.root,
+                    ("planner", "lookup"),
+                    ("plan", ""),
+                )
+
+
 def test_a_shared_hop_sees_a_settings_change_and_never_shares_a_refusal(spans: Any) -> None:
     otel_guard.configure(mode="observe")
     for _ in range(3):
