@@ -96,7 +96,12 @@ def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
 
 def current_chain() -> Chain | None:
     """The verified chain in force in the current context, or ``None`` outside any hop."""
-    members = _baggage_of(context.get_current())
+    return chain_in(context.get_current())
+
+
+def chain_in(ctx: Context) -> Chain | None:
+    """The verified chain in force in ``ctx``, or ``None`` (:func:`current_chain` of a context)."""
+    members = _baggage_of(ctx)
     value = members.get(_BAGGAGE_KEY) if members else None
     if value is None or type(value) is ChainToken:  # the usual cases: no settings to read
         return value.chain if value is not None else None

@@ -38,7 +38,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import Delegation, current_chain, delegate
+from otel_guard.guard import Delegation, chain_in, delegate
 from otel_guard.instrumentation._base import acall_in_hop, call_in_hop, refusal_text, unless_suppressed
 from otel_guard.instrumentation.langgraph._streams import (
     StepContext,
@@ -261,8 +261,8 @@ def _graph_step_context(
 ) -> StepContext:
     """Open (or join) the hop of a graph run named ``name``; called at the stream's first step."""
     parent = context.get_current()
-    opened = context.get_value(_OPEN_HOP, parent)
-    chain = current_chain()
+    opened = parent.get(_OPEN_HOP)
+    chain = chain_in(parent)
     ours = isinstance(opened, _OpenHop) and opened.chain == chain
     if ours and opened == _OpenHop("tool", name, chain):
         # The tool of this name *is* this run (agent-as-tool, a tool that runs this graph): one hop.
@@ -297,6 +297,8 @@ def _entering(
     attributes = _conversation_attributes(args, kwargs)
 
     def enter() -> StepContext:
+        if context.get_current() is parent:  # consumed where it was called (the usual case)
+            return _graph_step_context(name, attributes, span_kind, remote)
         token = context.attach(parent)
         try:
             return _graph_step_context(name, attributes, span_kind, remote)
