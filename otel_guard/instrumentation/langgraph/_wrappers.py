@@ -39,7 +39,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, chain_in, delegate
-from otel_guard.instrumentation._base import acall_in_hop, call_in_hop, refusal_text, unless_suppressed
+from otel_guard.instrumentation._base import acall_in_hop, refusal_text, unless_suppressed
 from otel_guard.instrumentation.langgraph._streams import (
     StepContext,
     astream_in_hop,
@@ -433,12 +433,22 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
     if _agent_name(instance) is None:
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
+    # As call_in_hop, without its closures (a tool call is the hop a graph makes most).
     try:
-        return call_in_hop(
-            hop, lambda: wrapped(*args, **kwargs), enter=lambda: _tool_context(hop, instance.name)
-        )
-    except DelegationRefused as err:  # refused on entry, or inside the tool
+        token = context.attach(_tool_context(hop, instance.name))
+    except DelegationRefused as err:  # refused on entry
         return refusal_output(err, instance.name, tool_call_id)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        context.detach(token)
+        hop.finish(exc)
+        if isinstance(exc, DelegationRefused):  # a refusal inside the tool
+            return refusal_output(exc, instance.name, tool_call_id)
+        raise
+    context.detach(token)
+    hop.finish()
+    return result
 
 
 @unless_suppressed
