@@ -76,7 +76,9 @@ class Plan:
         if budgeted:
             # The tree's hops count; its model requests and tokens, when those budgets are on, are
             # only checked (a tree that spent them makes no more hops either).
-            expires_at = token.chain.expires_at
+            # A hop's chain lives as long as the one it arrived with: a child token's chain is
+            # then never built just for its expiry.
+            expires_at = (arrival if arrival is not None else token.chain).expires_at
             self.meters = (
                 tree_count(settings, token.root, expires_at),
                 *usage_meters(settings, token.root, expires_at, 0),
