@@ -142,9 +142,10 @@ def _waiting(event: str) -> Delegation | None:
     no hop waits, as inside a hop whose span is open already.
     """
     pending = context.get_current().get(_PENDING_HOP)
-    if type(pending) is not _Pending or pending.event != event or pending.hop.opened:
+    if type(pending) is not _Pending or pending.event != event:
         return None
-    return pending.hop
+    hop = pending.hop
+    return hop if hop.span is trace.INVALID_SPAN else None  # not opened yet
 
 
 def _entered(hop: Delegation, run_manager: object) -> object:
