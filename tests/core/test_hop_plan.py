@@ -293,9 +293,13 @@ def test_a_shared_hop_sees_a_settings_change_and_never_shares_a_refusal(spans: A
         assert refused.value.reason == "depth"
     otel_guard.configure(mode="enforce", max_depth=5)
     for _ in range(3):
-        with delegate("planner"), delegate("worker"), pytest.raises(DelegationRefused) as cycle:
-            with delegate("planner"):
-                pass
+        with (
+            delegate("planner"),
+            delegate("worker"),
+            pytest.raises(DelegationRefused) as cycle,
+            delegate("planner"),
+        ):
+            pass
         assert cycle.value.reason == "cycle"
     again_spans = [
         s for s in spans.named("invoke_agent planner") if s.attributes["otel_guard.chain.depth"] == 3
