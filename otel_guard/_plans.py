@@ -1,8 +1,9 @@
-"""What a hop decides once and reuses: the plan of a hop from one chain, and what first hops share.
+"""What a hop decides once and reuses: the plan of a hop from one chain, and what hops of one path share.
 
 A plan holds nothing that depends on the moment or the parent context, so the same hop from the same
-chain reuses it (it hangs on the chain's token); a chain's first hop is always allowed, so every first
-hop into one name shares all but its root, its times and what depends on them.
+chain reuses it (it hangs on the chain's token). A chain's first hop is always allowed, so every first
+hop into one name shares all but its root, its times and what depends on them; so does every next hop
+from the chains those make (an agent run's tool call, run after run), down the path.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from opentelemetry.util.types import AttributeValue
 from otel_guard import telemetry as names
 from otel_guard._spending import tree_count
 from otel_guard.budget import Meter, usage_meters
-from otel_guard.chain import Chain, ChainToken, Hop, start_chain
-from otel_guard.policy import ALLOW, Verdict
+from otel_guard.chain import MAX_TOKEN_LENGTH, Chain, ChainToken, Hop, start_chain
+from otel_guard.policy import ALLOW, CLOCK_SKEW, Verdict
 from otel_guard.settings import Settings
 
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
+
+PlanKey = tuple[str, str | None, str]
+"""A hop's (agent, skill, kind): what its plans and shared hops are kept under."""
 
 
 class Plan:
@@ -72,7 +76,9 @@ class Plan:
         if budgeted:
             # The tree's hops count; its model requests and tokens, when those budgets are on, are
             # only checked (a tree that spent them makes no more hops either).
-            expires_at = token.chain.expires_at
+            # A hop's chain lives as long as the one it arrived with: a child token's chain is
+            # then never built just for its expiry.
+            expires_at = (arrival if arrival is not None else token.chain).expires_at
             self.meters = (
                 tree_count(settings, token.root, expires_at),
                 *usage_meters(settings, token.root, expires_at, 0),
@@ -103,12 +109,16 @@ class Plan:
         return child_baggage
 
 
-class FirstHop:
-    """What every first hop of a chain into the same (agent, skill, kind) shares, under one settings
-    object: a first hop is always allowed (docs/spec.md §3: nothing to repeat, depth 1), so only its
-    root, its times and what depends on them (token, budget meters, the root attribute) are new.
+class SharedHop:
+    """What every hop into the same (agent, skill, kind) from a chain with the same path shares,
+    under one settings object: a chain's first hop, or the next hop from a chain the guard made
+    from a shared hop (its token's :attr:`~otel_guard.chain.ChainToken.kin`).
 
-    Every agent run of a runtime starts a chain, so this is the hop a runtime makes most.
+    Every agent run of a runtime starts a chain, so these are the hops a runtime makes most. The
+    decision is a pure function of the path, the workspace, the lifetime, the times and the
+    settings (docs/spec.md §3); chains made here from one shared hop have the same path, workspace
+    and lifetime, so only their times are checked again: what is new is the root, the times, and
+    what depends on them (token, budget meters, the root attribute). Only allowed hops are shared.
     """
 
     __slots__ = (
@@ -118,6 +128,8 @@ class FirstHop:
         "hop",
         "in_force",
         "keyring",
+        "kin",
+        "model",
         "settings",
         "span_name",
         "tally",
@@ -136,10 +148,30 @@ class FirstHop:
         self.span_name = plan.span_name
         self.tally = plan.tally
         self.budgeted = plan.budgeted
+        # A first hop's tokens are siblings of this one (a copy: no plan made from the original is kept).
+        self.model = plan.token.sibling(plan.token.chain)
+        # The shared hops from the chains this one makes (bounded as a token's children are).
+        self.kin: dict[PlanKey, SharedHop] = {}
 
-    def plan(self, now: float) -> Plan:
+    def plan(self, now: float, arrived: ChainToken | None = None) -> Plan | None:
+        """The plan of this hop made now, from ``arrived`` (``None``: a first hop); ``None`` when
+        the arriving chain's times or the new token's size want a fresh decision."""
         settings = self.settings
-        token = ChainToken(start_chain(self.hop, settings.workspace, now, settings.ttl), self.keyring)
+        arrival = None
+        if arrived is None:
+            token = self.model.sibling(start_chain(self.hop, settings.workspace, now, settings.ttl))
+            valid_until = now
+        else:
+            arrival = arrived.chain
+            valid_until = arrival.expires_at
+            # What policy.integrity checks of a chain's times (the rest is the same for every
+            # chain of this path): a chain that expired or comes from the future is decided afresh.
+            if now >= valid_until or arrival.issued_at > now + CLOCK_SKEW:
+                return None
+            token = arrived.extended(self.hop, self.keyring)
+            if not token.fits(MAX_TOKEN_LENGTH):
+                return None
+        token.kin = self.kin
         return Plan(
             self.hop,
             ALLOW,
@@ -149,26 +181,38 @@ class FirstHop:
             {**self.before, names.CHAIN_ROOT: token.root, **self.after},
             self.span_name,
             self.tally,
-            now,
+            valid_until,
+            arrival,
             budgeted=self.budgeted,
         )
 
 
 class FirstHops:
-    """The :class:`FirstHop` of each hop key (bounded: emptied when full; dict operations are atomic)."""
+    """The :class:`SharedHop` of each first hop's key, and of the hops after them (bounded: all
+    emptied when ``size`` first hops or ``4 * size`` later ones are kept; dict operations are atomic)."""
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
-        self._items: dict[tuple[str, str | None, str], FirstHop] = {}
+        self._items: dict[PlanKey, SharedHop] = {}
+        self._later = 0  # shared hops kept in kin since the last emptying
 
-    def get(self, key: tuple[str, str | None, str], in_force: Settings) -> FirstHop | None:
+    def get(self, key: PlanKey, in_force: Settings) -> SharedHop | None:
         first = self._items.get(key)
         return first if first is not None and first.in_force is in_force else None
 
-    def keep(self, key: tuple[str, str | None, str], plan: Plan, settings: Settings) -> None:
+    def keep(self, key: PlanKey, plan: Plan, settings: Settings) -> None:
         if len(self._items) >= self._size:
             self._items.clear()
-        self._items[key] = FirstHop(plan, settings)
+        self._items[key] = SharedHop(plan, settings)
+
+    def share(self, kin: dict[PlanKey, SharedHop], key: PlanKey, plan: Plan, settings: Settings) -> None:
+        """Keep the :class:`SharedHop` of an allowed ``plan`` in a shared hop's ``kin``."""
+        if self._later >= 4 * self._size:
+            self._later = 0
+            self._items.clear()  # the kin of every shared hop goes with them
+        if len(kin) < ChainToken.MAX_CHILDREN:
+            self._later += 1
+            kin[key] = SharedHop(plan, settings)
 
 
 first_hops = FirstHops()

@@ -339,6 +339,7 @@ class ChainToken:
         "_text",
         "agents",
         "children",
+        "kin",
         "root",
         "skills",
     )
@@ -360,6 +361,29 @@ class ChainToken:
         self.agents = chain.agents
         self.skills = chain.skills
         self.children: dict[Any, Any] = {}  # the guard's memo of hops made from this chain
+        # What the hops from every chain with this one's path share, when the guard made this token
+        # from such a shared hop (otel_guard._plans.SharedHop); None for any other token.
+        self.kin: dict[Any, Any] | None = None
+
+    def sibling(self, chain: Chain) -> ChainToken:
+        """The token of ``chain``, a chain with this one's hops and workspace (another root, other
+        times): what depends on those alone (the agents, the skills, the size bound) is this one's."""
+        twin = ChainToken.__new__(ChainToken)
+        twin._chain = chain
+        twin._base = None
+        twin._base_claims = None
+        twin._hop = None
+        twin._keyring = self._keyring
+        twin._text = None
+        twin._claims = None
+        twin._length = -1
+        twin._bound = self._claims_size_bound()  # the root's length and the times' bound are fixed
+        twin.root = chain.root
+        twin.agents = self.agents
+        twin.skills = self.skills
+        twin.children = {}
+        twin.kin = None
+        return twin
 
     @property
     def chain(self) -> Chain:
@@ -386,6 +410,7 @@ class ChainToken:
         child.agents = (*self.agents, hop[0])
         child.skills = (*self.skills, hop[1] or "")
         child.children = {}
+        child.kin = None
         return child
 
     def fits(self, limit: int) -> bool:

@@ -26,7 +26,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
-from otel_guard._plans import Plan, first_hops
+from otel_guard._plans import Plan, SharedHop, first_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
 from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
 from otel_guard.budget import Meter, store_failure, store_for
@@ -96,8 +96,17 @@ def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
 
 def current_chain() -> Chain | None:
     """The verified chain in force in the current context, or ``None`` outside any hop."""
+    return chain_in(context.get_current())
+
+
+def chain_in(ctx: Context) -> Chain | None:
+    """The verified chain in force in ``ctx``, or ``None`` (:func:`current_chain` of a context)."""
+    members = _baggage_of(ctx)
+    value = members.get(_BAGGAGE_KEY) if members else None
+    if value is None or type(value) is ChainToken:  # the usual cases: no settings to read
+        return value.chain if value is not None else None
     try:
-        token = _arrival(baggage.get_baggage(_BAGGAGE_KEY), current_settings().keys)
+        token = _arrival(value, current_settings().keys)
     except InvalidToken:
         return None
     return token.chain if token is not None else None
@@ -326,7 +335,10 @@ class Delegation:
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
-            self._spent = await self._aspend(plan, parent)
+            if plan.settings.budget_store == "memory":  # it never waits: nothing to await
+                self._spent = self._spend(plan, parent)
+            else:
+                self._spent = await self._aspend(plan, parent)
         return self._opened(plan, parent, parent_baggage)
 
     async def __aexit__(
@@ -345,10 +357,20 @@ class Delegation:
         A refusal is recorded and raised here; an allowed hop's plan is kept on the token it came
         from, for as long as ``in_force`` (the process-wide settings) stay in force.
         """
+        shared: SharedHop | None = None
+        made_here = value if type(value) is ChainToken else None
         if value is None:
-            first = first_hops.get(self._key, in_force)
-            if first is not None:
-                plan = first.plan(time.time())
+            shared = first_hops.get(self._key, in_force)
+        elif made_here is not None and made_here.kin is not None and not self._receiving:
+            # A chain made here from a shared hop: the next hop from its path may be shared too.
+            shared = made_here.kin.get(self._key)
+            if shared is not None and shared.in_force is not in_force:
+                shared = None
+        if shared is not None:
+            plan = shared.plan(time.time(), made_here)
+            if plan is not None:
+                if made_here is not None:
+                    made_here.remember(self._key, plan)
                 self._hop = plan.hop
                 return plan
         hop = self.hop
@@ -419,6 +441,8 @@ class Delegation:
         )
         if memo is not None:
             memo.remember(self._key, plan)
+            if memo.kin is not None and verdict is ALLOW and carried and not self._receiving:
+                first_hops.share(memo.kin, self._key, plan, settings)
         elif value is None and verdict is ALLOW and carried:
             first_hops.keep(self._key, plan, settings)
         return plan

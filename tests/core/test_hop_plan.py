@@ -209,6 +209,131 @@ def test_a_chain_that_expires_between_repetitions_is_refused(monkeypatch: pytest
             assert refused.value.reason == "expired"
 
 
+# -- what the hops after a first hop share -------------------------------------------------------
+
+
+def _chain_token() -> ChainToken:
+    token = baggage.get_baggage(CHAIN_KEY)
+    assert isinstance(token, ChainToken)
+    return token
+
+
+def test_the_hops_after_a_first_hop_are_shared_by_every_chain_of_that_path(spans: Any) -> None:
+    """Every agent run starts a chain and calls its tools from it: from the third run on, the tool
+    hop (and the hop under it) is made from what the earlier chains of the same path decided; each
+    tree keeps its own root, times, token and budget."""
+    otel_guard.configure(max_hops=3)
+    kins = []
+    roots = []
+    for _ in range(4):
+        with delegate("planner"):
+            planner_token = _chain_token()
+            kins.append(planner_token.kin)
+            with delegate("lookup", kind="tool") as tool:
+                assert tool.chain is not None
+                roots.append(tool.chain.root)
+                assert tool.chain.root == planner_token.root
+                with delegate("fx") as fx:
+                    assert fx.chain is not None
+                    assert fx.chain.agents == ("planner", "lookup", "fx")
+                with pytest.raises(DelegationRefused) as refused, delegate("rates"):
+                    pass
+                assert refused.value.reason == "budget"  # the fourth hop of this tree
+    assert len(set(roots)) == 4
+    # The first run's chain has no shared hop behind it; every later one shares one, which holds
+    # the tool hop decided in the second run (and the hop under it, decided in the third).
+    assert kins[0] is None
+    assert kins[1] is kins[2] is kins[3]
+    assert kins[1] is not None
+    shared_tool = kins[1][("lookup", None, "tool")]
+    assert ("fx", None, "agent") in shared_tool.kin
+    tools = spans.named("execute_tool lookup")
+    assert [s.attributes["otel_guard.chain.root"] for s in tools] == roots
+    assert [s.attributes["otel_guard.budget.hops"] for s in tools] == [2, 2, 2, 2]
+    assert all(
+        {**s.attributes, "otel_guard.chain.root": ""} == {**tools[0].attributes, "otel_guard.chain.root": ""}
+        for s in tools
+    )
+    assert tools[0].attributes["otel_guard.chain.agents"] == ("planner", "lookup")
+    assert [s.attributes["otel_guard.chain.depth"] for s in spans.named("invoke_agent fx")] == [3] * 4
+    assert [s.attributes["otel_guard.decision"] for s in spans.named("invoke_agent rates")] == ["refuse"] * 4
+
+
+def test_a_shared_hops_token_is_the_token_of_its_own_chain(key: Any) -> None:
+    """A first hop's token shares its agents, skills and size bound with the first one of its name;
+    it signs, measures and decodes as a token made afresh for its chain, and so do its children."""
+    for _ in range(3):
+        with delegate("planner", "plan"):
+            token = _chain_token()
+            fresh = ChainToken(token.chain, key.keyring())
+            assert (token.agents, token.skills, token.length) == (fresh.agents, fresh.skills, fresh.length)
+            assert str(token) == str(fresh)
+            assert decode(str(token), key.keyring()) == token.chain
+            with delegate("lookup", kind="tool"):
+                inner = _chain_token()
+                assert inner.length == len(str(inner))
+                chain = decode(str(inner), key.keyring())
+                assert (chain.root, chain.agents, chain.skills) == (
+                    token.root,
+                    ("planner", "lookup"),
+                    ("plan", ""),
+                )
+
+
+def test_a_shared_hop_sees_a_settings_change_and_never_shares_a_refusal(spans: Any) -> None:
+    otel_guard.configure(mode="observe")
+    for _ in range(3):
+        with delegate("planner"), delegate("worker") as worker, delegate("planner") as again:
+            assert worker.decision == "allow"
+            assert again.decision == "would_refuse"
+    otel_guard.configure(mode="enforce", max_depth=1)
+    for _ in range(2):
+        with delegate("planner"), pytest.raises(DelegationRefused) as refused, delegate("worker"):
+            pass
+        assert refused.value.reason == "depth"
+    otel_guard.configure(mode="enforce", max_depth=5)
+    for _ in range(3):
+        with (
+            delegate("planner"),
+            delegate("worker"),
+            pytest.raises(DelegationRefused) as cycle,
+            delegate("planner"),
+        ):
+            pass
+        assert cycle.value.reason == "cycle"
+    again_spans = [
+        s for s in spans.named("invoke_agent planner") if s.attributes["otel_guard.chain.depth"] == 3
+    ]
+    assert [s.attributes["otel_guard.decision"] for s in again_spans] == ["would_refuse"] * 3 + ["refuse"] * 3
+    assert all(len(s.events) == 1 for s in again_spans)
+    workers = spans.named("invoke_agent worker")
+    assert [s.attributes["otel_guard.decision"] for s in workers] == ["allow"] * 3 + ["refuse"] * 2 + [
+        "allow"
+    ] * 3
+
+
+def test_a_shared_hop_from_a_chain_that_expired_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(otel_guard.guard, "time", clock)
+    otel_guard.configure(ttl=60)
+    for _ in range(3):  # the tool hop is shared from the third chain on
+        with delegate("planner"), delegate("lookup", kind="tool"):
+            pass
+    with delegate("planner"):
+        assert _chain_token().kin is not None
+        clock.offset = 61
+        with pytest.raises(DelegationRefused) as refused, delegate("lookup", kind="tool"):
+            pass
+        assert refused.value.reason == "expired"
+        clock.offset = -31  # and a chain from further ahead than the clock skew allows
+        with pytest.raises(DelegationRefused) as future, delegate("lookup", kind="tool"):
+            pass
+        assert future.value.reason == "expired"
+        clock.offset = 0
+        with delegate("lookup", kind="tool") as tool:
+            assert tool.decision == "allow"
+
+
 # -- extra span attributes -----------------------------------------------------------------------
 
 EXTRA = {"otel_guard.decision": "x", "otel_guard.chain.depth": 99, "custom": 1}

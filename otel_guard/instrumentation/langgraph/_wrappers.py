@@ -38,8 +38,8 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import Delegation, current_chain, delegate
-from otel_guard.instrumentation._base import acall_in_hop, call_in_hop, refusal_text, unless_suppressed
+from otel_guard.guard import Delegation, chain_in, delegate
+from otel_guard.instrumentation._base import acall_in_hop, refusal_text, unless_suppressed
 from otel_guard.instrumentation.langgraph._streams import (
     StepContext,
     astream_in_hop,
@@ -80,8 +80,14 @@ class _OpenHop(NamedTuple):
     chain: Chain | None
 
 
-def _with_open_hop(ctx: context.Context, kind: str, name: str, chain: Chain | None) -> context.Context:
-    return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
+def _with_open_hop(
+    ctx: context.Context, kind: str, name: str, chain: Chain | None, pending: _Pending | None = None
+) -> context.Context:
+    """``ctx`` with the hop as the innermost open one (and ``pending`` as the hop whose span waits
+    for its run: :func:`_entered`), in one copy."""
+    if pending is None:
+        return context.set_value(_OPEN_HOP, _OpenHop(kind, name, chain), ctx)
+    return context.Context({**ctx, _OPEN_HOP: _OpenHop(kind, name, chain), _PENDING_HOP: pending})
 
 
 # -- spans that follow LangChain's run tree -------------------------------------------------------
@@ -98,10 +104,6 @@ class _Pending(NamedTuple):
 
     event: str  # the callback that begins the call's run: "tool" or "chain"
     hop: Delegation
-
-
-def _with_pending(ctx: context.Context, event: str, hop: Delegation) -> context.Context:
-    return context.set_value(_PENDING_HOP, _Pending(event, hop), ctx)
 
 
 def _openinference() -> Any:
@@ -133,53 +135,62 @@ def _run_span(run_id: object) -> trace.Span | None:
     return _openinference_span(lambda module: module.LangChainInstrumentor().get_span(run_id))
 
 
-def _open_pending(event: str, run_manager: object) -> context.Context | None:
-    """Open the hop decided for the run that just began; its context, or ``None`` if none waits.
+def _waiting(event: str) -> Delegation | None:
+    """The hop decided for the run of ``event`` that waits for its span, or ``None``.
+
+    Asked at every LangChain run's start (a graph's every node is one): one context lookup when
+    no hop waits, as inside a hop whose span is open already.
+    """
+    pending = context.get_current().get(_PENDING_HOP)
+    if type(pending) is not _Pending or pending.event != event:
+        return None
+    hop = pending.hop
+    return hop if hop.span is trace.INVALID_SPAN else None  # not opened yet
+
+
+def _entered(hop: Delegation, run_manager: object) -> object:
+    """Open ``hop``, decided for the run that just began, and attach its context.
 
     The first run that begins after a hop was decided is the call's own (``BaseTool.run`` and
     ``Pregel.stream`` start their run before anything else), so it is the one the span goes under:
     the tracer's span of it when the tracer keeps one by run id, else the span now current (a tracer
     that makes its spans current, as Traceloop's does, has just made its span of the run current).
-    """
-    pending = context.get_value(_PENDING_HOP)
-    if not isinstance(pending, _Pending) or pending.event != event or pending.hop.opened:
-        return None
-    current = context.get_current()
-    span = _run_span(getattr(run_manager, "run_id", None))
-    return pending.hop.open(trace.set_span_in_context(span, current) if span is not None else current)
-
-
-def _entered(event: str, run_manager: object) -> object:
-    """Open the hop decided for the run that just began (if one waits) and attach its context.
-
     It is attached in the context the call runs in: a tool's body runs in a copy of that context
     made after this callback, and the steps of a graph's stream go on in it (:mod:`._streams`);
     the hop's wrapper (or the stream's step) resets the context when the call ends.
     """
-    ctx = _open_pending(event, run_manager)
-    if ctx is not None:
-        context.attach(ctx)
+    current = context.get_current()
+    span = _run_span(getattr(run_manager, "run_id", None))
+    context.attach(hop.open(trace.set_span_in_context(span, current) if span is not None else current))
     return run_manager
 
 
 def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_tool_start``: the tool's run has begun; its hop's span starts under it."""
-    return _entered("tool", wrapped(*args, **kwargs))
+    run_manager = wrapped(*args, **kwargs)
+    hop = _waiting("tool")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 async def tool_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_tool_start``: as :func:`tool_run_started`."""
-    return _entered("tool", await wrapped(*args, **kwargs))
+    run_manager = await wrapped(*args, **kwargs)
+    hop = _waiting("tool")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 def chain_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_chain_start``: a graph's run has begun; its hop's span starts under it."""
-    return _entered("chain", wrapped(*args, **kwargs))
+    run_manager = wrapped(*args, **kwargs)
+    hop = _waiting("chain")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 async def chain_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_chain_start``: as :func:`chain_run_started`."""
-    return _entered("chain", await wrapped(*args, **kwargs))
+    run_manager = await wrapped(*args, **kwargs)
+    hop = _waiting("chain")
+    return run_manager if hop is None else _entered(hop, run_manager)
 
 
 def _hop_span_is_current(name: str) -> bool:
@@ -217,8 +228,12 @@ def _in_langchain_run(ctx: context.Context) -> context.Context:
 def _in_run(step: Callable[[], context.Context]) -> context.Context:
     """``step()`` (a hop's ``start`` or ``decide``) under the span of the LangChain run the call is
     made in (see above). Decided only, an allowed hop's span waits for the call's own run
-    (:func:`_open_pending`); a refused hop's span goes there at once."""
-    token = context.attach(_in_langchain_run(context.get_current()))
+    (:func:`_entered`); a refused hop's span goes there at once."""
+    current = context.get_current()
+    ctx = _in_langchain_run(current)
+    if ctx is current:  # no such span (no OpenInference): nothing to attach
+        return step()
+    token = context.attach(ctx)
     try:
         return step()
     finally:
@@ -226,7 +241,7 @@ def _in_run(step: Callable[[], context.Context]) -> context.Context:
 
 
 def _run_span_comes_after() -> bool:
-    """Whether a graph run's hop span waits for the run's tracer span (see :func:`_open_pending`).
+    """Whether a graph run's hop span waits for the run's tracer span (see :func:`_entered`).
 
     It does, except where OpenInference traces a top-level run: OpenInference puts the span of a
     run without a parent run under the current span, so the hop's span, started first, is its
@@ -243,12 +258,12 @@ def _run_span_comes_after() -> bool:
 
 
 def _graph_step_context(
-    name: str, attributes: Mapping[str, AttributeValue], span_kind: SpanKind, remote: bool
+    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
 ) -> StepContext:
     """Open (or join) the hop of a graph run named ``name``; called at the stream's first step."""
     parent = context.get_current()
-    opened = context.get_value(_OPEN_HOP, parent)
-    chain = current_chain()
+    opened = parent.get(_OPEN_HOP)
+    chain = chain_in(parent)
     ours = isinstance(opened, _OpenHop) and opened.chain == chain
     if ours and opened == _OpenHop("tool", name, chain):
         # The tool of this name *is* this run (agent-as-tool, a tool that runs this graph): one hop.
@@ -265,9 +280,9 @@ def _graph_step_context(
     if not remote and _run_span_comes_after():
         # Decided now (a refused graph never runs); the span starts with the graph's run, under
         # the tracer's span of that run. A remote graph's span starts now: its request carries it.
-        ctx = _with_pending(_in_run(hop.decide), "chain", hop)
-    else:
-        ctx = _in_run(hop.start)
+        ctx = _in_run(hop.decide)
+        return _with_open_hop(ctx, "graph", name, hop.chain, _Pending("chain", hop)), hop
+    ctx = _in_run(hop.start)
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -283,6 +298,8 @@ def _entering(
     attributes = _conversation_attributes(args, kwargs)
 
     def enter() -> StepContext:
+        if context.get_current() is parent:  # consumed where it was called (the usual case)
+            return _graph_step_context(name, attributes, span_kind, remote)
         token = context.attach(parent)
         try:
             return _graph_step_context(name, attributes, span_kind, remote)
@@ -292,14 +309,14 @@ def _entering(
     return enter
 
 
-def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     config = kwargs.get("config", args[1] if len(args) > 1 else None)
     thread_id = None
     if isinstance(config, Mapping):
         configurable = config.get("configurable")
         if isinstance(configurable, Mapping):
             thread_id = configurable.get("thread_id")
-    return {GEN_AI_CONVERSATION_ID: str(thread_id)} if thread_id is not None else {}
+    return {GEN_AI_CONVERSATION_ID: str(thread_id)} if thread_id is not None else None
 
 
 # -- graphs -------------------------------------------------------------------------------------
@@ -408,7 +425,7 @@ def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, s
 def _tool_context(hop: Delegation, name: str) -> context.Context:
     """Decide a tool hop (raises when refused); the context its call begins in, span to follow."""
     ctx = _in_run(hop.decide)
-    return _with_pending(_with_open_hop(ctx, "tool", name, hop.chain), "tool", hop)
+    return _with_open_hop(ctx, "tool", name, hop.chain, _Pending("tool", hop))
 
 
 @unless_suppressed
@@ -417,12 +434,22 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
     if _agent_name(instance) is None:
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
+    # As call_in_hop, without its closures (a tool call is the hop a graph makes most).
     try:
-        return call_in_hop(
-            hop, lambda: wrapped(*args, **kwargs), enter=lambda: _tool_context(hop, instance.name)
-        )
-    except DelegationRefused as err:  # refused on entry, or inside the tool
+        token = context.attach(_tool_context(hop, instance.name))
+    except DelegationRefused as err:  # refused on entry
         return refusal_output(err, instance.name, tool_call_id)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        context.detach(token)
+        hop.finish(exc)
+        if isinstance(exc, DelegationRefused):  # a refusal inside the tool
+            return refusal_output(exc, instance.name, tool_call_id)
+        raise
+    context.detach(token)
+    hop.finish()
+    return result
 
 
 @unless_suppressed

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.util.types import AttributeValue
 from wrapt import wrap_function_wrapper
 
@@ -21,7 +22,6 @@ from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
     GuardInstrumentor,
     PatchTarget,
-    acall_in_hop,
     refusal_behind,
     refusal_text,
     unless_suppressed,
@@ -138,9 +138,11 @@ def _conversation(kwargs: dict[str, Any]) -> dict[str, AttributeValue] | None:
 
 def _resumed_agent(args: tuple[Any, ...], kwargs: dict[str, Any], hop: Delegation | None) -> str | None:
     """The agent in charge when a resumed ``RunState`` was saved, if a handoff had made it so."""
+    state = args[1] if len(args) > 1 else kwargs.get("input")
+    if hop is None or type(state) in (str, list):  # a new run's input (the usual case)
+        return None
     from agents.run_state import RunState
 
-    state = args[1] if len(args) > 1 else kwargs.get("input")
     agent = getattr(state, "_current_agent", None) if isinstance(state, RunState) else None
     name = getattr(agent, "name", None)
     if not isinstance(name, str) or not name or hop is None or name == hop.hop.agent:
@@ -243,7 +245,6 @@ def _guard_run_streamed(
     return result
 
 
-@unless_suppressed
 def _turn_in_current_agent(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -253,11 +254,12 @@ def _turn_in_current_agent(
     """One turn of a run: after a handoff it runs inside the handoff's hop.
 
     Not a coroutine itself: a turn with no handoff to run in (most) is the SDK's own coroutine,
-    returned as it is, without a coroutine of the guard's around it.
+    returned as it is, without a coroutine of the guard's around it (and without asking whether
+    instrumentation is suppressed, which only matters to a turn the guard would move).
     """
     scope = current_run.get()
     ctx = scope.context if scope is not None else None
-    if ctx is None:
+    if ctx is None or not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
     return _turn_in(ctx, wrapped, args, kwargs)
 
@@ -302,18 +304,27 @@ async def _guard_tool_call(
     if found is None:
         return await wrapped(*args, **kwargs)
     name, kind = found
-
-    async def call() -> Any:
-        token = _tool_hop.set(name)
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _tool_hop.reset(token)
-
-    # Refused on entry, the refusal is the tool's output; one from the body passes on as it is,
-    # already past the SDK's failure handling.
+    # As acall_in_hop, without a coroutine of its own around the call. Refused on entry, the
+    # refusal is the tool's output; one from the body passes on as it is, already past the SDK's
+    # failure handling.
     hop = delegate(name, kind="agent" if kind == "agent" else "tool")
-    return await acall_in_hop(hop, call, refused=refused_tool_result)
+    try:
+        ctx = await hop.astart()
+    except DelegationRefused as err:
+        return refused_tool_result(err)
+    token = otel_context.attach(ctx)
+    tool_token = _tool_hop.set(name)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _tool_hop.reset(tool_token)
+        otel_context.detach(token)
+        hop.finish(exc)
+        raise
+    _tool_hop.reset(tool_token)
+    otel_context.detach(token)
+    hop.finish()
+    return result
 
 
 @unless_suppressed
@@ -377,7 +388,6 @@ async def _guard_handoff(
 # -- situational guidance -----------------------------------------------------------------------
 
 
-@unless_suppressed
 def _add_guidance(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
@@ -386,12 +396,17 @@ def _add_guidance(
 ) -> Awaitable[Any]:
     """``maybe_filter_model_input(*, agent, ...)``: the situational prefix on the user turn.
 
-    Whether a prefix can apply is known before the call: when none can, the SDK's own coroutine is
-    returned as it is.
+    Whether a prefix can apply is known before the call: when none can (or instrumentation is
+    suppressed), the SDK's own coroutine is returned as it is.
     """
     scope = current_run.get()
     # A server-held conversation tracks the items it sent by identity: leave them as they are.
-    if scope is None or scope.server_managed or not current_settings().situational_prompt:
+    if (
+        scope is None
+        or scope.server_managed
+        or not current_settings().situational_prompt
+        or not is_instrumentation_enabled()
+    ):
         return wrapped(*args, **kwargs)
     return _with_guidance(wrapped, args, kwargs)
 

@@ -9,17 +9,17 @@ is one hop however it was started; a refused tool call reaches the model as pyda
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from contextvars import ContextVar
-from types import FrameType
+from collections.abc import Callable, Collection, Sequence
+from contextvars import ContextVar, Token
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import wrapt
+from opentelemetry.context import Context, attach, detach
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import delegate
+from otel_guard.guard import Delegation, delegate
 from otel_guard.instrumentation._base import (
     GuardInstrumentor,
     PatchTarget,
@@ -90,25 +90,64 @@ def _guard_agent_run(
         from otel_guard.instrumentation.pydantic_ai._usage import with_tree_budget
 
         kwargs = with_tree_budget(kwargs)
-    return _agent_run_hop(name, wrapped, args, kwargs)
+    return _AgentRunHop(name, wrapped, args, kwargs)
 
 
-@asynccontextmanager
-async def _agent_run_hop(
-    name: str, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> AsyncIterator[Any]:
-    # The hop's context stays attached while the caller iterates the run inside its `async with`,
-    # which is where pydantic-ai drives the graph (model requests, tool calls, nested runs).
-    # A run inside the tool call of the same name is that call, which is already the hop.
-    same_call = _tool_call_in_progress.get() == name
-    hop: AbstractAsyncContextManager[object] = nullcontext() if same_call else delegate(name, kind="agent")
-    async with hop:
-        previous = _tool_call_in_progress.set(None)
+class _AgentRunHop:
+    """The run's hop around ``Agent.iter``'s own context manager, entered when the caller enters it.
+
+    The hop's context stays attached while the caller iterates the run inside its ``async with``,
+    which is where pydantic-ai drives the graph (model requests, tool calls, nested runs). A run
+    inside the tool call of the same name is that call, which is already the hop. A class, not an
+    ``asynccontextmanager``: no generator of the guard's between the caller and the run.
+    """
+
+    __slots__ = ("_args", "_hop", "_inner", "_kwargs", "_name", "_previous", "_token", "_wrapped")
+    _hop: Delegation | None
+    _token: Token[Context]
+    _previous: Token[str | None]
+    _inner: Any  # Agent.iter's own async context manager
+
+    def __init__(
+        self, name: str, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self._name = name
+        self._wrapped = wrapped
+        self._args = args
+        self._kwargs = kwargs
+
+    async def __aenter__(self) -> Any:
+        hop = None if _tool_call_in_progress.get() == self._name else delegate(self._name, kind="agent")
+        if hop is not None:
+            self._token = attach(await hop.astart())  # refused: raised here, nothing entered
+        self._hop = hop
+        self._previous = _tool_call_in_progress.set(None)
         try:
-            async with wrapped(*args, **kwargs) as run:
-                yield run
-        finally:
-            _tool_call_in_progress.reset(previous)
+            inner = self._wrapped(*self._args, **self._kwargs)
+            run = await inner.__aenter__()
+        except BaseException as exc:
+            self._leave(exc)
+            raise
+        self._inner = inner
+        return run
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        try:
+            suppressed = bool(await self._inner.__aexit__(exc_type, exc, tb))
+        except BaseException as error:
+            self._leave(error)
+            raise
+        self._leave(None if suppressed else exc)
+        return suppressed
+
+    def _leave(self, exc: BaseException | None) -> None:
+        _tool_call_in_progress.reset(self._previous)
+        hop = self._hop
+        if hop is not None:
+            detach(self._token)
+            hop.finish(exc)
 
 
 def _agent_name(agent: Agent[Any, Any], kwargs: dict[str, Any], frame: FrameType | None) -> str:
@@ -150,17 +189,29 @@ async def _guard_tool_call(
         # A call that failed validation or was deferred is passed in only to be reported: no hop.
         return await wrapped(*args, **kwargs)
     name = validated.call.tool_name
+    # As `async with delegate(...)`, without its enter and exit coroutines. Refused on entry, or the
+    # tool's own sub-agent run was refused: either way the model must see why in pydantic-ai's own
+    # tool-failure form, and the run goes on.
+    hop = delegate(name, kind="tool")
     try:
-        async with delegate(name, kind="tool"):
-            previous = _tool_call_in_progress.set(name)
-            try:
-                return await wrapped(*args, **kwargs)
-            finally:
-                _tool_call_in_progress.reset(previous)
+        ctx = await hop.astart()
     except DelegationRefused as err:
-        # Refused on entry, or the tool's own sub-agent run was refused: either way the model must
-        # see why in pydantic-ai's own tool-failure form, and the run goes on.
         raise _tool_failure(validated, err, wrap=kwargs.get("wrap_validation_errors", True)) from err
+    token = attach(ctx)
+    previous = _tool_call_in_progress.set(name)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _tool_call_in_progress.reset(previous)
+        detach(token)
+        hop.finish(exc)
+        if isinstance(exc, DelegationRefused):
+            raise _tool_failure(validated, exc, wrap=kwargs.get("wrap_validation_errors", True)) from exc
+        raise
+    _tool_call_in_progress.reset(previous)
+    detach(token)
+    hop.finish()
+    return result
 
 
 def _executes_tool(validated: ValidatedToolCall[Any]) -> bool:
