@@ -72,7 +72,7 @@ def guard_run(
         end(exc)
         raise
     otel_context.detach(token)
-    if isinstance(result, Iterator) and _streams(args, kwargs):
+    if _streams(args, kwargs) and isinstance(result, Iterator):
         return _steps_in_context(result, ctx, end)
     end(None)
     return result
