@@ -68,7 +68,7 @@ def guard_run(
             otel_context.detach(token)
         run = Run(instance, hop)
     # What runs inside is this run's own: no tool call of its caller's is in progress there.
-    token = otel_context.attach(otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx)))
+    token = otel_context.attach(Context({**ctx, CALL: None, RUN: run}))  # one copy, not two
     try:
         if current_settings().situational_prompt:
             args = guided(name, instance, args, kwargs) or args
