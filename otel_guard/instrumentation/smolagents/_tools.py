@@ -26,7 +26,6 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from smolagents.default_tools import FinalAnswerTool
 
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._base import call_in_hop
 from otel_guard.instrumentation.smolagents._scope import in_tool_call
 
 
@@ -43,8 +42,18 @@ def guard_tool_call(
         or not is_instrumentation_enabled()
     ):
         return wrapped(*args, **kwargs)
+    # call_in_hop's steps written out: no closure around the call nor around the hop's start.
     hop = delegate(name, kind="tool")
-    return call_in_hop(hop, lambda: wrapped(*args, **kwargs), enter=lambda: in_tool_call(name, hop.start()))
+    token = otel_context.attach(in_tool_call(name, hop.start()))  # a refusal raises here
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        otel_context.detach(token)
+        hop.finish(exc)
+        raise
+    otel_context.detach(token)
+    hop.finish()
+    return result
 
 
 def carry_context(
