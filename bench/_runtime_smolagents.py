@@ -1,10 +1,10 @@
 """smolagents for ``bench/runtime_overhead.py``: one offline run that makes one tool call.
 
 A ``ToolCallingAgent`` whose scripted model (a small subclass of ``smolagents.Model``) calls the tool
-``lookup`` once on the task, then gives its final answer with the tool's result. The agent is built
-once and run again each time (``run`` resets its memory); its logger is silenced (smolagents prints
-every step at its default verbosity). Unguarded means the instrumentor's patches are off; the step
-callback the guarded arm gave the agent stays and does nothing in the bare arm.
+``lookup`` once on the task, then gives its final answer with the tool's result. Each arm has an agent
+of its own, built once and run again each time (``run`` resets its memory): the step callback a guarded
+run gives its agent stays on it (smolagents cannot remove one), and the bare arm's agent never has it.
+Its logger is silenced (smolagents prints every step at its default verbosity).
 
 Run it with the smolagents environment: ``.venv-runtimes/smolagents/bin/python
 bench/runtime_overhead.py --runtime smolagents``.
@@ -45,11 +45,19 @@ def runtime(runtime_class: Any) -> Any:
         """
         return f"{city}: sunny"
 
-    agent = ToolCallingAgent(
-        tools=[lookup], model=OneToolModel(model_id="bench"), name="planner", verbosity_level=LogLevel.OFF
-    )
+    model = OneToolModel(model_id="bench")
+    instrumentor = SmolagentsInstrumentor()
+    agents: dict[bool, Any] = {}  # guarded or not -> the agent that arm runs
+
+    def agent_of_this_arm() -> Any:
+        guarded = instrumentor.is_instrumented_by_opentelemetry
+        if guarded not in agents:
+            agents[guarded] = ToolCallingAgent(
+                tools=[lookup], model=model, name="planner", verbosity_level=LogLevel.OFF
+            )
+        return agents[guarded]
 
     async def run() -> str:
-        return str(agent.run("Plan a trip to Lisbon."))
+        return str(agent_of_this_arm().run("Plan a trip to Lisbon."))
 
-    return runtime_class("smolagents", run, SmolagentsInstrumentor(), lambda out: "sunny" in out)
+    return runtime_class("smolagents", run, instrumentor, lambda out: "sunny" in out)

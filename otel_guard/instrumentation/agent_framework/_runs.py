@@ -81,7 +81,7 @@ class AgentRuns(AgentMiddleware):  # type: ignore[misc, unused-ignore]  # Any wi
         settings = current_settings()
         _guard_calls_of(context, counted=settings.model_budgets_on)
         # What runs inside is this run's own: no tool call of its caller's is in progress there.
-        token = otel_context.attach(otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx)))
+        token = otel_context.attach(Context({**ctx, CALL: None, RUN: run}))  # one copy, not two
         try:
             if settings.situational_prompt:
                 guide(context, name)  # in the run's hop: the path it names ends with this run
@@ -180,9 +180,7 @@ class _InRun:
         ctx = otel_context.get_current()
         if self._chain is not None:
             ctx = baggage.set_baggage(CHAIN_BAGGAGE_KEY, self._chain, ctx)
-        self._token = otel_context.attach(
-            otel_context.set_value(RUN, self._run, otel_context.set_value(CALL, None, ctx))
-        )
+        self._token = otel_context.attach(Context({**ctx, CALL: None, RUN: self._run}))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -80,6 +80,10 @@ class Calls:
         """Keep ``hop`` (decided, not opened; or refused) for the next run of ``agent`` in this invocation."""
         self._handed_over.setdefault((invocation_id, agent), []).append(hop)
 
+    def waiting(self, invocation_id: str, agent: str) -> bool:
+        """Whether a hop (or refusal) handed over to ``agent`` in this invocation waits for its run."""
+        return (invocation_id, agent) in self._handed_over
+
     def take_over(self, invocation_id: str, agent: str) -> Delegation | DelegationRefused | None:
         """The oldest hop (or refusal) handed over to ``agent`` in this invocation, if any."""
         waiting = self._handed_over.get((invocation_id, agent))

@@ -50,6 +50,7 @@ from otel_guard.instrumentation.google_adk._tools import (
     hop_of,
     is_transfer,
     refusal_response,
+    task_agents,
     task_calls,
 )
 from otel_guard.instrumentation.google_adk._usage import tokens_of
@@ -138,7 +139,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
-        if _guarding() and current_settings().situational_prompt:
+        if current_settings().situational_prompt and _guarding():
             add_guidance(callback_context.agent_name, llm_request)
         return None
 
@@ -148,8 +149,11 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         if llm_response.partial:
             return None  # a streamed response's chunks: the complete response follows
         parts = llm_response.content.parts if llm_response.content is not None else None
-        if parts and any(part.function_call is not None for part in parts) and _guarding():
-            _hand_over_tasks(callback_context, parts)
+        if parts and switch.active and any(part.function_call is not None for part in parts):
+            # Most agents have no task agents: then no call of the response is a delegation.
+            tasks = task_agents(callback_context.get_invocation_context().agent)
+            if tasks and is_instrumentation_enabled():
+                _hand_over_tasks(callback_context, task_calls(tasks, parts))
         if switch.active and model_requests_counted():
             await aafter_model_request(tokens_of(llm_response.usage_metadata))
         return None
@@ -179,14 +183,15 @@ def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
     return None
 
 
-def _hand_over_tasks(callback_context: CallbackContext, parts: list[Any]) -> None:
-    """Decide the task delegations a model response asks for, in the delegating agent's context.
+def _hand_over_tasks(callback_context: CallbackContext, delegated: list[Any]) -> None:
+    """Decide the task delegations a model response asks for (``delegated``, in order), in the
+    delegating agent's context.
 
     ADK dispatches them itself, whatever the guard says; a refused one is handed over as a refusal,
     and the task agent's run answers with it instead of running (see :mod:`._runs`).
     """
     invocation_id = callback_context.invocation_id
-    for task_agent in task_calls(callback_context.get_invocation_context().agent, parts):
+    for task_agent in delegated:
         hop = delegate(task_agent.name, attributes=conversation(callback_context))
         try:
             hop.decide()

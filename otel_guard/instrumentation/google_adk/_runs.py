@@ -37,13 +37,13 @@ from typing import Any
 
 from google.adk.events.event import Event
 from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.util.types import AttributeValue
 
 from otel_guard._steps import Done, async_generator_in_context
 from otel_guard.chain import normal_name
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
-from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.google_adk._calls import calls, in_hop
 from otel_guard.instrumentation.google_adk._remote import hopped_by_a2a
 from otel_guard.instrumentation.google_adk._tools import refusal_response
@@ -54,7 +54,6 @@ Refused = Callable[[str, str, DelegationRefused], AsyncGenerator[Any, None]]
 """What a run that was refused before it started yields instead (agent, invocation id, refusal)."""
 
 
-@unless_suppressed
 def guard_run_async(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``BaseAgent.run_async(parent_context)``: the run's stream, as a hop."""
     parent_context = args[0] if args else kwargs.get("parent_context")
@@ -62,7 +61,6 @@ def guard_run_async(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwarg
     return _run_as_hop(instance, parent_context, invocation_id, _raise_at_first_step, wrapped, args, kwargs)
 
 
-@unless_suppressed
 def guard_node_run(wrapped: Stream, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``LlmAgent._run_impl(*, ctx, node_input)``: the node's run (all its rounds), as a hop."""
     ctx = kwargs.get("ctx")
@@ -90,12 +88,14 @@ def _run_as_hop(
     if not isinstance(name, str) or not name:
         return wrapped(*args, **kwargs)
     # Decided when ADK makes the run's stream, in the context it then reads the stream in at once. A
-    # run that joins a hop (or makes none) is the runtime's stream untouched: no step of it is ours.
-    handed_over = calls.take_over(invocation_id, name) if isinstance(invocation_id, str) else None
+    # run that joins a hop (or makes none) is the runtime's stream untouched: no step of it is ours,
+    # so whether instrumentation is suppressed is asked only of a run that would be a hop.
+    waiting = isinstance(invocation_id, str) and calls.waiting(invocation_id, name)
+    if (not waiting and (_in_own_hop(name) or hopped_by_a2a(agent))) or not is_instrumentation_enabled():
+        return wrapped(*args, **kwargs)
+    handed_over = calls.take_over(str(invocation_id), name) if waiting else None
     if isinstance(handed_over, DelegationRefused):
         return refused(name, str(invocation_id), handed_over)
-    if handed_over is None and (_in_own_hop(name) or hopped_by_a2a(agent)):
-        return wrapped(*args, **kwargs)
 
     def enter() -> tuple[otel_context.Context, Done]:
         if handed_over is not None:

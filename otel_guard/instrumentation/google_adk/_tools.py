@@ -82,11 +82,16 @@ def hop_of(tool: Any, tool_args: dict[str, Any]) -> ToolHop | HandOver | None:
     return ToolHop(name, "tool") if isinstance(name, str) and name else None
 
 
-def task_calls(agent: Any, response_parts: list[Any]) -> list[Any]:
-    """The task agents that ``response_parts`` (a model response of ``agent``) delegate to, in order."""
-    called = [part.function_call.name for part in response_parts if part.function_call is not None]
+def task_agents(agent: Any) -> dict[str, Any]:
+    """Tool name -> task agent, for ``agent``'s task sub-agents (``mode="task"``); most have none."""
     tools = getattr(agent, "tools", None) or ()
-    tasks = {tool.name: tool.agent for tool in tools if isinstance(tool, _TaskAgentTool)}
+    return {tool.name: tool.agent for tool in tools if isinstance(tool, _TaskAgentTool)}
+
+
+def task_calls(tasks: dict[str, Any], response_parts: list[Any]) -> list[Any]:
+    """The task agents (of ``tasks``, from :func:`task_agents`) that ``response_parts``, a model
+    response, delegate to, in order."""
+    called = [part.function_call.name for part in response_parts if part.function_call is not None]
     return [tasks[name] for name in called if name in tasks and not hopped_by_a2a(tasks[name])]
 
 

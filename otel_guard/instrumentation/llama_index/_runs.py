@@ -34,7 +34,7 @@ from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 from opentelemetry.util.types import AttributeValue
-from pydantic import PrivateAttr
+from pydantic import Field
 
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import unless_suppressed
@@ -68,7 +68,7 @@ def guard_run(
             otel_context.detach(token)
         run = Run(instance, hop)
     # What runs inside is this run's own: no tool call of its caller's is in progress there.
-    token = otel_context.attach(otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx)))
+    token = otel_context.attach(Context({**ctx, CALL: None, RUN: run}))  # one copy, not two
     try:
         if current_settings().situational_prompt:
             args = guided(name, instance, args, kwargs) or args
@@ -112,8 +112,10 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
     in the current context (its workflow the span's instance, its id ``{Workflow}.run-{uuid}``).
     """
 
-    _open: dict[str, Run] = PrivateAttr(default_factory=dict)
-    _leaving: bool = PrivateAttr(default=False)
+    # Fields, not private attributes: a pydantic model reads a private attribute through its
+    # ``__getattr__``, and the dispatcher calls the handler at the start and end of every span.
+    runs_open: dict[str, Run] = Field(default_factory=dict, exclude=True, repr=False)
+    leaving: bool = Field(default=False, exclude=True, repr=False)
 
     @classmethod
     def class_name(cls) -> str:
@@ -122,7 +124,7 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
     @property
     def open_runs(self) -> int:
         """How many guarded runs have started and not ended."""
-        return len(self._open)
+        return len(self.runs_open)
 
     def span_enter(
         self,
@@ -133,8 +135,8 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
         tags: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if instance is None:
-            return
+        if instance is None or ".run-" not in id_:
+            return  # not the span of a workflow's run (most spans): no context lookup
         run = otel_context.get_value(RUN)
         if (
             isinstance(run, Run)
@@ -143,7 +145,7 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
             and id_.startswith(f"{type(instance).__name__}.run-")
         ):
             run.span_id = id_
-            self._open[id_] = run
+            self.runs_open[id_] = run
 
     def span_exit(
         self,
@@ -153,7 +155,7 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
         result: Any | None = None,
         **kwargs: Any,
     ) -> None:
-        run = self._open.pop(id_, None)
+        run = self.runs_open.pop(id_, None)
         if run is not None:
             run.end(None)
             self._left_if_done()
@@ -166,21 +168,21 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
         err: BaseException | None = None,
         **kwargs: Any,
     ) -> None:
-        run = self._open.pop(id_, None)
+        run = self.runs_open.pop(id_, None)
         if run is not None:
             run.end(err)
             self._left_if_done()
 
     def stay(self, on: bool) -> None:
         """On the root dispatcher (``on``), or off it once the runs it has seen start have ended."""
-        self._leaving = not on
+        self.leaving = not on
         if on:
             _attach(self)
         else:
             self._left_if_done()
 
     def _left_if_done(self) -> None:
-        if self._leaving and not self._open:
+        if self.leaving and not self.runs_open:
             _detach(self)
 
     # BaseSpanHandler's abstract steps: this handler keeps no spans of its own.

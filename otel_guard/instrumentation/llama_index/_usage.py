@@ -30,12 +30,19 @@ class TreeBudgetExceeded(WorkflowRuntimeError):  # type: ignore[misc, unused-ign
     """The run's delegation tree made its ``max_model_requests`` or spent its ``max_tokens``."""
 
 
-async def guard_model_request(
+def guard_model_request(
     wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``FunctionAgent.take_step`` (and ReAct's, CodeAct's): the step's request counted against its tree."""
+) -> Awaitable[Any]:
+    """``FunctionAgent.take_step`` (and ReAct's, CodeAct's): the step's request counted against its
+    tree. Not a coroutine itself: with no model budget on, the step is LlamaIndex's own coroutine."""
     if not model_requests_counted():
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
+    return _counted_step(wrapped, args, kwargs)
+
+
+async def _counted_step(
+    wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     run = otel_context.get_value(RUN)
     in_charge = run.in_charge if isinstance(run, Run) else None
     token = otel_context.attach(in_charge) if in_charge is not None else None

@@ -15,6 +15,7 @@ request is made from; those the agent was built with run before the guard's and 
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from typing import Any
 
@@ -50,6 +51,12 @@ def refusal_to_model(step: Any, agent: Any) -> None:
     replaced = AgentToolExecutionError(text, agent.logger)
     replaced.__cause__ = refusal
     step.error = replaced
+
+
+# smolagents asks each step callback for its signature at every step it ends (``inspect.signature``:
+# about 50 calls each time, to tell a one-parameter callback from one that takes the agent too).
+# A callable's own ``__signature__`` is what ``inspect.signature`` answers first (13 calls).
+refusal_to_model.__signature__ = inspect.signature(refusal_to_model)  # type: ignore[attr-defined]
 
 
 def refusal_in(error: BaseException) -> DelegationRefused | None:

@@ -55,7 +55,8 @@ def guard_run(
     hop = None if tool_call_in_progress() == name else delegate(name)
     ctx = otel_context.get_current() if hop is None else hop.start()  # a refusal raises here
     ctx = in_tool_call(None, ctx)  # what runs inside is this run's own
-    restore = count_requests_of(instance) if current_settings().model_budgets_on else None
+    settings = current_settings()
+    restore = count_requests_of(instance) if settings.model_budgets_on else None
 
     def end(exc: BaseException | None) -> None:
         if restore is not None:
@@ -65,14 +66,15 @@ def guard_run(
 
     token = otel_context.attach(ctx)
     try:
-        args, kwargs = _guided(instance, name, args, kwargs)
+        if settings.situational_prompt:
+            args, kwargs = _guided(instance, name, args, kwargs)
         result = wrapped(*args, **kwargs)
     except BaseException as exc:
         otel_context.detach(token)
         end(exc)
         raise
     otel_context.detach(token)
-    if isinstance(result, Iterator) and _streams(args, kwargs):
+    if _streams(args, kwargs) and isinstance(result, Iterator):
         return _steps_in_context(result, ctx, end)
     end(None)
     return result
@@ -117,9 +119,8 @@ def _steps_in_context(
 def _guided(
     agent: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``run``'s arguments, the task led by the situational guidance when it applies."""
-    if not current_settings().situational_prompt:
-        return args, kwargs
+    """``run``'s arguments, the task led by the situational guidance when it applies (asked with
+    ``situational_prompt`` on)."""
     task = args[0] if args else kwargs.get("task")
     if not isinstance(task, str):
         return args, kwargs

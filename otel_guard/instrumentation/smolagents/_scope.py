@@ -35,7 +35,7 @@ def guarding() -> bool:
 
 def in_tool_call(name: str | None, ctx: Context) -> Context:
     """``ctx`` with ``name`` as the tool call in progress (``None``: none)."""
-    return otel_context.set_value(CALL, name, ctx)
+    return Context({**ctx, CALL: name})  # as set_value makes it, without the call
 
 
 def tool_call_in_progress() -> str | None:

@@ -22,23 +22,38 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from smolagents.default_tools import FinalAnswerTool
 
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._base import call_in_hop, unless_suppressed
 from otel_guard.instrumentation.smolagents._scope import in_tool_call
 
 
-@unless_suppressed
 def guard_tool_call(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Tool.__call__``: the call is one hop ``execute_tool {name}``."""
+    """``Tool.__call__``: the call is one hop ``execute_tool {name}`` (a call that is no hop, as every
+    run's final answer, never asks whether instrumentation is suppressed)."""
     name = getattr(instance, "name", None)
-    if isinstance(instance, FinalAnswerTool) or not isinstance(name, str) or not name:
+    if (
+        isinstance(instance, FinalAnswerTool)
+        or not isinstance(name, str)
+        or not name
+        or not is_instrumentation_enabled()
+    ):
         return wrapped(*args, **kwargs)
+    # call_in_hop's steps written out: no closure around the call nor around the hop's start.
     hop = delegate(name, kind="tool")
-    return call_in_hop(hop, lambda: wrapped(*args, **kwargs), enter=lambda: in_tool_call(name, hop.start()))
+    token = otel_context.attach(in_tool_call(name, hop.start()))  # a refusal raises here
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        otel_context.detach(token)
+        hop.finish(exc)
+        raise
+    otel_context.detach(token)
+    hop.finish()
+    return result
 
 
 def carry_context(

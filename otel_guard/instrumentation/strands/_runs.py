@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 from opentelemetry.util.types import AttributeValue
 
 from otel_guard.guard import delegate
@@ -78,7 +79,7 @@ class AgentRuns:
             ctx = await hop.astart()  # a refusal raises here: the run never starts
             run = Run(hop, ends_hop=True)
         # What runs inside is this run's own: no tool call of its caller's is in progress there.
-        ctx = otel_context.set_value(RUN, run, otel_context.set_value(CALL, None, ctx))
+        ctx = Context({**ctx, CALL: None, RUN: run})  # one copy, not two
         run.token = otel_context.attach(ctx)
         self.open.append(run)
         settings = current_settings()
