@@ -27,6 +27,13 @@ BAGGAGE_KEY: Final = "baggage"
 
 _W3C_BAGGAGE: Final = W3CBaggagePropagator()
 
+try:  # where mcp 2.x keeps it; a version without it gets the context written here, as any other
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher as _JSONRPCDispatcher
+except ImportError:  # pragma: no cover - depends on the installed mcp
+    _JSONRPCDispatcher = None  # type: ignore[assignment,misc]
+
+_DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
+
 
 def meta_with_context(meta: Mapping[str, Any] | None) -> dict[str, Any]:
     """A copy of ``meta`` with the current context injected: trace context, baggage and the chain.
@@ -36,6 +43,29 @@ def meta_with_context(meta: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     carrier: dict[str, Any] = dict(meta) if meta else {}
     propagate.inject(carrier)
+    _add_chain(carrier)
+    return carrier
+
+
+def meta_with_chain(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``meta`` with the chain in force added to its ``baggage`` (for a dispatcher that
+    injects the rest itself, under propagators that leave baggage out)."""
+    carrier: dict[str, Any] = dict(meta) if meta else {}
+    _add_chain(carrier)
+    return carrier
+
+
+def writes_trace_context(session: object) -> bool:
+    """Whether ``session`` (a ``ClientSession``) sends through MCP's JSON-RPC dispatcher, which
+    injects the current context into every request's ``_meta`` itself (SEP-414), inside its own
+    ``MCP send`` span: the configured propagators' keys, the chain's baggage among them."""
+    if _JSONRPCDispatcher is None:
+        return False
+    return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _JSONRPCDispatcher)
+
+
+def _add_chain(carrier: dict[str, Any]) -> None:
+    """Add the chain in force to ``carrier``'s ``baggage``, where the propagators left it out."""
     chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY)
     if chain is not None and not _carries_chain(carrier.get(BAGGAGE_KEY)):
         # The configured propagators left baggage out: add the chain member alone.
@@ -44,7 +74,6 @@ def meta_with_context(meta: Mapping[str, Any] | None) -> dict[str, Any]:
         header = carrier.get(BAGGAGE_KEY)
         member = only_chain[BAGGAGE_KEY]
         carrier[BAGGAGE_KEY] = f"{header},{member}" if isinstance(header, str) and header else member
-    return carrier
 
 
 def context_from_meta(meta: Mapping[str, Any] | None, current: Context | None = None) -> Context:

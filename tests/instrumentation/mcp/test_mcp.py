@@ -618,6 +618,26 @@ async def test_lowlevel_server_turns_a_refusal_in_the_handler_into_the_tool_erro
     assert result.meta[REFUSAL_META_KEY]["reason"] == "cycle"
 
 
+def test_the_guarded_handler_is_built_once_per_registered_handler(instrumented: MCPInstrumentor) -> None:
+    """The runner looks ``tools/call`` up for every request: each lookup hands back the same guarded
+    entry (for the same handler), and one registered anew is guarded anew."""
+    server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_call_tool=lambda ctx, params: None)
+    first = server.get_request_handler("tools/call")
+    assert first is not None
+    assert server.get_request_handler("tools/call") is first
+    assert first.params_type is mcp_types.CallToolRequestParams
+
+    async def replaced(ctx: Any, params: Any) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, replaced)
+    second = server.get_request_handler("tools/call")
+    assert second is not None
+    assert second is not first
+    assert second is server.get_request_handler("tools/call")
+    assert second.handler is not replaced  # guarded, not the bare handler
+
+
 # -- suppression and uninstrument ---------------------------------------------------------------
 
 
