@@ -10,6 +10,7 @@ Switch it on with ``opentelemetry-instrument`` (extra ``mcp``), or in code:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Collection
 from typing import Any, Final
 
@@ -22,8 +23,10 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     ("mcp.client.session", "ClientSession.call_tool"),
     ("mcp.server.lowlevel.server", "Server.get_request_handler"),
     ("mcp.server.mcpserver.server", "MCPServer.call_tool"),
+    ("mcp.server._otel", "extract_trace_context"),  # what MCP's server span read from _meta
 )
-"""Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all."""
+"""Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all. The last is
+replaced by a plain function, not a ``wrapt`` proxy (see ``_carrier.remembering_extraction``)."""
 
 
 class MCPInstrumentor(GuardInstrumentor):
@@ -34,13 +37,21 @@ class MCPInstrumentor(GuardInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         # Imported here: the helpers import mcp, and this module must import without it.
+        from otel_guard.instrumentation.mcp._carrier import remembering_extraction
         from otel_guard.instrumentation.mcp._client import guard_call_tool
         from otel_guard.instrumentation.mcp._server import guard_request_handler, keep_refusal_text
 
-        client, server, mcpserver = PATCH_TARGETS
+        client, server, mcpserver, extraction = PATCH_TARGETS
         wrap_function_wrapper(*client, guard_call_tool)
         wrap_function_wrapper(*server, guard_request_handler)
         wrap_function_wrapper(*mcpserver, keep_refusal_text)
+        module = importlib.import_module(extraction[0])
+        setattr(module, extraction[1], remembering_extraction(getattr(module, extraction[1])))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        unwrap_all(PATCH_TARGETS)
+        from otel_guard.instrumentation.mcp._carrier import forgetting_extraction
+
+        *wrapped, extraction = PATCH_TARGETS
+        unwrap_all(wrapped)
+        module = importlib.import_module(extraction[0])
+        setattr(module, extraction[1], forgetting_extraction(getattr(module, extraction[1])))

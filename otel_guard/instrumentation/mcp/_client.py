@@ -5,10 +5,11 @@ it) with the MCP attributes known before the request is sent (``mcp.method.name`
 ``mcp.protocol.version``); the SDK's own CLIENT span of the request (``MCP send tools/call {tool}``,
 with its ``jsonrpc.request.id``, which the SDK picks only as it sends) is its child.
 
-The hop is checked before the request is sent. Inside it the request's ``_meta`` gets the trace
-context and the new chain (see :mod:`._carrier`), so the server checks the same chain again
-before the tool body runs. A refused call is never sent: ``call_tool`` returns the tool error
-:func:`refusal_result` instead, the same result a refusing server would have sent back.
+The hop is checked before the request is sent, and the request is sent inside it: its ``_meta`` gets
+the trace context and the new chain (MCP's JSON-RPC dispatcher injects them; see :mod:`._carrier`),
+and the server checks the same chain again before the tool body runs. A refused call is never sent:
+``call_tool`` returns the tool error :func:`refusal_result` instead, the same result a refusing
+server would have sent back.
 
 Every MCP client built on ``ClientSession`` goes through here: ``mcp.Client``, ``ClientSessionGroup``,
 and the MCP adapters of agent frameworks (the OpenAI Agents SDK's ``MCPServer*`` classes call

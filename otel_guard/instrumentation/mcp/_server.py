@@ -108,19 +108,29 @@ def _guarded(handler: Handler) -> Handler:
         if meta is None:
             meta = getattr(params, "meta", None)
         token = context.attach(context_from_meta(meta, current))
+        # The hop's steps inline (as ``async with`` would take them): this runs on every request.
+        hop = delegate(tool, kind="tool", receiving=True, attributes=_request_attributes(ctx))
         try:
-            async with delegate(
-                tool, kind="tool", receiving=True, attributes=_request_attributes(ctx)
-            ) as hop:
-                serving = serving_chain.set(hop.chain)
-                try:
-                    return await handler(ctx, params)
-                finally:
-                    serving_chain.reset(serving)
-        except DelegationRefused as err:
-            # Refused on entry (the body never ran), or a deeper hop refused inside the body that
-            # the body left unhandled: either way the model gets the refusal as this tool's error.
-            return refusal_result(err)
+            try:
+                hop_token = context.attach(await hop.astart())
+            except DelegationRefused as err:  # refused on entry: the body never runs
+                return refusal_result(err)
+            serving = serving_chain.set(hop.chain)
+            try:
+                result = await handler(ctx, params)
+            except BaseException as exc:
+                serving_chain.reset(serving)
+                context.detach(hop_token)
+                hop.finish(exc)
+                if isinstance(exc, DelegationRefused):
+                    # A deeper hop refused inside the body, which left it unhandled: the model
+                    # gets the refusal as this tool's error.
+                    return refusal_result(exc)
+                raise
+            serving_chain.reset(serving)
+            context.detach(hop_token)
+            hop.finish()
+            return result
         finally:
             context.detach(token)
 

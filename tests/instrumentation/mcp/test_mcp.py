@@ -18,12 +18,17 @@ import wrapt
 from instrumentors import instrumentor_fixture
 from mcp import Client
 from mcp.client.session import ClientSession
+from mcp.server import _otel as mcp_server_otel
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared import _otel as mcp_shared_otel
 from mcp_app import ROUNDS, answer_text, build_server  # this folder is on sys.path
 from opentelemetry import propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import default_getter, default_setter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -265,6 +270,47 @@ async def test_meta_carries_traceparent_and_chain_over_memory_streams(
     }
     assert int(match[2], 16) in inside_client_hop
     assert re.search(r"(^|,)otel_guard\.chain=[^,]+", meta["baggage"])
+
+
+class CountingPropagator(CompositePropagator):
+    """The default propagators (W3C trace context and baggage), counting what they inject and extract."""
+
+    def __init__(self) -> None:
+        super().__init__([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+        self.injected = 0
+        self.extracted = 0
+
+    def inject(self, carrier: Any, context: Any = None, setter: Any = default_setter) -> None:
+        self.injected += 1
+        super().inject(carrier, context, setter)
+
+    def extract(self, carrier: Any, context: Any = None, getter: Any = default_getter) -> Any:
+        self.extracted += 1
+        return super().extract(carrier, context, getter)
+
+
+async def test_over_json_rpc_the_context_is_written_once_and_read_once(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """MCP's JSON-RPC dispatcher writes the current context into ``_meta`` and MCP's server span reads
+    it back: the guard adds neither a second injection nor a second extraction (each costs about what
+    a span does with a chain token in the baggage), and the server hop still checks the chain sent."""
+    configured = propagate.get_global_textmap()
+    counting = CountingPropagator()
+    async with Client(meta_echo_server(), mode="legacy") as client:
+        await client.list_tools()  # else the call lists them first (for output schemas): a request more
+        propagate.set_global_textmap(counting)
+        try:
+            with otel_guard.delegate("planner"):
+                meta = (await client.call_tool("show_meta", {})).structured_content
+        finally:
+            propagate.set_global_textmap(configured)
+    assert (counting.injected, counting.extracted) == (1, 1)
+    assert isinstance(meta, dict)
+    assert re.search(r"(^|,)otel_guard\.chain=[^,]+", meta["baggage"])
+    server_hop = next(s for s in spans.named("execute_tool show_meta") if side(s) == "server")
+    assert attributes(server_hop)["otel_guard.chain.agents"] == ("planner", "show_meta")
+    assert attributes(server_hop)["otel_guard.decision"] == "allow"
 
 
 def chain_echo_server() -> MCPServer:
@@ -659,6 +705,7 @@ async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
 
     for target in PATCH_TARGETS:
         assert not isinstance(resolve(target), wrapt.ObjectProxy), target
+    assert mcp_server_otel.extract_trace_context is mcp_shared_otel.extract_trace_context
     assert not isinstance(ClientSession.call_tool, wrapt.ObjectProxy)
     ran: list[str] = []
     result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=4)
