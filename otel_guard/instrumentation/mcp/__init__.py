@@ -23,10 +23,12 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     ("mcp.client.session", "ClientSession.call_tool"),
     ("mcp.server.lowlevel.server", "Server.get_request_handler"),
     ("mcp.server.mcpserver.server", "MCPServer.call_tool"),
-    ("mcp.server._otel", "extract_trace_context"),  # what MCP's server span read from _meta
 )
-"""Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all. The last is
-replaced by a plain function, not a ``wrapt`` proxy (see ``_carrier.remembering_extraction``)."""
+"""Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all."""
+
+EXTRACTION: Final[PatchTarget] = ("mcp.server._otel", "extract_trace_context")
+"""What MCP's server span reads ``_meta`` with: replaced by a plain function that keeps what it read
+(not a ``wrapt`` proxy: see ``_carrier.remembering_extraction``), put back by ``_uninstrument``."""
 
 
 class MCPInstrumentor(GuardInstrumentor):
@@ -41,17 +43,16 @@ class MCPInstrumentor(GuardInstrumentor):
         from otel_guard.instrumentation.mcp._client import guard_call_tool
         from otel_guard.instrumentation.mcp._server import guard_request_handler, keep_refusal_text
 
-        client, server, mcpserver, extraction = PATCH_TARGETS
+        client, server, mcpserver = PATCH_TARGETS
         wrap_function_wrapper(*client, guard_call_tool)
         wrap_function_wrapper(*server, guard_request_handler)
         wrap_function_wrapper(*mcpserver, keep_refusal_text)
-        module = importlib.import_module(extraction[0])
-        setattr(module, extraction[1], remembering_extraction(getattr(module, extraction[1])))
+        module = importlib.import_module(EXTRACTION[0])
+        setattr(module, EXTRACTION[1], remembering_extraction(getattr(module, EXTRACTION[1])))
 
     def _uninstrument(self, **kwargs: Any) -> None:
         from otel_guard.instrumentation.mcp._carrier import forgetting_extraction
 
-        *wrapped, extraction = PATCH_TARGETS
-        unwrap_all(wrapped)
-        module = importlib.import_module(extraction[0])
-        setattr(module, extraction[1], forgetting_extraction(getattr(module, extraction[1])))
+        unwrap_all(PATCH_TARGETS)
+        module = importlib.import_module(EXTRACTION[0])
+        setattr(module, EXTRACTION[1], forgetting_extraction(getattr(module, EXTRACTION[1])))

@@ -18,7 +18,6 @@ import wrapt
 from instrumentors import instrumentor_fixture
 from mcp import Client
 from mcp.client.session import ClientSession
-from mcp.server import _otel as mcp_server_otel
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -35,7 +34,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 import otel_guard
 from otel_guard.instrumentation._base import resolve
-from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
+from otel_guard.instrumentation.mcp import EXTRACTION, PATCH_TARGETS, MCPInstrumentor
 from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
 from tests.conventions import assert_follows
 
@@ -667,7 +666,11 @@ async def test_lowlevel_server_turns_a_refusal_in_the_handler_into_the_tool_erro
 def test_the_guarded_handler_is_built_once_per_registered_handler(instrumented: MCPInstrumentor) -> None:
     """The runner looks ``tools/call`` up for every request: each lookup hands back the same guarded
     entry (for the same handler), and one registered anew is guarded anew."""
-    server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_call_tool=lambda ctx, params: None)
+
+    async def handler(ctx: Any, params: Any) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_call_tool=handler)
     first = server.get_request_handler("tools/call")
     assert first is not None
     assert server.get_request_handler("tools/call") is first
@@ -701,11 +704,12 @@ async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
     otel_guard.configure(cycle_rule="agent")
     instrumentor = MCPInstrumentor()
     instrumentor.instrument()
+    assert resolve(EXTRACTION) is not mcp_shared_otel.extract_trace_context
     instrumentor.uninstrument()
 
     for target in PATCH_TARGETS:
         assert not isinstance(resolve(target), wrapt.ObjectProxy), target
-    assert mcp_server_otel.extract_trace_context is mcp_shared_otel.extract_trace_context
+    assert resolve(EXTRACTION) is mcp_shared_otel.extract_trace_context
     assert not isinstance(ClientSession.call_tool, wrapt.ObjectProxy)
     ran: list[str] = []
     result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=4)
@@ -716,7 +720,7 @@ async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
 
 
 def test_patch_targets_exist_and_dependency_matches_installed_mcp() -> None:
-    for target in PATCH_TARGETS:
+    for target in (*PATCH_TARGETS, EXTRACTION):
         assert callable(resolve(target)), target
     instrumentor = MCPInstrumentor()
     assert list(instrumentor.instrumentation_dependencies()) == ["mcp >= 2.3, < 3"]
