@@ -118,7 +118,7 @@ _extracted: ContextVar[tuple[object, object, Context] | None] = ContextVar(
 the context it gave (the whole ``_meta`` is held, so no later one can be taken for it)."""
 
 
-def _extract(meta: Mapping[str, Any], carrier: dict[str, str]) -> Context:
+def _extract(meta: Mapping[str, Any], carrier: dict[str, str], current: Context) -> Context:
     """The global propagator's extraction of ``carrier`` (``meta``'s string values): the one MCP's
     middleware made of this very ``meta`` a moment ago, when it made one.
 
@@ -130,12 +130,26 @@ def _extract(meta: Mapping[str, Any], carrier: dict[str, str]) -> Context:
     seen = _extracted.get()
     if seen is not None and seen[0] is meta:
         textmap = propagate.get_global_textmap()
-        if seen[1] is textmap and _reads_strings_only(meta, _fields_of(textmap)):
-            return seen[2]
+        extracted = seen[2]
+        if (
+            seen[1] is textmap
+            and _reads_strings_only(meta, _fields_of(textmap))
+            and not _chain_from(extracted, current)
+        ):
+            return extracted
     try:
-        return propagate.extract(carrier)
+        # From an empty context: a propagator given none starts from the current one (the W3C
+        # baggage propagator does, when it comes first), whose chain is not the request's.
+        return propagate.extract(carrier, context=Context())
     except (ValueError, TypeError):  # a propagator rejecting a malformed value: no context came
         return Context()
+
+
+def _chain_from(extracted: Context, current: Context) -> bool:
+    """Whether ``extracted`` holds the very chain of ``current``: a propagator that started from the
+    current context (MCP's extraction passes none) kept it, and ``_meta`` may carry none."""
+    chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, extracted)
+    return chain is not None and chain is baggage.get_baggage(CHAIN_BAGGAGE_KEY, current)
 
 
 _fields: tuple[object, frozenset[str]] = (None, frozenset())  # the global propagator last asked, its fields
@@ -173,7 +187,7 @@ def context_from_meta(meta: Mapping[str, Any] | None, current: Context | None = 
     meta = meta or {}
     # Only string values can be W3C header values; anything else in an open map is not a carrier.
     carrier = {key: value for key, value in meta.items() if isinstance(value, str)}
-    incoming = _extract(meta, carrier)
+    incoming = _extract(meta, carrier, current)
     entries = dict(baggage.get_all(incoming))
     if CHAIN_BAGGAGE_KEY not in entries and BAGGAGE_KEY in carrier and not propagator_reads_baggage():
         # Configured propagators without baggage: read the chain member the client added alone.

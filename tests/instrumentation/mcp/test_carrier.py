@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp.shared._otel import extract_trace_context
 from opentelemetry import baggage, context, propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import otel_guard
 from otel_guard.instrumentation.mcp._carrier import context_from_meta, remembering_extraction
@@ -81,3 +85,28 @@ def test_what_mcp_extracted_from_this_meta_is_used_and_only_for_it(spans: Any) -
     odd = {**meta, "baggage": [meta["baggage"]]}
     remembering_extraction(propagate.extract)(odd)
     assert chain_in(context_from_meta(odd, context.Context())) is None
+
+
+def test_a_chain_in_force_is_not_taken_for_the_requests_whatever_the_propagators_order(spans: Any) -> None:
+    """``OTEL_PROPAGATORS=baggage,tracecontext``: the W3C baggage propagator, first, starts from the
+    current context when given none; the chain left in a server task's context is still not the
+    request's, read by the guard or taken from MCP's extraction."""
+    configured = propagate.get_global_textmap()
+    propagate.set_global_textmap(
+        CompositePropagator([W3CBaggagePropagator(), TraceContextTextMapPropagator()])
+    )
+    try:
+        inherited = left_over()
+        meta: dict[str, Any] = {"traceparent": TRACEPARENT}
+        sent = meta_from("planner")
+        assert chain_in(context_from_meta(meta, inherited)) is None
+        attached = context.attach(inherited)
+        try:
+            remembering_extraction(extract_trace_context)(meta)  # as MCP's server span does
+            assert chain_in(context_from_meta(meta, inherited)) is None
+            remembering_extraction(extract_trace_context)(sent)
+            assert chain_in(context_from_meta(sent, inherited)) == ("planner",)
+        finally:
+            context.detach(attached)
+    finally:
+        propagate.set_global_textmap(configured)
