@@ -10,6 +10,7 @@ Switch it on with ``opentelemetry-instrument`` (extra ``mcp``), or in code:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Collection
 from typing import Any, Final
 
@@ -25,6 +26,10 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
 )
 """Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all."""
 
+EXTRACTION: Final[PatchTarget] = ("mcp.server._otel", "extract_trace_context")
+"""What MCP's server span reads ``_meta`` with: replaced by a plain function that keeps what it read
+(not a ``wrapt`` proxy: see ``_carrier.remembering_extraction``), put back by ``_uninstrument``."""
+
 
 class MCPInstrumentor(GuardInstrumentor):
     """Makes MCP ``call_tool`` (client) and ``tools/call`` handling (server) guarded hops."""
@@ -34,6 +39,7 @@ class MCPInstrumentor(GuardInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         # Imported here: the helpers import mcp, and this module must import without it.
+        from otel_guard.instrumentation.mcp._carrier import remembering_extraction
         from otel_guard.instrumentation.mcp._client import guard_call_tool
         from otel_guard.instrumentation.mcp._server import guard_request_handler, keep_refusal_text
 
@@ -41,6 +47,12 @@ class MCPInstrumentor(GuardInstrumentor):
         wrap_function_wrapper(*client, guard_call_tool)
         wrap_function_wrapper(*server, guard_request_handler)
         wrap_function_wrapper(*mcpserver, keep_refusal_text)
+        module = importlib.import_module(EXTRACTION[0])
+        setattr(module, EXTRACTION[1], remembering_extraction(getattr(module, EXTRACTION[1])))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        from otel_guard.instrumentation.mcp._carrier import forgetting_extraction
+
         unwrap_all(PATCH_TARGETS)
+        module = importlib.import_module(EXTRACTION[0])
+        setattr(module, EXTRACTION[1], forgetting_extraction(getattr(module, EXTRACTION[1])))

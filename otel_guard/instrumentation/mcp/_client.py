@@ -5,10 +5,11 @@ it) with the MCP attributes known before the request is sent (``mcp.method.name`
 ``mcp.protocol.version``); the SDK's own CLIENT span of the request (``MCP send tools/call {tool}``,
 with its ``jsonrpc.request.id``, which the SDK picks only as it sends) is its child.
 
-The hop is checked before the request is sent. Inside it the request's ``_meta`` gets the trace
-context and the new chain (see :mod:`._carrier`), so the server checks the same chain again
-before the tool body runs. A refused call is never sent: ``call_tool`` returns the tool error
-:func:`refusal_result` instead, the same result a refusing server would have sent back.
+The hop is checked before the request is sent, and the request is sent inside it: its ``_meta`` gets
+the trace context and the new chain (MCP's JSON-RPC dispatcher injects them; see :mod:`._carrier`),
+and the server checks the same chain again before the tool body runs. A refused call is never sent:
+``call_tool`` returns the tool error :func:`refusal_result` instead, the same result a refusing
+server would have sent back.
 
 Every MCP client built on ``ClientSession`` goes through here: ``mcp.Client``, ``ClientSessionGroup``,
 and the MCP adapters of agent frameworks (the OpenAI Agents SDK's ``MCPServer*`` classes call
@@ -27,16 +28,24 @@ the one this process is serving, and the call is a new hop (a real cycle, refuse
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.context import attach, detach, get_current
 
+from otel_guard._carriers import propagator_reads_baggage
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import current_chain, delegate
-from otel_guard.instrumentation.mcp._carrier import meta_with_context
-from otel_guard.instrumentation.mcp._in_process import dispatches_directly, handed_over, handover_for
+from otel_guard.instrumentation.mcp._carrier import meta_with_chain, meta_with_context, writes_trace_context
+from otel_guard.instrumentation.mcp._context import chain_value, suppressed
+from otel_guard.instrumentation.mcp._in_process import (
+    Handover,
+    dispatches_directly,
+    handed_over,
+    handover_for,
+)
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.instrumentation.mcp._server import TOOLS_CALL, serving_chain
 from otel_guard.telemetry import MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
@@ -49,50 +58,88 @@ async def guard_call_tool(
     kwargs: dict[str, Any],
 ) -> Any:
     """``wrapt`` wrapper of ``ClientSession.call_tool(name, arguments=None, ..., *, meta=None, ...)``."""
-    if not is_instrumentation_enabled():
+    current = get_current()
+    if suppressed(current):
         return await wrapped(*args, **kwargs)
     tool = args[0] if args else kwargs.get("name")
     if not isinstance(tool, str) or not tool:
         return await wrapped(*args, **kwargs)
     direct = dispatches_directly(instance)
-    if _joins_enclosing_hop(tool):
-        return await _send(wrapped, args, kwargs, tool, current_chain() if direct else None, direct)
-    entered = False
+    if chain_value(current) is not None and _joins_enclosing_hop(tool):
+        return await _send(wrapped, instance, args, kwargs, tool, current_chain() if direct else None, direct)
+    # The hop's steps inline (as ``async with`` would take them): this runs on every call.
+    hop = delegate(tool, kind="tool", attributes=_call_attributes(instance))
     try:
-        async with delegate(tool, kind="tool", attributes=_call_attributes(instance)) as hop:
-            entered = True
-            return await _send(wrapped, args, kwargs, tool, hop.chain, direct)
+        ctx = await hop.astart()
     except DelegationRefused as err:
-        if entered:
-            raise  # not this hop's refusal: the session raised it, let it through unchanged
         return refusal_result(err)
+    token = attach(ctx)
+    handover = None
+    if direct:
+        handover = handed_over.set(Handover(tool, chain_value(ctx), hop.chain))
+    else:
+        _write_meta(instance, kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:  # the session's refusal too: not this hop's, let it through
+        if handover is not None:
+            handed_over.reset(handover)
+        detach(token)
+        hop.finish(exc)
+        raise
+    if handover is not None:
+        handed_over.reset(handover)
+    detach(token)
+    hop.finish()
+    return result
 
 
 async def _send(
     wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     tool: str,
     chain: Chain | None,
     direct: bool,
 ) -> Any:
-    """Send the call inside its hop: handed over to a server in this context, else in ``_meta``."""
+    """Send a call that joined the hop in force: handed over to a server in this context, else in
+    ``_meta``."""
     if direct:
         handover = handed_over.set(handover_for(tool, chain))
         try:
             return await wrapped(*args, **kwargs)
         finally:
             handed_over.reset(handover)
-    kwargs["meta"] = meta_with_context(kwargs.get("meta"))
+    _write_meta(instance, kwargs)
     return await wrapped(*args, **kwargs)
 
 
-def _call_attributes(session: object) -> dict[str, str]:
-    """The MCP attributes of a ``tools/call`` on ``session``, before it is sent."""
-    attributes = {MCP_METHOD_NAME: TOOLS_CALL}
+def _write_meta(session: object, kwargs: dict[str, Any]) -> None:
+    """Put the hop's context into the request's ``_meta``, unless MCP's dispatcher will itself."""
+    if not writes_trace_context(session):
+        kwargs["meta"] = meta_with_context(kwargs.get("meta"))
+    elif not propagator_reads_baggage():
+        kwargs["meta"] = meta_with_chain(kwargs.get("meta"))  # MCP's injection leaves it out
+
+
+_ATTRIBUTES: dict[str, Mapping[str, str]] = {}
+"""The MCP attributes of a ``tools/call``, by the session's protocol version (a handful of them)."""
+
+
+def _call_attributes(session: object) -> Mapping[str, str]:
+    """The MCP attributes of a ``tools/call`` on ``session``, before it is sent (read-only, shared)."""
     version = getattr(session, "protocol_version", None)
-    if isinstance(version, str) and version:
-        attributes[MCP_PROTOCOL_VERSION] = version
+    if not isinstance(version, str):
+        version = ""  # not negotiated yet: no mcp.protocol.version
+    attributes = _ATTRIBUTES.get(version)
+    if attributes is None:
+        built = {MCP_METHOD_NAME: TOOLS_CALL}
+        if version:
+            built[MCP_PROTOCOL_VERSION] = version
+        attributes = MappingProxyType(built)
+        if len(_ATTRIBUTES) < 16:  # a peer can name any version: never more than a few kept
+            _ATTRIBUTES[version] = attributes
     return attributes
 
 

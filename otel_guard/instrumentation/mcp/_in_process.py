@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from opentelemetry import baggage
+from opentelemetry.context import Context
 
 from otel_guard.chain import Chain
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
@@ -57,13 +58,13 @@ def handover_for(tool: str, chain: Chain | None) -> Handover:
     return Handover(tool, baggage.get_baggage(CHAIN_BAGGAGE_KEY), chain)
 
 
-def taken_over(tool: str) -> Handover | None:
-    """The handover for a call of ``tool`` that a server is serving in the caller's context, or
-    ``None``: no call was handed over here, it was another tool's, or another chain is in force (a
-    context the call did not come from)."""
+def taken_over(tool: str, current: Context) -> Handover | None:
+    """The handover for a call of ``tool`` that a server is serving in ``current``, the caller's
+    context, or ``None``: no call was handed over here, it was another tool's, or another chain is in
+    force (a context the call did not come from)."""
     handover = handed_over.get()
     if handover is None or handover.tool != tool:
         return None
-    if baggage.get_baggage(CHAIN_BAGGAGE_KEY) is not handover.chain_value:
+    if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not handover.chain_value:
         return None
     return handover

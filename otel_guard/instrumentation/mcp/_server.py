@@ -33,14 +33,14 @@ from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import HandlerEntry
 from mcp.server.mcpserver.exceptions import ToolError
 from opentelemetry import context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
 from otel_guard.instrumentation.mcp._carrier import context_from_meta
-from otel_guard.instrumentation.mcp._in_process import Handover, handed_over, taken_over
+from otel_guard.instrumentation.mcp._context import suppressed
+from otel_guard.instrumentation.mcp._in_process import handed_over, taken_over
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.telemetry import JSONRPC_REQUEST_ID, MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
 
@@ -63,37 +63,74 @@ def guard_request_handler(
     method = args[0] if args else kwargs.get("method")
     if entry is None or method != TOOLS_CALL:
         return entry
-    return HandlerEntry(entry.params_type, _guarded(entry.handler))
+    return _guarded_entry(entry)
+
+
+_GUARDED: dict[int, tuple[HandlerEntry[Any], HandlerEntry[Any]]] = {}
+"""The guarded entry of each ``tools/call`` entry looked up, by the entry's id (the entry kept with
+it, so the id stays its own); a server has one such entry, a program a few servers."""
+
+
+def _guarded_entry(entry: HandlerEntry[Any]) -> HandlerEntry[Any]:
+    """``entry`` with its handler guarded, made once per entry (the runner looks it up per request)."""
+    known = _GUARDED.get(id(entry))
+    if known is not None and known[0] is entry:
+        return known[1]
+    guarded = HandlerEntry(entry.params_type, _guarded(entry.handler))
+    if len(_GUARDED) >= 64:  # handlers registered again and again: never more than a few kept
+        _GUARDED.clear()
+    _GUARDED[id(entry)] = (entry, guarded)
+    return guarded
 
 
 def _guarded(handler: Handler) -> Handler:
     async def guarded_call_tool(ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
-        if not is_instrumentation_enabled():
+        current = context.get_current()
+        if suppressed(current):
             return await handler(ctx, params)
         tool = getattr(params, "name", None)
         if not isinstance(tool, str) or not tool:
             # Not a tool call this guard can name; the handler rejects it as it always would.
             return await handler(ctx, params)
-        handover = taken_over(tool)
+        handover = taken_over(tool, current)
         if handover is not None:
-            return await _serve_handed_over(handler, ctx, params, handover)
+            # The caller's hop, which the caller decided and this context is in: run the body in it.
+            taken = handed_over.set(None)  # the body's own calls are new calls
+            serving = serving_chain.set(handover.chain)
+            try:
+                return await handler(ctx, params)
+            except DelegationRefused as err:  # a deeper hop refused inside the body, let through
+                return refusal_result(err)
+            finally:
+                serving_chain.reset(serving)
+                handed_over.reset(taken)
         meta: Mapping[str, Any] | None = ctx.meta
         if meta is None:
             meta = getattr(params, "meta", None)
-        token = context.attach(context_from_meta(meta))
+        token = context.attach(context_from_meta(meta, current))
+        # The hop's steps inline (as ``async with`` would take them): this runs on every request.
+        hop = delegate(tool, kind="tool", receiving=True, attributes=_request_attributes(ctx))
         try:
-            async with delegate(
-                tool, kind="tool", receiving=True, attributes=_request_attributes(ctx)
-            ) as hop:
-                serving = serving_chain.set(hop.chain)
-                try:
-                    return await handler(ctx, params)
-                finally:
-                    serving_chain.reset(serving)
-        except DelegationRefused as err:
-            # Refused on entry (the body never ran), or a deeper hop refused inside the body that
-            # the body left unhandled: either way the model gets the refusal as this tool's error.
-            return refusal_result(err)
+            try:
+                hop_token = context.attach(await hop.astart())
+            except DelegationRefused as err:  # refused on entry: the body never runs
+                return refusal_result(err)
+            serving = serving_chain.set(hop.chain)
+            try:
+                result = await handler(ctx, params)
+            except BaseException as exc:
+                serving_chain.reset(serving)
+                context.detach(hop_token)
+                hop.finish(exc)
+                if isinstance(exc, DelegationRefused):
+                    # A deeper hop refused inside the body, which left it unhandled: the model
+                    # gets the refusal as this tool's error.
+                    return refusal_result(exc)
+                raise
+            serving_chain.reset(serving)
+            context.detach(hop_token)
+            hop.finish()
+            return result
         finally:
             context.detach(token)
 
@@ -110,34 +147,21 @@ def _request_attributes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str]:
     return attributes
 
 
-async def _serve_handed_over(
-    handler: Handler, ctx: ServerRequestContext[Any, Any], params: Any, handover: Handover
-) -> HandlerResult:
-    """Run the handler in the caller's hop, which the caller decided and this context is in."""
-    taken = handed_over.set(None)  # the body's own calls are new calls
-    serving = serving_chain.set(handover.chain)
-    try:
-        return await handler(ctx, params)
-    except DelegationRefused as err:  # a deeper hop refused inside the body, which let it through
-        return refusal_result(err)
-    finally:
-        serving_chain.reset(serving)
-        handed_over.reset(taken)
-
-
 async def keep_refusal_text(
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """``wrapt`` wrapper of ``MCPServer.call_tool``: a refusal in a tool body keeps its text."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
+    """``wrapt`` wrapper of ``MCPServer.call_tool``: a refusal in a tool body keeps its text.
+
+    Suppression is checked only when the call fails (the context is the call's either way), so a
+    call that succeeds pays for nothing but this coroutine.
+    """
     try:
         return await wrapped(*args, **kwargs)
     except ToolError as exc:
         refused = refusal_behind(exc)
-        if refused is None:
+        if refused is None or suppressed(context.get_current()):
             raise
         raise ToolError(refusal_text(refused)) from exc

@@ -21,16 +21,20 @@ from mcp.client.session import ClientSession
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared import _otel as mcp_shared_otel
 from mcp_app import ROUNDS, answer_text, build_server  # this folder is on sys.path
 from opentelemetry import propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import default_getter, default_setter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import otel_guard
 from otel_guard.instrumentation._base import resolve
-from otel_guard.instrumentation.mcp import PATCH_TARGETS, MCPInstrumentor
+from otel_guard.instrumentation.mcp import EXTRACTION, PATCH_TARGETS, MCPInstrumentor
 from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
 from tests.conventions import assert_follows
 
@@ -265,6 +269,47 @@ async def test_meta_carries_traceparent_and_chain_over_memory_streams(
     }
     assert int(match[2], 16) in inside_client_hop
     assert re.search(r"(^|,)otel_guard\.chain=[^,]+", meta["baggage"])
+
+
+class CountingPropagator(CompositePropagator):
+    """The default propagators (W3C trace context and baggage), counting what they inject and extract."""
+
+    def __init__(self) -> None:
+        super().__init__([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+        self.injected = 0
+        self.extracted = 0
+
+    def inject(self, carrier: Any, context: Any = None, setter: Any = default_setter) -> None:
+        self.injected += 1
+        super().inject(carrier, context, setter)
+
+    def extract(self, carrier: Any, context: Any = None, getter: Any = default_getter) -> Any:
+        self.extracted += 1
+        return super().extract(carrier, context, getter)
+
+
+async def test_over_json_rpc_the_context_is_written_once_and_read_once(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """MCP's JSON-RPC dispatcher writes the current context into ``_meta`` and MCP's server span reads
+    it back: the guard adds neither a second injection nor a second extraction (each costs about what
+    a span does with a chain token in the baggage), and the server hop still checks the chain sent."""
+    configured = propagate.get_global_textmap()
+    counting = CountingPropagator()
+    async with Client(meta_echo_server(), mode="legacy") as client:
+        await client.list_tools()  # else the call lists them first (for output schemas): a request more
+        propagate.set_global_textmap(counting)
+        try:
+            with otel_guard.delegate("planner"):
+                meta = (await client.call_tool("show_meta", {})).structured_content
+        finally:
+            propagate.set_global_textmap(configured)
+    assert (counting.injected, counting.extracted) == (1, 1)
+    assert isinstance(meta, dict)
+    assert re.search(r"(^|,)otel_guard\.chain=[^,]+", meta["baggage"])
+    server_hop = next(s for s in spans.named("execute_tool show_meta") if side(s) == "server")
+    assert attributes(server_hop)["otel_guard.chain.agents"] == ("planner", "show_meta")
+    assert attributes(server_hop)["otel_guard.decision"] == "allow"
 
 
 def chain_echo_server() -> MCPServer:
@@ -618,6 +663,30 @@ async def test_lowlevel_server_turns_a_refusal_in_the_handler_into_the_tool_erro
     assert result.meta[REFUSAL_META_KEY]["reason"] == "cycle"
 
 
+def test_the_guarded_handler_is_built_once_per_registered_handler(instrumented: MCPInstrumentor) -> None:
+    """The runner looks ``tools/call`` up for every request: each lookup hands back the same guarded
+    entry (for the same handler), and one registered anew is guarded anew."""
+
+    async def handler(ctx: Any, params: Any) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_call_tool=handler)
+    first = server.get_request_handler("tools/call")
+    assert first is not None
+    assert server.get_request_handler("tools/call") is first
+    assert first.params_type is mcp_types.CallToolRequestParams
+
+    async def replaced(ctx: Any, params: Any) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, replaced)
+    second = server.get_request_handler("tools/call")
+    assert second is not None
+    assert second is not first
+    assert second is server.get_request_handler("tools/call")
+    assert second.handler is not replaced  # guarded, not the bare handler
+
+
 # -- suppression and uninstrument ---------------------------------------------------------------
 
 
@@ -635,10 +704,12 @@ async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
     otel_guard.configure(cycle_rule="agent")
     instrumentor = MCPInstrumentor()
     instrumentor.instrument()
+    assert resolve(EXTRACTION) is not mcp_shared_otel.extract_trace_context
     instrumentor.uninstrument()
 
     for target in PATCH_TARGETS:
         assert not isinstance(resolve(target), wrapt.ObjectProxy), target
+    assert resolve(EXTRACTION) is mcp_shared_otel.extract_trace_context
     assert not isinstance(ClientSession.call_tool, wrapt.ObjectProxy)
     ran: list[str] = []
     result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=4)
@@ -649,7 +720,7 @@ async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
 
 
 def test_patch_targets_exist_and_dependency_matches_installed_mcp() -> None:
-    for target in PATCH_TARGETS:
+    for target in (*PATCH_TARGETS, EXTRACTION):
         assert callable(resolve(target)), target
     instrumentor = MCPInstrumentor()
     assert list(instrumentor.instrumentation_dependencies()) == ["mcp >= 2.3, < 3"]
