@@ -31,8 +31,8 @@ waits for the batch timeout, 2 s) -- or fails. Each process's CPU is counted unt
 spans sent. Behind a batch, its sender is held to at most ``--collector-window`` spans sent and not
 at the sink yet (by default what ``--concurrency`` requests hold, as the other arms have in flight):
 unbounded, it outruns what the Collector delivers. The plain pass-through acknowledges once the sink
-has the spans, so it needs no such bound and its sender does not poll the sink. What is not at the sink when the load ends is shown as a
-backlog, which the rate does not count.
+has the spans, so it needs no such bound and its sender does not poll the sink. What is not at the
+sink when the load ends is shown as a backlog, which the rate does not count.
 
 Then fairness: for ``--fairness-seconds`` per proxy, one client sends one-trace requests one after
 another, alone and then while another sends large requests (1,500 traces, ~6 MB) back to back; the
@@ -718,7 +718,9 @@ def main() -> int:
                 else "Collector arms: no bound on spans not at the sink yet (what the Collector takes)"
             )
             if alone_window != window:
-                print("  (the plain pass-through: acknowledged once the sink has them, so no bound is needed)")
+                print(
+                    "  (the plain pass-through: acknowledged once the sink has them, so no bound is needed)"
+                )
             arms = {
                 "passthrough": arms["passthrough"],
                 "collector": Arm(alone_at, {"collector": pass_collector.pid}, window=alone_window),
