@@ -27,6 +27,17 @@ def a_trace(agent: str = "planner", payload: int = 0) -> bytes:
     return encode(*trace.spans)
 
 
+def spans_of(requests: list[bytes]) -> list[bytes]:
+    """Every span of ``requests`` (its name and id), sorted: the same whichever sends carried them."""
+    return sorted(
+        span.name.encode() + span.span_id
+        for raw in requests
+        for resource in ExportTraceServiceRequest.FromString(raw).resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    )
+
+
 async def first_in_flight(processor: object, sink: Sink, raw: bytes) -> asyncio.Future[bytes]:
     """Send ``raw`` and return once the downstream holds it (its ``delay`` keeps it there)."""
     call = asyncio.ensure_future(export(processor, raw))  # type: ignore[arg-type]
@@ -138,19 +149,7 @@ async def test_a_joined_send_stays_within_merge_bytes(start_processor: Processor
     sends = sink.received[1:]
     assert larger in sends  # larger than a send may be: it goes alone, as it came
     assert all(len(raw) <= MERGE_BYTES for raw in sends if raw != larger)
-    assert sorted(
-        bytes(span.name, "utf-8") + span.span_id
-        for raw in sends
-        for resource in ExportTraceServiceRequest.FromString(raw).resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    ) == sorted(
-        bytes(span.name, "utf-8") + span.span_id
-        for raw in [*waiting, larger]
-        for resource in ExportTraceServiceRequest.FromString(raw).resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    )
+    assert spans_of(sends) == spans_of([*waiting, larger])  # each span sent once
 
 
 async def test_a_waiting_request_whose_client_gave_up_is_not_sent(
