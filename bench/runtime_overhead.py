@@ -22,7 +22,9 @@ time (``time.process_time``, the whole process, the span export thread included)
 
 Each runtime's lines end with what a guarded hop adds (the added CPU divided by the guard's spans a
 run) against the goal of issue 28: at most 60 µs a hop, and for MCP a ratio of at most 1.2 in
-process, 1.4 over streams.
+process, 1.4 over streams. A third arm, *spanned*, is the bare run followed by one plain SDK span
+with 5 attributes: what a span costs in this runtime's process (its heap, its caches), the unit the
+hop is also given in, so that "a hop costs about what a span costs" is read off the same run.
 
 ``--instructions`` counts instructions under valgrind's callgrind instead of timing (each arm in a
 child process with 0 and with ``--count`` runs, the difference per run: the same figure on every run
@@ -101,6 +103,7 @@ def setup_sdk() -> tuple[TracerProvider, CountGuardSpans]:
     trace.set_tracer_provider(provider)
     metrics.set_meter_provider(meter_provider)
     telemetry.bind(provider, meter_provider)
+    PLAIN_SPANS[:] = [provider.get_tracer("bench")]
     # Keyed, as a deployment would be: chains are signed when a carrier is injected (MCP's _meta).
     otel_guard.configure(mode="enforce", keys={"bench": b"b" * 32})
     return provider, exporter
@@ -281,15 +284,32 @@ def set_guarded(runtime: Runtime, guarded: bool) -> None:
         runtime.instrumentor.uninstrument()
 
 
-async def time_round(runtime: Runtime, guarded: bool, n: int) -> tuple[float, float]:
-    """CPU and wall seconds per run over ``n`` runs of one arm."""
-    set_guarded(runtime, guarded)
+PLAIN_SPANS: list[trace.Tracer] = []  # plain_span's tracer, got once the SDK is set up
+
+
+def plain_span() -> None:
+    """The unit a hop is weighed in: one plain SDK span with 5 attributes, opened between two runs of
+    the runtime (so it runs with the runtime's heap and caches, without changing what a run does)."""
+    with PLAIN_SPANS[0].start_as_current_span("execute_tool lookup", attributes=SPAN_ATTRIBUTES):
+        pass
+
+
+async def time_round(runtime: Runtime, arm: str, n: int) -> tuple[float, float]:
+    """CPU and wall seconds per run over ``n`` runs of one arm (``bare``, ``guarded`` or ``spanned``:
+    bare with a plain span after each run)."""
+    set_guarded(runtime, arm == "guarded")
     if runtime.open is not None:
         await runtime.open()
+    run = runtime.run
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
-    for _ in range(n):
-        await runtime.run()
+    if arm == "spanned":
+        for _ in range(n):
+            await run()
+            plain_span()
+    else:
+        for _ in range(n):
+            await run()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if runtime.close is not None:
         await runtime.close()
@@ -300,6 +320,7 @@ async def time_round(runtime: Runtime, guarded: bool, n: int) -> tuple[float, fl
 class Figures:
     bare_cpu: float
     guarded_cpu: float
+    spanned_cpu: float
     bare_wall: float
     guarded_wall: float
     runs: int
@@ -320,28 +341,31 @@ async def measure(
         if not runtime.check(output):
             raise SystemExit(f"{runtime.name}: unexpected output (guarded={guarded}): {output!r}")
     # Size a round to about round_seconds of the bare arm (after a warm-up of both arms).
-    await time_round(runtime, True, 20)
-    _, wall = await time_round(runtime, False, 20)
+    await time_round(runtime, "guarded", 20)
+    await time_round(runtime, "spanned", 20)
+    _, wall = await time_round(runtime, "bare", 20)
     n = max(5, round(round_seconds / wall))
 
-    spans_per_run: Counter[bool] = Counter()
-    samples: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    arms = ("bare", "guarded", "spanned")
+    spans_per_run: Counter[str] = Counter()
+    samples: dict[str, list[tuple[float, float]]] = {arm: [] for arm in arms}
     for i in range(rounds):
-        for guarded in (False, True) if i % 2 == 0 else (True, False):
+        for arm in arms[i % 3 :] + arms[: i % 3]:  # each arm goes first in a third of the rounds
             provider.force_flush()
             before = exporter.guard_spans
-            samples[guarded].append(await time_round(runtime, guarded, n))
+            samples[arm].append(await time_round(runtime, arm, n))
             provider.force_flush()  # untimed: the exporter's count for this arm
-            spans_per_run[guarded] += exporter.guard_spans - before
+            spans_per_run[arm] += exporter.guard_spans - before
     set_guarded(runtime, False)
     median = statistics.median
     return Figures(
-        bare_cpu=median(c for c, _ in samples[False]),
-        guarded_cpu=median(c for c, _ in samples[True]),
-        bare_wall=median(w for _, w in samples[False]),
-        guarded_wall=median(w for _, w in samples[True]),
+        bare_cpu=median(c for c, _ in samples["bare"]),
+        guarded_cpu=median(c for c, _ in samples["guarded"]),
+        spanned_cpu=median(c for c, _ in samples["spanned"]),
+        bare_wall=median(w for _, w in samples["bare"]),
+        guarded_wall=median(w for _, w in samples["guarded"]),
         runs=n,
-        guard_spans_per_run=(spans_per_run[False] / (n * rounds), spans_per_run[True] / (n * rounds)),
+        guard_spans_per_run=(spans_per_run["bare"] / (n * rounds), spans_per_run["guarded"] / (n * rounds)),
     )
 
 
@@ -365,8 +389,15 @@ def report(name: str, f: Figures, rounds: int) -> None:
             f"added {(guarded - bare) * 1e3:+7.3f} ms   ratio {guarded / bare:.2f}"
         )
     per_hop = (f.guarded_cpu - f.bare_cpu) / max(guard_spans, 1)
+    span = f.spanned_cpu - f.bare_cpu
     met = verdict(per_hop <= HOP_GOAL)
-    goals = [f"a hop adds {per_hop * 1e6:.0f} µs CPU (goal <= {HOP_GOAL * 1e6:.0f}: {met})"]
+    goals = [
+        f"a hop adds {per_hop * 1e6:.0f} µs CPU (goal <= {HOP_GOAL * 1e6:.0f}: {met}) "
+        f"= {per_hop / span:.2f} plain spans, a plain span between runs costing {span * 1e6:.0f} µs"
+        if span > 0
+        else f"a hop adds {per_hop * 1e6:.0f} µs CPU (goal <= {HOP_GOAL * 1e6:.0f}: {met}); "
+        "a plain span between runs measured no cost (noise): run more rounds"
+    ]
     if name in RATIO_GOALS:
         ratio = f.guarded_cpu / f.bare_cpu
         goals.append(
@@ -399,13 +430,16 @@ def child(name: str, arm: str, count: int) -> None:
         set_guarded(runtime, arm == "guarded")
         if runtime.open is not None:
             await runtime.open()
-        for _ in range(20):  # warm-up: caches, first-use imports
+        for _ in range(20):  # warm-up: caches, first-use imports (and the plain span's)
+            plain_span()
             await runtime.run()
         provider.force_flush()
         before = exporter.guard_spans
         gc.collect()
         for _ in range(count):
             await runtime.run()
+            if arm == "spanned":
+                plain_span()
         provider.force_flush()
         print(f"{(exporter.guard_spans - before) / max(count, 1):g}")
         if runtime.close is not None:
@@ -437,12 +471,15 @@ def instructions_main(names: Sequence[str], count: int) -> None:
     for name in names:
         bare, _ = per_run(name, "bare", count)
         guarded, hops = per_run(name, "guarded", count)
+        spanned, _ = per_run(name, "spanned", count)
         added = (guarded - bare) / max(hops, 1)
+        beside = spanned - bare
         line = (
             f"{name}: bare {bare / 1e3:.0f} k, guarded {guarded / 1e3:.0f} k instructions a run "
             f"(ratio {guarded / bare:.2f}); {hops:g} guard spans a run; a hop adds {added / 1e3:.0f} k "
             f"= {added / span:.2f} bare spans (goal <= {HOP_GOAL / SPAN_SECONDS:.1f}: "
-            f"{verdict(added / span <= HOP_GOAL / SPAN_SECONDS)})"
+            f"{verdict(added / span <= HOP_GOAL / SPAN_SECONDS)}); a plain span between runs "
+            f"{beside / 1e3:.0f} k"
         )
         if name in RATIO_GOALS:
             line += f"; ratio goal <= {RATIO_GOALS[name]}: {verdict(guarded / bare <= RATIO_GOALS[name])}"
@@ -466,7 +503,7 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind)")
     parser.add_argument("--count", type=int, default=40, help="runs an arm with --instructions")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--arm", choices=("bare", "guarded", "span"), help=argparse.SUPPRESS)
+    parser.add_argument("--arm", choices=("bare", "guarded", "spanned", "span"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.arm, args.count)
