@@ -12,7 +12,9 @@ returns an iterable, or an async iterable) into a generator function that behave
 with every step run inside a context:
 
 - ``enter()`` runs at the first step (a generator does nothing until it is iterated) and returns the
-  context and a ``done(exc)`` callback. If ``enter`` raises (a refused hop), nothing else runs.
+  context and a ``done(exc)`` callback; for :func:`async_generator_in_context` it is a coroutine
+  function (:data:`AsyncEnter`), awaited there, so a hop that waits for its budget store (Redis)
+  never blocks the event loop. If ``enter`` raises (a refused hop), nothing else runs.
 - ``make(*args, **kwargs)`` is called with the context attached, so what it builds (headers to
   inject, tasks it starts) sees it. If it raises, ``done(exc)`` is called and the error re-raised.
 - Every step (``next``/``send``/``throw``, or ``anext``/``asend``/``athrow``) runs with the context
@@ -36,6 +38,13 @@ Example::
 
     for chunk in generator_in_context(enter, graph.stream)(inputs):
         ...
+
+    async def aenter() -> tuple[Context, Done]:
+        hop = delegate("planner")
+        return await hop.astart(), hop.finish
+
+    async for chunk in async_generator_in_context(aenter, graph.astream)(inputs):
+        ...
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ Done = Callable[[BaseException | None], object]
 
 Enter = Callable[[], tuple[Context, Done]]
 """Called at the first step: the context to run every step in, and what to call when they end."""
+
+AsyncEnter = Callable[[], Awaitable[tuple[Context, Done]]]
+""":data:`Enter` for an async generator: awaited at the first step, in the consumer's task."""
 
 Moved = Callable[[], Context | None]
 """Asked after a step: the context the next steps run in, or ``None`` to keep the one they have."""
@@ -106,12 +118,12 @@ def generator_in_context(
 
 
 def async_generator_in_context(
-    enter: Enter, make: Callable[P, AsyncIterable[Y]], moved: Moved | None = None
+    enter: AsyncEnter, make: Callable[P, AsyncIterable[Y]], moved: Moved | None = None
 ) -> Callable[P, AsyncGenerator[Y, Any]]:
-    """The ``async`` form of :func:`generator_in_context`."""
+    """The ``async`` form of :func:`generator_in_context`: ``await enter()`` at the first step."""
 
     async def steps(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Y, Any]:
-        ctx, done = enter()
+        ctx, done = await enter()
         token = attach(ctx)
         try:
             inner = aiter(make(*args, **kwargs))

@@ -28,7 +28,7 @@ from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
 from otel_guard._plans import Plan, SharedHop, first_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
-from otel_guard._steps import Done, Enter, async_generator_in_context, generator_in_context
+from otel_guard._steps import AsyncEnter, Done, Enter, async_generator_in_context, generator_in_context
 from otel_guard.budget import Meter, store_failure, store_for
 from otel_guard.chain import (
     MAX_TOKEN_LENGTH,
@@ -225,6 +225,22 @@ class Delegation:
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
             self._spent = self._spend(plan, parent)
+        ctx = _with_baggage(parent, plan.child_baggage(parent_baggage))
+        self._decided_in = parent
+        self.context = ctx
+        return ctx
+
+    async def adecide(self) -> Context:
+        """:meth:`decide` for async code: a budget store with an asyncio API is awaited, as in
+        :meth:`astart`."""
+        parent = context.get_current()
+        parent_baggage = _baggage_of(parent)
+        plan = self._plan_in(parent, parent_baggage)
+        if plan.budgeted:
+            if plan.settings.budget_store == "memory":  # it never waits: nothing to await
+                self._spent = self._spend(plan, parent)
+            else:
+                self._spent = await self._aspend(plan, parent)
         ctx = _with_baggage(parent, plan.child_baggage(parent_baggage))
         self._decided_in = parent
         self.context = ctx
@@ -688,7 +704,7 @@ def _generator_hop(
 def _async_generator_hop(
     fn: Callable[..., AsyncGenerator[Y, S]], hop_name: str, skill: str | None
 ) -> Callable[..., AsyncGenerator[Y, Any]]:
-    return async_generator_in_context(_hop_entry(hop_name, skill), fn)
+    return async_generator_in_context(_async_hop_entry(hop_name, skill), fn)
 
 
 def _hop_entry(hop_name: str, skill: str | None) -> Enter:
@@ -697,5 +713,15 @@ def _hop_entry(hop_name: str, skill: str | None) -> Enter:
     def enter() -> tuple[Context, Done]:
         hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
         return hop.start(), hop.finish
+
+    return enter
+
+
+def _async_hop_entry(hop_name: str, skill: str | None) -> AsyncEnter:
+    """:func:`_hop_entry` for an async generator: the hop starts with :meth:`Delegation.astart`."""
+
+    async def enter() -> tuple[Context, Done]:
+        hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
+        return await hop.astart(), hop.finish
 
     return enter

@@ -64,14 +64,10 @@ def key(make_key: Callable[[str], Key]) -> Key:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[Any]:
     """A real ``redis-server`` on 127.0.0.1 for the test (its ``url``), stopped after it."""
-    from redis_server import RedisServer
+    from redis_server import running_redis
 
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with running_redis(tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

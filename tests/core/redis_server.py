@@ -1,14 +1,21 @@
 """A real Redis (Debian's ``redis-server``) on 127.0.0.1 for the budget store's tests, started and
 stopped by the test that needs it. Its absence is a failure, never a skip: scripts/bootstrap installs it.
+
+:func:`paused_under_probe` is how a test shows that a hop started in async code never blocks the
+event loop: Redis stops answering (SIGSTOP) while a probe task measures how late the loop runs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -80,3 +87,73 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+
+
+@contextmanager
+def running_redis(directory: Path) -> Iterator[RedisServer]:
+    """A started :class:`RedisServer` in ``directory``, stopped when the block ends (for tests
+    outside tests/core, which have no ``redis_server`` fixture)."""
+    server = RedisServer(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+PROBE_TICK = 0.005
+"""How often the probe asks the event loop to run it (seconds)."""
+
+
+@dataclass
+class LoopProbe:
+    """What :func:`paused_under_probe` measured once its block is over."""
+
+    lags: list[float] = field(default_factory=list)
+    """How late the loop ran the probe each time, beyond :data:`PROBE_TICK` (seconds)."""
+    waited: float = 0.0
+    """How long the block ran (seconds)."""
+
+    @property
+    def max_lag(self) -> float:
+        return max(self.lags, default=0.0)
+
+
+@asynccontextmanager
+async def loop_probe() -> AsyncIterator[LoopProbe]:
+    """Run the block with a probe task beside it, measuring how late the event loop runs it."""
+    loop = asyncio.get_running_loop()
+    probe = LoopProbe()
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        while not stop.is_set():
+            before = loop.time()
+            await asyncio.sleep(PROBE_TICK)
+            probe.lags.append(loop.time() - before - PROBE_TICK)
+
+    ticking = asyncio.ensure_future(tick())
+    await asyncio.sleep(4 * PROBE_TICK)  # the probe is running before the block starts
+    started = time.monotonic()
+    try:
+        yield probe
+    finally:
+        probe.waited = time.monotonic() - started
+        stop.set()
+        await ticking
+
+
+@asynccontextmanager
+async def paused_under_probe(server: RedisServer) -> AsyncIterator[LoopProbe]:
+    """Run the block with ``server`` paused (it does not answer) under :func:`loop_probe`.
+
+    A hop awaiting its store gives the loop to the probe; a hop that waits for Redis synchronously
+    holds the loop for up to the store's timeout, and the probe's lag shows it. The server answers
+    again, and the probe stops, before the block's error (if any) passes on.
+    """
+    async with loop_probe() as probe:
+        server.pause()
+        try:
+            yield probe
+        finally:
+            server.resume()

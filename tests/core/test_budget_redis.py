@@ -11,12 +11,13 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry import propagate
-from redis_server import RedisServer
+from redis_server import RedisServer, paused_under_probe
 from test_budget import race_for_the_last_units, store_errors, store_errors_since
 
 import otel_guard
@@ -274,27 +275,36 @@ async def test_the_asgi_middleware_awaits_redis_and_the_event_loop_serves_on(
     app = GuardMiddleware(endpoint, agent="budget")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://agent") as client:
         assert (await client.post("/")).status_code == 200  # the asyncio client is connected
-        loop = asyncio.get_running_loop()
-        lags: list[float] = []
-        answered = asyncio.Event()
-
-        async def ticker() -> None:
-            while not answered.is_set():
-                before = loop.time()
-                await asyncio.sleep(0.005)
-                lags.append(loop.time() - before - 0.005)
-
-        ticking = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0.02)
-        redis_server.pause()
-        try:
-            started = time.monotonic()
+        async with paused_under_probe(redis_server) as probe:
             response = await client.post("/")
-            waited = time.monotonic() - started
-        finally:
-            redis_server.resume()
-            answered.set()
-            await ticking
     assert response.status_code == 200  # budget_on_error=allow
-    assert waited >= 0.2  # it did wait for Redis, up to the store's timeout
-    assert max(lags) < 0.1, lags  # and the event loop did not
+    assert probe.waited >= 0.2  # it did wait for Redis, up to the store's timeout
+    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+
+
+@pytest.mark.parametrize("on_error", ["allow", "refuse"])
+async def test_an_agentic_async_generator_awaits_redis_and_the_event_loop_runs_on(
+    redis_server: RedisServer, on_error: str
+) -> None:
+    """An ``@agentic`` async generator's hop starts at its first step, awaiting the store: a Redis
+    that does not answer holds the hop (up to the store's timeout), never the event loop."""
+    otel_guard.configure(max_hops=100, budget_store=redis_server.url, budget_on_error=on_error)
+
+    @otel_guard.agentic(name="planner")
+    async def plan() -> AsyncIterator[str]:
+        yield "day 1"
+        yield "day 2"
+
+    assert [day async for day in plan()] == ["day 1", "day 2"]  # the asyncio client is connected
+    async with paused_under_probe(redis_server) as probe:
+        if on_error == "allow":
+            days = [day async for day in plan()]
+        else:
+            with pytest.raises(DelegationRefused) as refused:
+                await anext(plan())
+    assert probe.waited >= 0.2
+    assert probe.max_lag < 0.1, probe.lags
+    if on_error == "allow":
+        assert days == ["day 1", "day 2"]
+    else:
+        assert refused.value.reason == "budget"

@@ -6,6 +6,7 @@ These tests drive :mod:`otel_guard._steps` directly with a marker value in the O
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any
 
@@ -32,6 +33,11 @@ class Steps:
     def __call__(self) -> tuple[context.Context, Done]:
         self.entered += 1
         return context.set_value(KEY, "inside"), self.done.append
+
+    async def aenter(self) -> tuple[context.Context, Done]:
+        """The ``enter`` of an async generator: awaited (it gives the loop a turn first)."""
+        await asyncio.sleep(0)
+        return self()
 
     @property
     def outcome(self) -> BaseException | None:
@@ -311,7 +317,7 @@ async def test_async_each_step_runs_inside_the_context_and_the_consumer_outside(
         return count(n)
 
     steps = Steps()
-    gen = async_generator_in_context(steps, make)(3)
+    gen = async_generator_in_context(steps.aenter, make)(3)
     assert steps.entered == 0
     seen, between = [], []
     async for item in gen:
@@ -333,7 +339,7 @@ async def test_async_asend_and_athrow_handled_are_forwarded() -> None:
                 received = yield f"recovered {where()}"
 
     steps = Steps()
-    gen = async_generator_in_context(steps, echo)()
+    gen = async_generator_in_context(steps.aenter, echo)()
     assert await anext(gen) == "ready"
     assert await gen.asend("hello") == "hello inside"
     assert await gen.athrow(LookupError("x")) == "recovered inside"
@@ -354,7 +360,7 @@ async def test_async_athrow_not_handled_ends_the_steps_with_the_error() -> None:
             cleaned_up_in.append(where())
 
     steps = Steps()
-    gen = async_generator_in_context(steps, fragile)()
+    gen = async_generator_in_context(steps.aenter, fragile)()
     await anext(gen)
     error = TimeoutError()
     with pytest.raises(TimeoutError):
@@ -374,7 +380,7 @@ async def test_async_early_break_and_aclose_close_the_inner_generator_inside_the
             cleaned_up_in.append(where())
 
     steps = Steps()
-    gen = async_generator_in_context(steps, endless)()
+    gen = async_generator_in_context(steps.aenter, endless)()
     async for _ in gen:
         break
     assert steps.done == []
@@ -393,7 +399,7 @@ async def test_async_a_failing_aclose_ends_the_steps_with_its_error() -> None:
             raise OSError("cannot release")
 
     steps = Steps()
-    gen = async_generator_in_context(steps, stubborn)()
+    gen = async_generator_in_context(steps.aenter, stubborn)()
     await anext(gen)
     with pytest.raises(OSError, match="cannot release"):
         await gen.aclose()
@@ -407,7 +413,7 @@ async def test_async_a_failing_step_ends_the_steps_with_its_error() -> None:
 
     steps = Steps()
     with pytest.raises(KeyError):
-        async for _ in async_generator_in_context(steps, failing)():
+        async for _ in async_generator_in_context(steps.aenter, failing)():
             pass
     assert isinstance(steps.outcome, KeyError)
     assert where() is None
@@ -419,14 +425,14 @@ async def test_async_make_failing_ends_the_steps_with_its_error() -> None:
 
     steps = Steps()
     with pytest.raises(ConnectionError, match="no stream inside"):
-        await anext(async_generator_in_context(steps, make)())
+        await anext(async_generator_in_context(steps.aenter, make)())
     assert isinstance(steps.outcome, ConnectionError)
 
 
 async def test_async_enter_failing_runs_nothing() -> None:
     made: list[object] = []
 
-    def refuse() -> tuple[context.Context, Done]:
+    async def refuse() -> tuple[context.Context, Done]:
         raise RecursionError("refused")
 
     def make() -> AsyncIterator[int]:
@@ -460,7 +466,7 @@ class AsyncCountdown:
 
 async def test_async_plain_iterator_steps_inside_the_context_and_closes_inside_it() -> None:
     steps = Steps()
-    assert [item async for item in async_generator_in_context(steps, AsyncCountdown)(2)] == [
+    assert [item async for item in async_generator_in_context(steps.aenter, AsyncCountdown)(2)] == [
         (1, "inside"),
         (0, "inside"),
     ]
@@ -468,7 +474,7 @@ async def test_async_plain_iterator_steps_inside_the_context_and_closes_inside_i
 
     inner = AsyncCountdown(5)
     steps = Steps()
-    gen = async_generator_in_context(steps, lambda: inner)()
+    gen = async_generator_in_context(steps.aenter, lambda: inner)()
     await anext(gen)
     await gen.aclose()
     assert inner.closed_in == ["inside"]
@@ -478,7 +484,7 @@ async def test_async_plain_iterator_steps_inside_the_context_and_closes_inside_i
 async def test_async_athrow_into_a_plain_iterator_closes_it_and_is_raised() -> None:
     inner = AsyncCountdown(5)
     steps = Steps()
-    gen = async_generator_in_context(steps, lambda: inner)()
+    gen = async_generator_in_context(steps.aenter, lambda: inner)()
     await anext(gen)
     error = ValueError("thrown")
     with pytest.raises(ValueError, match="thrown"):
@@ -490,7 +496,7 @@ async def test_async_athrow_into_a_plain_iterator_closes_it_and_is_raised() -> N
 async def test_async_a_value_sent_into_a_plain_iterator_closes_it_and_raises_a_clear_error() -> None:
     inner = AsyncCountdown(5)
     steps = Steps()
-    gen = async_generator_in_context(steps, lambda: inner)()
+    gen = async_generator_in_context(steps.aenter, lambda: inner)()
     await anext(gen)
     with pytest.raises(TypeError, match=r"cannot send 'x' into AsyncCountdown, a plain iterator"):
         await gen.asend("x")
@@ -530,7 +536,7 @@ async def test_the_async_steps_after_moved_gives_a_context_run_in_it() -> None:
             yield where()
 
     steps = Steps()
-    seen = [item async for item in async_generator_in_context(steps, count, lambda: next(answers))()]
+    seen = [item async for item in async_generator_in_context(steps.aenter, count, lambda: next(answers))()]
     assert seen == ["inside", "inside", "moved"]
     assert where() is None
     assert steps.outcome is None

@@ -151,29 +151,15 @@ def note_response(hop: Delegation, item: Any) -> None:
         span.set_attribute(names.GEN_AI_CONVERSATION_ID, item.context_id)
 
 
-def start_hop(
+async def astart_hop(
     hop: Delegation, refused: Refused, caller: Mapping[str, str] | None = None
 ) -> otel_context.Context:
     """Decide ``hop`` and start its span; raise ``refused(err)`` instead of a refusal.
 
     ``caller`` is a carrier (request headers) to continue the caller's context from first, for a
-    server that no outer layer has done it for.
+    server that no outer layer has done it for. A budget store with an asyncio API (Redis) is
+    awaited, so the loop serves other calls meanwhile.
     """
-    token = attach_caller_context(caller) if caller else None
-    try:
-        return hop.start()
-    except DelegationRefused as err:
-        raise refused(err) from err
-    finally:
-        if token is not None:
-            otel_context.detach(token)
-
-
-async def astart_hop(
-    hop: Delegation, refused: Refused, caller: Mapping[str, str] | None = None
-) -> otel_context.Context:
-    """:func:`start_hop` for a call on the event loop: a budget store with an asyncio API (Redis) is
-    awaited, so the loop serves other calls meanwhile."""
     token = attach_caller_context(caller) if caller else None
     try:
         return await hop.astart()
@@ -218,8 +204,8 @@ def hop_stream(
     in the hop's context and ends the span as a success: the hop itself did not fail.
     """
 
-    def enter() -> tuple[otel_context.Context, Done]:
-        return start_hop(hop, refused, caller), hop.finish
+    async def enter() -> tuple[otel_context.Context, Done]:
+        return await astart_hop(hop, refused, caller), hop.finish
 
     return async_generator_in_context(enter, lambda: _noting(hop, open_stream()))()
 

@@ -97,11 +97,11 @@ def _run_as_hop(
     if isinstance(handed_over, DelegationRefused):
         return refused(name, str(invocation_id), handed_over)
 
-    def enter() -> tuple[otel_context.Context, Done]:
+    async def enter() -> tuple[otel_context.Context, Done]:
         if handed_over is not None:
             return in_hop(handed_over.open(), handed_over), handed_over.finish
         hop: Delegation = delegate(name, attributes=conversation(context))
-        return in_hop(hop.start(), hop), hop.finish
+        return in_hop(await hop.astart(), hop), hop.finish
 
     return async_generator_in_context(enter, wrapped)(*args, **kwargs)
 

@@ -12,7 +12,7 @@ to finish at the end (``None`` when the run joined a hop that someone else finis
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from opentelemetry import context
@@ -43,25 +43,24 @@ def stream_in_hop(
 
 
 def astream_in_hop(
-    enter: Callable[[], StepContext], make: Callable[[], AsyncIterator[Y]]
+    enter: Callable[[], Awaitable[StepContext]], make: Callable[[], AsyncIterator[Y]]
 ) -> AsyncGenerator[Y, Any]:
-    """The ``async`` form of :func:`stream_in_hop`."""
-    steps = _Steps(enter)
+    """The ``async`` form of :func:`stream_in_hop`: ``await enter()`` at the first step."""
+    steps = _AsyncSteps(enter)
     return async_generator_in_context(steps.enter, make, steps.moved)()
 
 
-class _Steps:
-    """``enter`` that ends the hop it opened when the stream is done (nothing for a joined hop), and
-    moves the steps into the hop's context once a hop that was only decided has started its span."""
+class _Moving:
+    """Ends the hop a stream opened when the stream is done (nothing for a joined hop), and moves the
+    steps into the hop's context once a hop that was only decided has started its span."""
 
-    __slots__ = ("_enter", "_hop")
+    __slots__ = ("_hop",)
 
-    def __init__(self, enter: Callable[[], StepContext]) -> None:
-        self._enter = enter
+    def __init__(self) -> None:
         self._hop: Delegation | None = None
 
-    def enter(self) -> tuple[context.Context, Done]:
-        ctx, hop = self._enter()
+    def _entered(self, step_context: StepContext) -> tuple[context.Context, Done]:
+        ctx, hop = step_context
         if hop is None:
             return ctx, _joined
         if not hop.opened:
@@ -74,6 +73,32 @@ class _Steps:
             return None
         self._hop = None
         return hop.context
+
+
+class _Steps(_Moving):
+    """The ``enter`` of a stream's steps (see :class:`_Moving`)."""
+
+    __slots__ = ("_enter",)
+
+    def __init__(self, enter: Callable[[], StepContext]) -> None:
+        super().__init__()
+        self._enter = enter
+
+    def enter(self) -> tuple[context.Context, Done]:
+        return self._entered(self._enter())
+
+
+class _AsyncSteps(_Moving):
+    """:class:`_Steps` for an async stream: its ``enter`` is awaited."""
+
+    __slots__ = ("_enter",)
+
+    def __init__(self, enter: Callable[[], Awaitable[StepContext]]) -> None:
+        super().__init__()
+        self._enter = enter
+
+    async def enter(self) -> tuple[context.Context, Done]:
+        return self._entered(await self._enter())
 
 
 def _joined(exc: BaseException | None) -> None:

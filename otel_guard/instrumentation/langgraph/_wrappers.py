@@ -240,6 +240,19 @@ def _in_run(step: Callable[[], context.Context]) -> context.Context:
         context.detach(token)
 
 
+async def _ain_run(step: Callable[[], Awaitable[context.Context]]) -> context.Context:
+    """:func:`_in_run` for a step that is awaited (``astart``, ``adecide``)."""
+    current = context.get_current()
+    ctx = _in_langchain_run(current)
+    if ctx is current:
+        return await step()
+    token = context.attach(ctx)
+    try:
+        return await step()
+    finally:
+        context.detach(token)
+
+
 def _run_span_comes_after() -> bool:
     """Whether a graph run's hop span waits for the run's tracer span (see :func:`_entered`).
 
@@ -261,6 +274,29 @@ def _graph_step_context(
     name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
 ) -> StepContext:
     """Open (or join) the hop of a graph run named ``name``; called at the stream's first step."""
+    found = _graph_hop(name, attributes, span_kind, remote)
+    if not isinstance(found, Delegation):
+        return found
+    decided = _decided_first(remote)
+    return _graph_hop_context(name, found, _in_run(found.decide if decided else found.start), decided)
+
+
+async def _agraph_step_context(
+    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
+) -> StepContext:
+    """:func:`_graph_step_context` for an async stream: the hop's budget store is awaited."""
+    found = _graph_hop(name, attributes, span_kind, remote)
+    if not isinstance(found, Delegation):
+        return found
+    decided = _decided_first(remote)
+    ctx = await _ain_run(found.adecide if decided else found.astart)
+    return _graph_hop_context(name, found, ctx, decided)
+
+
+def _graph_hop(
+    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
+) -> StepContext | Delegation:
+    """The hop a graph run named ``name`` joins (its step context), or the new hop it makes."""
     parent = context.get_current()
     opened = parent.get(_OPEN_HOP)
     chain = chain_in(parent)
@@ -276,13 +312,20 @@ def _graph_step_context(
             return _with_open_hop(parent, "graph", name, chain), None
         # By the caller's process, which sent the chain: check the hop again, do not add it twice.
         receiving = not remote
-    hop = delegate(name, kind="agent", span_kind=span_kind, receiving=receiving, attributes=attributes)
-    if not remote and _run_span_comes_after():
-        # Decided now (a refused graph never runs); the span starts with the graph's run, under
-        # the tracer's span of that run. A remote graph's span starts now: its request carries it.
-        ctx = _in_run(hop.decide)
+    return delegate(name, kind="agent", span_kind=span_kind, receiving=receiving, attributes=attributes)
+
+
+def _decided_first(remote: bool) -> bool:
+    """Whether a new graph hop is decided now and its span started with the graph's run, under
+    the tracer's span of that run (a refused graph never runs). A remote graph's span starts now:
+    its request carries it."""
+    return not remote and _run_span_comes_after()
+
+
+def _graph_hop_context(name: str, hop: Delegation, ctx: context.Context, decided: bool) -> StepContext:
+    """The step context of a new graph hop, started (or only decided) in ``ctx``."""
+    if decided:
         return _with_open_hop(ctx, "graph", name, hop.chain, _Pending("chain", hop)), hop
-    ctx = _in_run(hop.start)
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -303,6 +346,25 @@ def _entering(
         token = context.attach(parent)
         try:
             return _graph_step_context(name, attributes, span_kind, remote)
+        finally:
+            context.detach(token)
+
+    return enter
+
+
+def _aentering(
+    name: str, args: tuple[Any, ...], kwargs: dict[str, Any], span_kind: SpanKind, remote: bool
+) -> Callable[[], Awaitable[StepContext]]:
+    """:func:`_entering` for an async stream (``astream``, and ``astream_events`` through it)."""
+    parent = context.get_current()
+    attributes = _conversation_attributes(args, kwargs)
+
+    async def enter() -> StepContext:
+        if context.get_current() is parent:
+            return await _agraph_step_context(name, attributes, span_kind, remote)
+        token = context.attach(parent)
+        try:
+            return await _agraph_step_context(name, attributes, span_kind, remote)
         finally:
             context.detach(token)
 
@@ -347,7 +409,7 @@ def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
     if name is None or name == DEFAULT_GRAPH_NAME:
         return wrapped(*args, **kwargs)
     return astream_in_hop(
-        _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
+        _aentering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),
     )
 
@@ -396,7 +458,7 @@ def remote_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwarg
     if name is None:
         return wrapped(*args, **kwargs)
     return astream_in_hop(
-        _entering(name, args, kwargs, SpanKind.CLIENT, remote=True),
+        _aentering(name, args, kwargs, SpanKind.CLIENT, remote=True),
         lambda: wrapped(*args, **_with_carrier(kwargs)),
     )
 

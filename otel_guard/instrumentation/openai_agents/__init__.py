@@ -154,18 +154,13 @@ def _open_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Delegation
     """Decide the run's hop (raises when refused) and make its scope.
 
     A run resumed after a handoff re-opens the hop into the agent that was in charge, as the
-    handoff did, so the resumed turns run where they ran before the interruption.
+    handoff did, so the resumed turns run where they ran before the interruption. For
+    ``run_streamed``, a sync call that must refuse before it returns: :func:`_aopen_run` is the
+    same for a run on the event loop.
     """
     hop = _run_hop(args, kwargs)
     ctx = hop.start() if hop is not None else otel_context.get_current()
-    scope = RunScope(
-        context_of_run=ctx,
-        server_managed=bool(
-            kwargs.get("conversation_id")
-            or kwargs.get("previous_response_id")
-            or kwargs.get("auto_previous_response_id")
-        ),
-    )
+    scope = _run_scope(ctx, kwargs)
     resumed = _resumed_agent(args, kwargs, hop)
     if resumed is not None:
         handoff = delegate(resumed, attributes=_conversation(kwargs))
@@ -179,6 +174,37 @@ def _open_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Delegation
             otel_context.detach(token)
         scope.handoffs.append(handoff)
     return hop, scope
+
+
+async def _aopen_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Delegation | None, RunScope]:
+    """:func:`_open_run` awaiting the hops' budget store (``hop.astart``): the loop never waits on it."""
+    hop = _run_hop(args, kwargs)
+    ctx = await hop.astart() if hop is not None else otel_context.get_current()
+    scope = _run_scope(ctx, kwargs)
+    resumed = _resumed_agent(args, kwargs, hop)
+    if resumed is not None:
+        handoff = delegate(resumed, attributes=_conversation(kwargs))
+        token = otel_context.attach(ctx)
+        try:
+            await handoff.astart()
+        except BaseException as exc:
+            _close_run(hop, scope, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        scope.handoffs.append(handoff)
+    return hop, scope
+
+
+def _run_scope(ctx: otel_context.Context, kwargs: dict[str, Any]) -> RunScope:
+    return RunScope(
+        context_of_run=ctx,
+        server_managed=bool(
+            kwargs.get("conversation_id")
+            or kwargs.get("previous_response_id")
+            or kwargs.get("auto_previous_response_id")
+        ),
+    )
 
 
 def _close_run(hop: Delegation | None, scope: RunScope, exc: BaseException | None) -> None:
@@ -195,7 +221,7 @@ async def _guard_run(
     kwargs: dict[str, Any],
 ) -> Any:
     """``AgentRunner.run(starting_agent, input, **options)``: the run is one hop."""
-    hop, scope = _open_run(args, kwargs)
+    hop, scope = await _aopen_run(args, kwargs)
     token = otel_context.attach(scope.context_of_run)
     run_token = current_run.set(scope)
     tool_token = _tool_hop.set(None)
@@ -363,7 +389,7 @@ async def _guard_handoff(
         return await wrapped(*args, **kwargs)
     hop = delegate(target)
     try:
-        ctx = hop.start()
+        ctx = await hop.astart()
     except DelegationRefused as err:
         return refused_handoff_step(err, kwargs)
     token = otel_context.attach(ctx)

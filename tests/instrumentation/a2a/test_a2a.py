@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -40,8 +41,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 import otel_guard
 from otel_guard.chain import generate_key
 from otel_guard.instrumentation._base import resolve
-from otel_guard.instrumentation.a2a import PATCH_TARGETS, A2AInstrumentor
+from otel_guard.instrumentation.a2a import PATCH_TARGETS, A2ADelegationRefused, A2AInstrumentor
 from tests.conventions import assert_follows
+from tests.core.redis_server import paused_under_probe, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -649,3 +651,35 @@ async def test_a_dispatchers_reply_never_carries_the_chain(instrumented: Any) ->
     alone = await continue_caller(chain_only, None, (Request(),), {})
     assert mixed.headers["baggage"] == "tenant=acme"
     assert "baggage" not in alone.headers
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["send", "streaming"])
+@pytest.mark.parametrize("on_error", ["allow", "refuse"])
+async def test_a_send_awaits_a_redis_that_does_not_answer_and_the_loop_runs_on(
+    instrumented: A2AInstrumentor,
+    start_agents: Callable[..., Agents],
+    tmp_path: Path,
+    streaming: bool,
+    on_error: str,
+) -> None:
+    """The client's hop (every send is a stream of events) waits for a paused Redis on the event
+    loop without holding it, then answers per ``budget_on_error``."""
+    with running_redis(tmp_path) as redis:
+        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        agents = start_agents(JSONRPC, streaming)
+        assert await agents.ask_planner(hops=MAX_HOPS)  # the store's clients are connected
+        async with paused_under_probe(redis) as probe:
+            if on_error == "allow":
+                answer = await agents.ask_planner(hops=MAX_HOPS)
+            else:
+                with pytest.raises(A2ADelegationRefused) as refused:
+                    await agents.ask_planner(hops=MAX_HOPS)
+    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
+    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    if on_error == "allow":
+        assert answer.startswith("plan: ")
+        assert agents.executions() == [("planner", "plan"), ("planner", "plan")]
+    else:
+        assert refused.value.reason == "budget"
+        assert not refused.value.remote
+        assert agents.executions() == [("planner", "plan")]  # refused before it was sent
