@@ -158,10 +158,15 @@ def _entered(hop: Delegation, run_manager: object) -> object:
     It is attached in the context the call runs in: a tool's body runs in a copy of that context
     made after this callback, and the steps of a graph's stream go on in it (:mod:`._streams`);
     the hop's wrapper (or the stream's step) resets the context when the call ends.
+
+    The hop's context leaves the waiting entry out: it holds the hop, and a hop whose own context
+    held it would be a reference cycle (the span, its attributes and the chain left to the garbage
+    collector after every call, where a bare call frees them at once).
     """
     current = context.get_current()
     span = _run_span(getattr(run_manager, "run_id", None))
-    context.attach(hop.open(trace.set_span_in_context(span, current) if span is not None else current))
+    parent = context.set_value(_PENDING_HOP, None, current)
+    context.attach(hop.open(trace.set_span_in_context(span, parent) if span is not None else parent))
     return run_manager
 
 

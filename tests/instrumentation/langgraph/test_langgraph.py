@@ -6,6 +6,7 @@ without a guard they bounce until the script's tool calls run out.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
 
 import otel_guard
+from otel_guard.guard import Delegation
 from otel_guard.instrumentation._base import refusal_text, resolve
 from otel_guard.instrumentation.langgraph import PATCH_TARGETS, LangGraphInstrumentor
 from tests.instrumentation.instrumentors import instrumentor_fixture
@@ -241,6 +243,36 @@ def test_a_refused_direct_tool_call_returns_the_refusal_text(instrumented: Any) 
         )
     assert isinstance(message, ToolMessage)
     assert (message.tool_call_id, message.status) == ("call_9", "error")
+
+
+def _hops_left_to_the_collector(run: Any) -> list[Delegation]:
+    """The hops that ``run()`` left in reference cycles: freed only by the garbage collector."""
+    gc.collect()
+    gc.disable()
+    try:
+        run()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return [o for o in gc.garbage if isinstance(o, Delegation)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+def test_a_finished_run_leaves_no_hop_to_the_garbage_collector(instrumented: Any, spans: Any) -> None:
+    # A hop whose context held the hop (the entry that waits for its LangChain run) was a reference
+    # cycle: every graph run and tool call left its span, attributes and chain to the collector.
+    script = Script(max_tool_calls=1)
+    budget = agent_graph("budget", ScriptedToolModel(agent="budget", script=script), [])
+    tool = agent_tool("budget", lambda: budget, tool_name="ask_budget")
+    graph = agent_graph("planner", ScriptedToolModel(agent="planner", script=script), [tool])
+    assert _hops_left_to_the_collector(lambda: graph.invoke(QUESTION)) == []
+    assert [s.name for s in guard_spans(spans)] == [
+        "invoke_agent budget",
+        "execute_tool ask_budget",
+        "invoke_agent planner",
+    ]
 
 
 def test_a_graph_run_inside_a_hop_of_its_own_name_joins_it(instrumented: Any, spans: Any) -> None:
