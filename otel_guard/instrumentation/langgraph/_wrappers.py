@@ -495,6 +495,12 @@ def _tool_context(hop: Delegation, name: str) -> context.Context:
     return _with_open_hop(ctx, "tool", name, hop.chain, _Pending("tool", hop))
 
 
+async def _atool_context(hop: Delegation, name: str) -> context.Context:
+    """:func:`_tool_context` in async code: decided with ``adecide``."""
+    ctx = await _ain_run(hop.adecide)
+    return _with_open_hop(ctx, "tool", name, hop.chain, _Pending("tool", hop))
+
+
 @unless_suppressed
 def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``BaseTool.run``: one ``execute_tool`` hop; a refusal is returned, not raised."""
@@ -528,9 +534,8 @@ def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwarg
     async def run() -> Any:
         hop, tool_call_id = _tool_hop(instance, kwargs)
         try:
-            return await acall_in_hop(
-                hop, lambda: wrapped(*args, **kwargs), enter=lambda: _tool_context(hop, instance.name)
-            )
+            ctx = await _atool_context(hop, instance.name)  # a budget store is awaited
+            return await acall_in_hop(hop, lambda: wrapped(*args, **kwargs), enter=lambda: ctx)
         except DelegationRefused as err:
             return refusal_output(err, instance.name, tool_call_id)
 

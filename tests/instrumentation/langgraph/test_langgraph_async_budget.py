@@ -1,7 +1,9 @@
-"""A graph run on the event loop awaits its hop's budget store: a paused Redis never holds the loop.
+"""A graph run or a tool awaited on the event loop awaits its hop's budget store: a paused Redis never
+holds the loop.
 
 ``astream`` (and ``ainvoke`` and ``astream_events``, which run through it) decides the run's hop at
-the stream's first step; with ``budget_store=redis://...`` that is one Redis round trip, awaited.
+the stream's first step, and ``BaseTool.arun`` its tool hop before the tool runs; with
+``budget_store=redis://...`` each is one Redis round trip, awaited.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 import otel_guard
@@ -69,4 +72,29 @@ async def test_a_graph_run_awaits_a_redis_that_does_not_answer(
         assert [h["otel_guard.decision"] for h in hops] == ["allow", "allow"]
     else:
         assert refused.value.reason == "budget"
+        assert [h["otel_guard.decision"] for h in hops] == ["allow", "refuse"]
+
+
+@pytest.mark.parametrize("on_error", ["allow", "refuse"])
+async def test_a_tool_awaited_on_the_loop_awaits_a_redis_that_does_not_answer(
+    instrumented: Any, spans: Any, tmp_path: Path, on_error: str
+) -> None:
+    @tool
+    async def lookup(city: str) -> str:
+        """Look up a city."""
+        return f"{city}: sunny"
+
+    with running_redis(tmp_path) as redis:
+        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        assert await lookup.ainvoke({"city": "Lisbon"}) == "Lisbon: sunny"  # the clients are connected
+        async with paused_under_probe(redis) as probe:
+            answer = await lookup.ainvoke({"city": "Lisbon"})
+    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
+    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    hops = [dict(s.attributes or {}) for s in spans.named("execute_tool lookup")]
+    if on_error == "allow":
+        assert answer == "Lisbon: sunny"
+        assert [h["otel_guard.decision"] for h in hops] == ["allow", "allow"]
+    else:
+        assert "budget" in str(answer)  # the refusal is the tool's answer, not an exception
         assert [h["otel_guard.decision"] for h in hops] == ["allow", "refuse"]
