@@ -98,7 +98,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         if planned is None:
             return None
         if isinstance(planned, HandOver):
-            return _hand_over(planned.agent, tool_context)
+            return await _hand_over(planned.agent, tool_context)
         hop = delegate(planned.name, kind=planned.kind)
         try:
             hop_context = await hop.astart()
@@ -118,7 +118,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         if not isinstance(target, str) or not target or is_transfer(tool) or not _guarding():
             return None
         # A tool of its own that asked for a transfer: decided now, in the agent's context again.
-        refused = _hand_over(target, tool_context)
+        refused = await _hand_over(target, tool_context)
         if refused is not None:
             tool_context.actions.transfer_to_agent = None
         return refused
@@ -153,7 +153,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
             # Most agents have no task agents: then no call of the response is a delegation.
             tasks = task_agents(callback_context.get_invocation_context().agent)
             if tasks and is_instrumentation_enabled():
-                _hand_over_tasks(callback_context, task_calls(tasks, parts))
+                await _hand_over_tasks(callback_context, task_calls(tasks, parts))
         if switch.active and model_requests_counted():
             await aafter_model_request(tokens_of(llm_response.usage_metadata))
         return None
@@ -167,7 +167,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         calls.end_invocation(invocation_context.invocation_id, error)
 
 
-def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
+async def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
     """Decide the hop into ``agent``, which the call hands control to: the refusal response, or
     ``None`` (the hop is handed over to the agent's run)."""
     caller = tool_context.get_invocation_context().agent
@@ -176,14 +176,14 @@ def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
         return None  # the remote agent's A2A send decides
     hop = delegate(agent, attributes=conversation(tool_context))
     try:
-        hop.decide()
+        await hop.adecide()  # a budget store is awaited, never the event loop held
     except DelegationRefused as err:
         return refusal_response(err)
     calls.hand_over(tool_context.invocation_id, agent, hop)
     return None
 
 
-def _hand_over_tasks(callback_context: CallbackContext, delegated: list[Any]) -> None:
+async def _hand_over_tasks(callback_context: CallbackContext, delegated: list[Any]) -> None:
     """Decide the task delegations a model response asks for (``delegated``, in order), in the
     delegating agent's context.
 
@@ -194,7 +194,7 @@ def _hand_over_tasks(callback_context: CallbackContext, delegated: list[Any]) ->
     for task_agent in delegated:
         hop = delegate(task_agent.name, attributes=conversation(callback_context))
         try:
-            hop.decide()
+            await hop.adecide()
         except DelegationRefused as err:
             calls.hand_over(invocation_id, task_agent.name, err)
         else:
