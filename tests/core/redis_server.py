@@ -118,6 +118,12 @@ class LoopProbe:
     def max_lag(self) -> float:
         return max(self.lags, default=0.0)
 
+    def assert_the_hop_waited_not_the_loop(self) -> None:
+        """The block waited for the paused Redis (up to the store's 0.25 s timeout), and the event
+        loop ran on meanwhile: a hop that held it would show a lag of about that timeout."""
+        assert self.waited >= 0.2, self.waited
+        assert self.max_lag < 0.1, self.lags
+
 
 @asynccontextmanager
 async def loop_probe() -> AsyncIterator[LoopProbe]:

@@ -674,8 +674,7 @@ async def test_a_send_awaits_a_redis_that_does_not_answer_and_the_loop_runs_on(
             else:
                 with pytest.raises(A2ADelegationRefused) as refused:
                     await agents.ask_planner(hops=MAX_HOPS)
-    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     if on_error == "allow":
         assert answer.startswith("plan: ")
         assert agents.executions() == [("planner", "plan"), ("planner", "plan")]

@@ -41,8 +41,7 @@ async def test_a_run_awaits_a_redis_that_does_not_answer(
             else:
                 with pytest.raises(DelegationRefused) as refused:
                     await run(planner)
-    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     outcome = [decision for _, decision, _ in decisions(spans)]
     if on_error == "allow":
         assert final_text(events) == "planner answers without tools"
@@ -88,8 +87,7 @@ async def test_a_transfer_awaits_a_redis_that_does_not_answer(
                 events = await run(pair.planner)
             finally:
                 redis.resume()
-    assert probe.waited >= 0.2  # the transfer's hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     transfer = [
         (decision, chain) for name, decision, chain in decisions(spans) if name == "invoke_agent budget"
     ]

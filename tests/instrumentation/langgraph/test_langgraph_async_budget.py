@@ -64,8 +64,7 @@ async def test_a_graph_run_awaits_a_redis_that_does_not_answer(
             else:
                 with pytest.raises(DelegationRefused) as refused:
                     await run(graph, how)
-    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     hops = [dict(s.attributes or {}) for s in spans.named("invoke_agent planner")]
     if on_error == "allow":
         assert answer == "3 days in Lisbon"
@@ -89,8 +88,7 @@ async def test_a_tool_awaited_on_the_loop_awaits_a_redis_that_does_not_answer(
         assert await lookup.ainvoke({"city": "Lisbon"}) == "Lisbon: sunny"  # the clients are connected
         async with paused_under_probe(redis) as probe:
             answer = await lookup.ainvoke({"city": "Lisbon"})
-    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     hops = [dict(s.attributes or {}) for s in spans.named("execute_tool lookup")]
     if on_error == "allow":
         assert answer == "Lisbon: sunny"

@@ -38,8 +38,7 @@ async def test_a_run_awaits_a_redis_that_does_not_answer(
             else:
                 with pytest.raises(DelegationRefused) as refused:
                     await Runner.run(planner, TASK)
-    assert probe.waited >= 0.2  # the hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     if on_error == "allow":
         assert result.final_output == "planner answers on its own"
     else:
@@ -78,8 +77,7 @@ async def test_a_handoff_awaits_a_redis_that_does_not_answer(
                 result = await Runner.run(planner, TASK)
             finally:
                 redis.resume()
-    assert probe.waited >= 0.2  # the handoff's hop waited for Redis, up to the store's timeout
-    assert probe.max_lag < 0.1, probe.lags  # and the event loop did not
+    probe.assert_the_hop_waited_not_the_loop()
     (handoff,) = spans.named("invoke_agent budget")
     if on_error == "allow":
         assert attrs(handoff)["otel_guard.decision"] == "allow"
