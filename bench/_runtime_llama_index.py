@@ -12,11 +12,15 @@ bench/runtime_overhead.py --runtime llama-index``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 
 def runtime(runtime_class: Any) -> Any:
+    # LlamaIndex imports numpy, whose OpenBLAS threads wait by spinning: under callgrind they add
+    # instructions that depend on the scheduler, not on the run. One thread: none of them.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from llama_index.core.agent.workflow import FunctionAgent
     from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
     from llama_index.core.llms import MockFunctionCallingLLM

@@ -44,16 +44,15 @@ class LlamaIndexInstrumentor(GuardInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         # Importing the runtime here, not at module level, keeps this module importable without it.
-        from wrapt import wrap_function_wrapper
-
+        from otel_guard.instrumentation.llama_index._methods import guard_method
         from otel_guard.instrumentation.llama_index._runs import guard_run, run_ends
         from otel_guard.instrumentation.llama_index._tools import guard_tool_call
         from otel_guard.instrumentation.llama_index._usage import guard_model_request
 
         step = guard_model_request
         wrappers = (guard_run, guard_run, guard_tool_call, guard_tool_call, step, step, step)
-        for (module, name), wrapper in zip(PATCH_TARGETS, wrappers, strict=True):
-            wrap_function_wrapper(module, name, wrapper)
+        for target, wrapper in zip(PATCH_TARGETS, wrappers, strict=True):
+            guard_method(target, wrapper)
         run_ends.stay(True)
 
     def _uninstrument(self, **kwargs: Any) -> None:
