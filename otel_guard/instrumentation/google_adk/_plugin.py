@@ -42,6 +42,7 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind
 from otel_guard.instrumentation.google_adk._calls import ToolCall, calls, in_hop
+from otel_guard.instrumentation.google_adk._contexts import actions_of, calling_agent
 from otel_guard.instrumentation.google_adk._guidance import add_guidance
 from otel_guard.instrumentation.google_adk._remote import hopped_by_a2a
 from otel_guard.instrumentation.google_adk._runs import conversation
@@ -114,13 +115,14 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         call = calls.closing(tool_context)
         if call is not None:
             call.close(None)
-        target = tool_context.actions.transfer_to_agent
+        actions = actions_of(tool_context)
+        target = actions.transfer_to_agent
         if not isinstance(target, str) or not target or is_transfer(tool) or not _guarding():
             return None
         # A tool of its own that asked for a transfer: decided now, in the agent's context again.
         refused = await _hand_over(target, tool_context)
         if refused is not None:
-            tool_context.actions.transfer_to_agent = None
+            actions.transfer_to_agent = None
         return refused
 
     async def on_tool_error_callback(
@@ -151,7 +153,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         parts = llm_response.content.parts if llm_response.content is not None else None
         if parts and switch.active and any(part.function_call is not None for part in parts):
             # Most agents have no task agents: then no call of the response is a delegation.
-            tasks = task_agents(callback_context.get_invocation_context().agent)
+            tasks = task_agents(calling_agent(callback_context))
             if tasks and is_instrumentation_enabled():
                 await _hand_over_tasks(callback_context, task_calls(tasks, parts))
         if switch.active and model_requests_counted():
@@ -170,7 +172,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
 async def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
     """Decide the hop into ``agent``, which the call hands control to: the refusal response, or
     ``None`` (the hop is handed over to the agent's run)."""
-    caller = tool_context.get_invocation_context().agent
+    caller = calling_agent(tool_context)
     root = getattr(caller, "root_agent", None)
     if hopped_by_a2a(root.find_agent(agent) if root is not None else None):
         return None  # the remote agent's A2A send decides

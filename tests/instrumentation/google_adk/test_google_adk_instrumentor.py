@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import wrapt
 from google.adk.agents import LlmAgent
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import InMemoryRunner, Runner
 from google.adk.sessions.in_memory_session_service import InMemorySessionService
@@ -22,6 +24,7 @@ from otel_guard import telemetry
 from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.google_adk import PATCH_TARGETS, GoogleADKInstrumentor
 from otel_guard.instrumentation.google_adk import _tools as adk_tools
+from otel_guard.instrumentation.google_adk._contexts import actions_of, calling_agent
 from otel_guard.instrumentation.google_adk._plugin import GuardPlugin
 from otel_guard.instrumentation.google_adk.package import _instruments
 from tests.instrumentation.instrumentors import given_providers, patched_on_import
@@ -62,6 +65,22 @@ def test_the_declared_versions_are_the_ones_installed_and_the_entry_point_is_reg
         ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.name == "otel_guard_google_adk"
     ]
     assert entry_point.load() is GoogleADKInstrumentor
+
+
+async def test_the_plugin_reads_the_agent_and_the_actions_the_public_accessors_give() -> None:
+    # The plugin asks a callback or tool context for its agent on every model response that calls
+    # a function, and for a tool call's actions after every call: from the context's own attributes,
+    # not through get_invocation_context() (a copy) or the actions property (a state comparison).
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="user")
+    agent = LlmAgent(name="planner")
+    invocation = InvocationContext(session_service=service, invocation_id="inv", agent=agent, session=session)
+    context = CallbackContext(invocation)
+    assert context._invocation_context is invocation  # the instance attribute read
+    assert calling_agent(context) is agent
+    assert context.get_invocation_context().agent is agent
+    # The same for a tool call's actions: the object the public property returns.
+    assert actions_of(context) is context.actions
 
 
 # -- lazy patching ------------------------------------------------------------------------------
