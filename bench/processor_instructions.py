@@ -27,7 +27,6 @@ Usage: python bench/processor_instructions.py [--mix guarded --mix dialects --mi
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -82,7 +81,7 @@ def child(mix: str, count: int, args: argparse.Namespace) -> None:
 def instructions(mix: str, count: int, args: argparse.Namespace) -> int:
     arguments = ["--child", mix, "--count", str(count), "--requests", str(args.requests), "--warm",
                  str(args.warm), "--max-traces", str(args.max_traces)]  # fmt: skip
-    return callgrind.instructions(__file__, arguments, 1800, {**os.environ, "PYTHONHASHSEED": "0"})
+    return callgrind.instructions(__file__, arguments, 1800)
 
 
 def nanoseconds(mix: str, args: argparse.Namespace) -> float:

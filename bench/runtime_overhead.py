@@ -43,7 +43,6 @@ import argparse
 import asyncio
 import gc
 import importlib
-import os
 import statistics
 import sys
 import threading
@@ -454,10 +453,7 @@ def per_run(name: str, arm: str, count: int) -> tuple[float, float]:
     import _callgrind as callgrind
 
     def run(n: int) -> tuple[int, str]:
-        # A fixed hash seed: the same dict and set layouts, and so the same collections, in every
-        # child (without it, a CrewAI run's count moved by tens of millions of instructions).
-        arguments = ["--child", name, "--arm", arm, "--count", str(n)]
-        return callgrind.counted(__file__, arguments, 3600, {**os.environ, "PYTHONHASHSEED": "0"})
+        return callgrind.counted(__file__, ["--child", name, "--arm", arm, "--count", str(n)], 3600)
 
     base, _ = run(0)
     total, printed = run(count)
