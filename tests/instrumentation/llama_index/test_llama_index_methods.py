@@ -36,11 +36,15 @@ async def test_an_agent_has_the_same_steps_and_signatures_guarded(
         name: inspect.signature(getattr(guarded, name)) for name in ("run", "_call_tool", "take_step")
     }
     instrumented.uninstrument()
-    bare = searcher()
+    try:
+        bare = searcher()
+        bare_steps = sorted(bare._get_steps())
+        bare_signatures = {name: inspect.signature(getattr(bare, name)) for name in signatures}
+    finally:
+        instrumented.instrument()  # the fixture uninstruments what it instrumented
 
-    assert sorted(bare._get_steps()) == steps
-    assert {name: inspect.signature(getattr(bare, name)) for name in signatures} == signatures
-    instrumented.instrument()
+    assert bare_steps == steps
+    assert bare_signatures == signatures
 
 
 def test_the_class_keeps_a_wrapt_wrapper_and_an_agent_gets_a_method_of_the_agent(
