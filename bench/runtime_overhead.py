@@ -415,14 +415,20 @@ def child(name: str, arm: str, count: int) -> None:
     """One arm in a child process: ``count`` runs after a warm-up that does not depend on it.
 
     ``span`` is the unit: a bare SDK span with 5 attributes under the same SDK. Prints the guard's
-    spans a run (for the parent); the span processor's export at shutdown is counted.
+    spans a run (for the parent); the span processor's export at shutdown is counted. The garbage
+    collector is off during the counted runs and collects once after them, so that what their
+    garbage costs is counted whole and not as wherever young collections happen to fall.
     """
     provider, exporter = setup_sdk()
     if arm == "span":
         tracer = trace.get_tracer("bench")
+        gc.collect()
+        gc.disable()
         for _ in range(20 + count):
             with tracer.start_as_current_span("execute_tool lookup", attributes=SPAN_ATTRIBUTES):
                 pass
+        gc.collect()
+        gc.enable()
         provider.shutdown()
         print("0")
         return
@@ -437,8 +443,11 @@ def child(name: str, arm: str, count: int) -> None:
         provider.force_flush()
         before = exporter.guard_spans
         gc.collect()
+        gc.disable()  # the garbage of the counted runs is collected once, below, and counted
         for _ in range(count):
             await runtime.run()
+        gc.collect()
+        gc.enable()
         provider.force_flush()
         print(f"{(exporter.guard_spans - before) / max(count, 1):g}")
         if runtime.close is not None:
