@@ -64,7 +64,7 @@ def child(arm: str, count: int, tokens: int) -> None:
     from otel_guard.chain import decode
     from otel_guard.settings import current_settings
 
-    tracer = bench.setup()
+    tracer = bench.setup(counting=True)
     minted = bench.pyjwt_tokens(tokens)
     contexts = [baggage.set_baggage("otel_guard.chain", token) for token in minted]
     parent = trace.SpanContext(0x1F, 0x2F, is_remote=True, trace_flags=trace.TraceFlags(1))

@@ -96,10 +96,16 @@ class CountGuardSpans(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def setup_sdk() -> tuple[TracerProvider, CountGuardSpans]:
+def setup_sdk(counting: bool = False) -> tuple[TracerProvider, CountGuardSpans]:
+    """The SDK both arms run under. ``counting`` (instruction children): the span processor's thread
+    exports only when a batch is full or the child flushes, never on its 5 s timer, so that how
+    often it wakes does not depend on how slowly callgrind runs on a loaded machine."""
     exporter = CountGuardSpans()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
+    delay = 1e9 if counting else None  # None: the SDK default (5 s)
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=65536, schedule_delay_millis=delay)
+    )
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     # Global, so a runtime's own spans (MCP makes some) go to the same SDK in both arms.
     trace.set_tracer_provider(provider)
@@ -117,10 +123,11 @@ class Runtime:
 
     name: str
     run: Callable[[], Awaitable[Any]]
-    instrumentor: GuardInstrumentor
+    instrumentor: GuardInstrumentor | None
     check: Callable[[Any], bool]
     open: Callable[[], Awaitable[None]] | None = None
     close: Callable[[], Awaitable[None]] | None = None
+    switch: Callable[[bool], None] | None = None  # guards the run where there is no instrumentor
 
 
 def pydantic_ai_runtime() -> Runtime:
@@ -247,6 +254,23 @@ def mcp_runtime(mode: str = "auto") -> Runtime:
     return Runtime(name, run, MCPInstrumentor(), check, open_client, close_client)
 
 
+def delegate_runtime() -> Runtime:
+    """The floor of the rows above: no runtime, only the two hops a run of each makes (a root agent
+    hop, and a tool hop inside it) with ``delegate``; unguarded, a run does nothing."""
+    guarded = [False]
+
+    async def run() -> str:
+        if not guarded[0]:
+            return "sunny"
+        async with otel_guard.delegate("planner"), otel_guard.delegate("lookup", kind="tool"):
+            return "sunny"
+
+    def switch(on: bool) -> None:
+        guarded[0] = on
+
+    return Runtime("delegate", run, None, lambda out: out == "sunny", switch=switch)
+
+
 def runtime_of_its_own(module: str) -> Callable[[], Runtime]:
     """A runtime that lives in an environment of its own (``.venv-runtimes/<extra>``): its run is in
     ``bench/<module>.py``, whose ``runtime(Runtime)`` builds it. Run the bench with that
@@ -264,6 +288,7 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "pydantic-ai": pydantic_ai_runtime,
     "openai-agents": openai_agents_runtime,
     "langgraph": langgraph_runtime,
+    "delegate": delegate_runtime,
     "mcp": mcp_runtime,
     "mcp-streams": lambda: mcp_runtime("legacy"),
     "google-adk": runtime_of_its_own("_runtime_google_adk"),
@@ -274,11 +299,14 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "llama-index": runtime_of_its_own("_runtime_llama_index"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
-MAIN_ENVIRONMENT = ("pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")
+MAIN_ENVIRONMENT = ("delegate", "pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")
 
 
 def set_guarded(runtime: Runtime, guarded: bool) -> None:
-    if guarded and not runtime.instrumentor.is_instrumented_by_opentelemetry:
+    if runtime.switch is not None or runtime.instrumentor is None:
+        assert runtime.switch is not None, runtime.name
+        runtime.switch(guarded)
+    elif guarded and not runtime.instrumentor.is_instrumented_by_opentelemetry:
         runtime.instrumentor.instrument()
         if not runtime.instrumentor.is_instrumented_by_opentelemetry:
             raise SystemExit(f"{runtime.name}: the installed version failed the instrumentor's check")
@@ -419,7 +447,7 @@ def child(name: str, arm: str, count: int) -> None:
     collector is off during the counted runs and collects once after them, so that what their
     garbage costs is counted whole and not as wherever young collections happen to fall.
     """
-    provider, exporter = setup_sdk()
+    provider, exporter = setup_sdk(counting=True)
     if arm == "span":
         tracer = trace.get_tracer("bench")
         gc.collect()
@@ -482,7 +510,8 @@ def instructions_main(names: Sequence[str], count: int) -> None:
         added = (guarded - bare) / max(hops, 1)
         line = (
             f"{name}: bare {bare / 1e3:.0f} k, guarded {guarded / 1e3:.0f} k instructions a run "
-            f"(ratio {guarded / bare:.2f}); {hops:g} guard spans a run; a hop adds {added / 1e3:.0f} k "
+            f"({f'ratio {guarded / bare:.2f}' if bare > 0.01 * guarded else 'no runtime'}); "
+            f"{hops:g} guard spans a run; a hop adds {added / 1e3:.0f} k "
             f"= {added / span:.2f} bare spans (goal <= {HOP_GOAL / SPAN_SECONDS:.1f}: "
             f"{verdict(added / span <= HOP_GOAL / SPAN_SECONDS)})"
         )
