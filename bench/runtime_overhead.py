@@ -510,7 +510,7 @@ def instructions_main(names: Sequence[str], count: int) -> None:
         added = (guarded - bare) / max(hops, 1)
         line = (
             f"{name}: bare {bare / 1e3:.0f} k, guarded {guarded / 1e3:.0f} k instructions a run "
-            f"({f'ratio {guarded / bare:.2f}' if bare > 0.01 * guarded else 'no runtime'}); "
+            f"({f'ratio {guarded / bare:.2f}' if bare > 0.05 * guarded else 'no runtime'}); "
             f"{hops:g} guard spans a run; a hop adds {added / 1e3:.0f} k "
             f"= {added / span:.2f} bare spans (goal <= {HOP_GOAL / SPAN_SECONDS:.1f}: "
             f"{verdict(added / span <= HOP_GOAL / SPAN_SECONDS)})"

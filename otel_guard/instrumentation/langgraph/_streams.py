@@ -12,6 +12,7 @@ to finish at the end (``None`` when the run joined a hop that someone else finis
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from opentelemetry import context
 
 from otel_guard._steps import Done, async_generator_in_context, generator_in_context
 from otel_guard.guard import Delegation
+from otel_guard.instrumentation.langgraph._waiting import finish
 
 Y = TypeVar("Y")
 
@@ -63,8 +65,9 @@ class _Moving:
         ctx, hop = step_context
         if hop is None:
             return ctx, _joined
-        if not hop.opened:
+        if not hop.opened:  # decided only: its span waits for the graph's run
             self._hop = hop
+            return ctx, functools.partial(finish, hop)
         return ctx, hop.finish
 
     def moved(self) -> context.Context | None:

@@ -45,6 +45,7 @@ from otel_guard.instrumentation.langgraph._streams import (
     astream_in_hop,
     stream_in_hop,
 )
+from otel_guard.instrumentation.langgraph._waiting import WAITING, Pending, finish, wait
 from otel_guard.telemetry import (
     CHAIN_BAGGAGE_KEY,
     EXECUTE_TOOL,
@@ -64,7 +65,7 @@ _OPEN_HOP: Final = context.create_key("otel_guard.langgraph.open_hop")
 """Context key of the innermost hop this instrumentation opened (an :class:`_OpenHop`)."""
 
 _PENDING_HOP: Final = context.create_key("otel_guard.langgraph.pending_hop")
-"""Context key of a hop decided before its LangChain run began (a :class:`_Pending`)."""
+"""Context key of a hop decided before its LangChain run began (a :class:`Pending`)."""
 
 Wrapped = Callable[..., Any]
 
@@ -81,7 +82,7 @@ class _OpenHop(NamedTuple):
 
 
 def _with_open_hop(
-    ctx: context.Context, kind: str, name: str, chain: Chain | None, pending: _Pending | None = None
+    ctx: context.Context, kind: str, name: str, chain: Chain | None, pending: Pending | None = None
 ) -> context.Context:
     """``ctx`` with the hop as the innermost open one (and ``pending`` as the hop whose span waits
     for its run: :func:`_entered`), in one copy."""
@@ -97,13 +98,6 @@ def _with_open_hop(
 # tree. A hop's span started before that callback would stand *beside* the tracer's span of the same
 # call. So a hop is decided before the call (a refused call never begins) and its span is started
 # once the call's own run has begun: under the tracer's span of that run.
-
-
-class _Pending(NamedTuple):
-    """A hop decided before its call's LangChain run began, whose span opens when the run starts."""
-
-    event: str  # the callback that begins the call's run: "tool" or "chain"
-    hop: Delegation
 
 
 def _openinference() -> Any:
@@ -132,17 +126,21 @@ def _openinference_span(read: Callable[[Any], object]) -> trace.Span | None:
 
 def _run_span(run_id: object) -> trace.Span | None:
     """The span a LangChain tracer made for the run ``run_id`` (OpenInference's), if any."""
+    if _OPENINFERENCE_LANGCHAIN not in sys.modules:  # the usual case, asked at every hop
+        return None
     return _openinference_span(lambda module: module.LangChainInstrumentor().get_span(run_id))
 
 
 def _waiting(event: str) -> Delegation | None:
     """The hop decided for the run of ``event`` that waits for its span, or ``None``.
 
-    Asked at every LangChain run's start (a graph's every node is one): one context lookup when
-    no hop waits, as inside a hop whose span is open already.
+    Asked at every LangChain run's start (a graph's every node is one): one set test when no hop
+    waits anywhere, as inside a hop whose span is open already.
     """
+    if not WAITING:
+        return None
     pending = context.get_current().get(_PENDING_HOP)
-    if type(pending) is not _Pending or pending.event != event:
+    if type(pending) is not Pending or pending.event != event:
         return None
     hop = pending.hop
     return hop if hop.span is trace.INVALID_SPAN else None  # not opened yet
@@ -163,6 +161,7 @@ def _entered(hop: Delegation, run_manager: object) -> object:
     held it would be a reference cycle (the span, its attributes and the chain left to the garbage
     collector after every call, where a bare call frees them at once).
     """
+    WAITING.discard(hop)
     current = context.get_current()
     span = _run_span(getattr(run_manager, "run_id", None))
     parent = context.set_value(_PENDING_HOP, None, current)
@@ -217,6 +216,8 @@ def _in_langchain_run(ctx: context.Context) -> context.Context:
     trace where OpenInference shows the call. Instrumentations that make their spans current
     (Traceloop's) need nothing. Baggage, and with it the chain, stay those of ``ctx``.
     """
+    if _OPENINFERENCE_LANGCHAIN not in sys.modules:  # the usual case, asked at every hop
+        return ctx
     span = _openinference_span(lambda module: module.get_current_span())
     if span is None:
         return ctx
@@ -330,7 +331,7 @@ def _decided_first(remote: bool) -> bool:
 def _graph_hop_context(name: str, hop: Delegation, ctx: context.Context, decided: bool) -> StepContext:
     """The step context of a new graph hop, started (or only decided) in ``ctx``."""
     if decided:
-        return _with_open_hop(ctx, "graph", name, hop.chain, _Pending("chain", hop)), hop
+        return _with_open_hop(ctx, "graph", name, hop.chain, wait("chain", hop)), hop
     return _with_open_hop(ctx, "graph", name, hop.chain), hop
 
 
@@ -492,13 +493,13 @@ def _tool_hop(instance: BaseTool, kwargs: dict[str, Any]) -> tuple[Delegation, s
 def _tool_context(hop: Delegation, name: str) -> context.Context:
     """Decide a tool hop (raises when refused); the context its call begins in, span to follow."""
     ctx = _in_run(hop.decide)
-    return _with_open_hop(ctx, "tool", name, hop.chain, _Pending("tool", hop))
+    return _with_open_hop(ctx, "tool", name, hop.chain, wait("tool", hop))
 
 
 async def _atool_context(hop: Delegation, name: str) -> context.Context:
     """:func:`_tool_context` in async code: decided with ``adecide``."""
     ctx = await _ain_run(hop.adecide)
-    return _with_open_hop(ctx, "tool", name, hop.chain, _Pending("tool", hop))
+    return _with_open_hop(ctx, "tool", name, hop.chain, wait("tool", hop))
 
 
 @unless_suppressed
@@ -516,12 +517,12 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
         result = wrapped(*args, **kwargs)
     except BaseException as exc:
         context.detach(token)
-        hop.finish(exc)
+        finish(hop, exc)
         if isinstance(exc, DelegationRefused):  # a refusal inside the tool
             return refusal_output(exc, instance.name, tool_call_id)
         raise
     context.detach(token)
-    hop.finish()
+    finish(hop)
     return result
 
 
@@ -538,5 +539,7 @@ def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwarg
             return await acall_in_hop(hop, lambda: wrapped(*args, **kwargs), enter=lambda: ctx)
         except DelegationRefused as err:
             return refusal_output(err, instance.name, tool_call_id)
+        finally:
+            WAITING.discard(hop)  # acall_in_hop has finished it
 
     return run()

@@ -21,6 +21,7 @@ import otel_guard
 from otel_guard.guard import Delegation
 from otel_guard.instrumentation._base import refusal_text, resolve
 from otel_guard.instrumentation.langgraph import PATCH_TARGETS, LangGraphInstrumentor
+from otel_guard.instrumentation.langgraph._waiting import WAITING
 from tests.instrumentation.instrumentors import instrumentor_fixture
 
 QUESTION = {"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]}
@@ -273,6 +274,33 @@ def test_a_finished_run_leaves_no_hop_to_the_garbage_collector(instrumented: Any
         "execute_tool ask_budget",
         "invoke_agent planner",
     ]
+
+
+async def test_no_hop_is_left_waiting_for_its_run(instrumented: Any, spans: Any) -> None:
+    # A decided hop waits (in WAITING) until its run begins, and every run-start callback reads it
+    # first: a hop left there would slow every later run and keep its span alive.
+    otel_guard.configure(cycle_rule="agent")
+    inside: list[int] = []
+
+    def lookup() -> Any:
+        inside.append(len(WAITING))  # the tool's hop opened when its run began
+        raise RuntimeError("lookup failed")
+
+    failing = agent_tool("lookup", lookup)
+    with pytest.raises(RuntimeError, match="lookup failed"):
+        failing.invoke({"question": "?"})
+    assert inside == [0]
+    delegation_loop(Script(max_tool_calls=6))["planner"].invoke(QUESTION)  # refused on entry
+    await delegation_loop(Script(max_tool_calls=6))["planner"].ainvoke(QUESTION)
+    graphs = delegation_loop(
+        Script(max_tool_calls=6), tool_names={"planner": "ask_planner", "budget": "ask_budget"}
+    )
+    graphs["planner"].invoke(QUESTION)  # refused inside a tool
+    stream = delegation_loop(Script(max_tool_calls=6))["planner"].stream(QUESTION, stream_mode="updates")
+    next(stream)
+    stream.close()  # left early
+    assert not WAITING
+    assert any(attrs(s)["otel_guard.decision"] == "refuse" for s in guard_spans(spans))
 
 
 def test_a_graph_run_inside_a_hop_of_its_own_name_joins_it(instrumented: Any, spans: Any) -> None:
