@@ -11,7 +11,10 @@ For each runtime, one run that makes one tool call, with an offline model (no ne
   dispatch: the server runs in the caller's context, so the guard hands its hop over, one span), the
   client opened once per round, outside the timing; ``mcp-streams`` is the same call over JSON-RPC on
   memory streams (``mode="legacy"``), where the server reads ``_meta`` and checks the hop again, as
-  it does across processes (two spans).
+  it does across processes (two spans);
+* delegate: no runtime, the floor under the rows above: the two hops a run of each makes (a root
+  ``delegate("planner")`` and a ``delegate("lookup", kind="tool")`` inside it); its bare arm does
+  nothing.
 
 Unguarded means the runtime's otel-guard instrumentor is not instrumented; guarded means it is. The two
 arms alternate round by round (which arm goes first alternates too) under the same SDK: a global
@@ -25,13 +28,14 @@ run) against the goal of issue 28: at most 60 µs a hop, and for MCP a ratio of 
 process, 1.4 over streams. A third arm, *spanned*, is the bare run followed by one plain SDK span
 with 5 attributes: what a span costs in this runtime's process (its heap, its caches), the unit the
 hop is also given in, so that "a hop costs about what a span costs" is read off the same run. (Not with
-``--instructions``: a span's count does not depend on what runs around it, and a large run's count
-moves by more than a span from one child to the next.)
+``--instructions``: a span's count does not depend on what runs around it.)
 
 ``--instructions`` counts instructions under valgrind's callgrind instead of timing (each arm in a
 child process with 0 and with ``--count`` runs, the difference per run: the same figure on every run
 of a noisy machine), beside a bare SDK span with 5 attributes as the unit: the goal of 60 µs is
-about 2.2 such spans (27 µs each where issue 28 measured them).
+about 2.2 such spans (27 µs each where issue 28 measured them). A child does the same work every
+time: a fixed hash seed, the garbage collector off during the counted runs (one collection after
+them, counted), and the span processor's thread woken by a full batch or a flush, never its timer.
 
 Usage: python bench/runtime_overhead.py [--rounds 20] [--round-seconds 0.15] [--runtime NAME ...]
        python bench/runtime_overhead.py --instructions [--count 40] [--runtime NAME ...]

@@ -165,7 +165,9 @@ _LAZY_PROGRAM = textwrap.dedent(
         exec(app_import, found)  # the app's first import of the runtime
     proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
     module = sys.modules[type(instrumentor).__module__]
-    patched = [isinstance(resolve(t), proxy) for t in module.PATCH_TARGETS]
+    def is_patched(found):  # a wrapt proxy, or a function standing for a method (LlamaIndex's)
+        return isinstance(found, proxy) or hasattr(found, "_otel_guard_replaced")
+    patched = [is_patched(resolve(t)) for t in module.PATCH_TARGETS]
     exec(after, found)
     report = {"loaded_before": loaded_before, "pending": pending, "patched": patched,
               "after": found.get("report")}

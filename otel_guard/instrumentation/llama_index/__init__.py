@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final
 
-from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget
 from otel_guard.instrumentation.llama_index.package import _instruments
 
 _PACKAGE: Final = "llama_index.core.agent.workflow"
@@ -56,7 +56,9 @@ class LlamaIndexInstrumentor(GuardInstrumentor):
         run_ends.stay(True)
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        from otel_guard.instrumentation.llama_index._methods import unguard_method
         from otel_guard.instrumentation.llama_index._runs import run_ends
 
-        unwrap_all(PATCH_TARGETS)
+        for target in PATCH_TARGETS:
+            unguard_method(target)
         run_ends.stay(False)  # once the runs it has seen start have ended

@@ -1,14 +1,14 @@
-"""The patched methods of LlamaIndex's agents: a ``wrapt`` wrapper on the class, a plain method on an agent.
+"""The patched methods of LlamaIndex's agents: plain functions on the class, read as cheaply as the methods.
 
 LlamaIndex's workflows look their steps up again and again during a run (``Workflow._get_steps``:
 ``inspect.getmembers`` of the workflow, then ``hasattr(method, "_step_config")`` on each method; a
-one-tool ``FunctionAgent`` run does it 12 times). There every patched method is read off the agent,
-and a ``wrapt`` bound wrapper is expensive to read and to miss an attribute on (it is made for each
-read, and a miss is looked up again through the method it wraps): about 22 k instructions each time,
-against about 1 k for a method. So :class:`GuardedMethod` is the ``wrapt`` ``FunctionWrapper`` that
-``uninstrument()`` and any tool looking at the class find, but read off an agent it gives a plain
-bound method of a function that calls the wrapper as ``wrapt`` would (the method bound to the agent,
-the agent, the arguments). Its ``__wrapped__`` is the method it replaces, as for ``inspect.signature``.
+one-tool ``FunctionAgent`` run does it 12 times), so every patched method is read off the agent
+about 20 times a hop. A ``wrapt`` wrapper is expensive to read (a bound wrapper made at each read,
+about 22 k instructions), and so is a Python ``__get__`` that returns a plain method; a function is
+bound by CPython in C, as the method it replaces was. So each patched method is a function that
+calls the wrapper as ``wrapt`` would (the method bound to the agent, the agent, the arguments), with
+the method's name, signature (``__wrapped__``) and step configuration; :func:`unguard_method` puts
+the method back.
 """
 
 from __future__ import annotations
@@ -16,44 +16,59 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from types import MethodType
-from typing import Any
-
-import wrapt
+from typing import Any, Final, NamedTuple
 
 from otel_guard.instrumentation._base import PatchTarget, resolve
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
-"""A ``wrapt`` wrapper: ``(wrapped, instance, args, kwargs)``."""
+"""A ``wrapt``-style wrapper: ``(wrapped, instance, args, kwargs)``."""
+
+_REPLACED: Final = "_otel_guard_replaced"
+"""The attribute of a guarding function that says what it replaced (a :class:`_Replaced`)."""
 
 
-class GuardedMethod(wrapt.FunctionWrapper):  # type: ignore[type-arg]
-    """A ``wrapt`` method wrapper whose reads off an instance give a plain bound method."""
-
-    def __init__(self, wrapped: Any, wrapper: Wrapper) -> None:
-        super().__init__(wrapped, wrapper)
-        self._self_call = _calling(wrapped, wrapper)  # ``_self_``: kept on the proxy, not the method
-
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        if instance is None:  # read off the class: wrapt's own binding
-            return super().__get__(instance, owner)
-        return MethodType(self._self_call, instance)
+class _Replaced(NamedTuple):
+    method: Any  # as the class held it (inspect.getattr_static)
+    own: bool  # whether the class itself held it, or inherited it
 
 
-def _calling(wrapped: Any, wrapper: Wrapper) -> Callable[..., Any]:
-    """The function an instance's method calls: ``wrapper`` with the method ``wrapped`` bound to it."""
-    bind = wrapped.__get__
+def _owner_and_name(target: PatchTarget) -> tuple[type, str]:
+    module, path = target
+    owner_path, _, name = path.rpartition(".")
+    owner: type = resolve((module, owner_path))
+    return owner, name
 
-    @functools.wraps(wrapped)
+
+def guard_method(target: PatchTarget, wrapper: Wrapper) -> None:
+    """Replace the method ``target`` names (``(module, "Class.method")``) with a function that runs
+    it through ``wrapper``; a method guarded already is left as it is."""
+    owner, name = _owner_and_name(target)
+    method = inspect.getattr_static(owner, name)
+    if isinstance(getattr(method, _REPLACED, None), _Replaced):
+        return
+    guarded = _calling(method, wrapper)
+    setattr(guarded, _REPLACED, _Replaced(method, name in owner.__dict__))
+    setattr(owner, name, guarded)
+
+
+def unguard_method(target: PatchTarget) -> None:
+    """Put back the method :func:`guard_method` replaced (nothing when it is not guarded)."""
+    owner, name = _owner_and_name(target)
+    replaced = getattr(owner.__dict__.get(name), _REPLACED, None)
+    if not isinstance(replaced, _Replaced):
+        return
+    if replaced.own:
+        setattr(owner, name, replaced.method)
+    else:
+        delattr(owner, name)
+
+
+def _calling(method: Any, wrapper: Wrapper) -> Callable[..., Any]:
+    """The function that stands for ``method``: ``wrapper`` with ``method`` bound to the instance."""
+    bind = method.__get__
+
+    @functools.wraps(method)
     def call(instance: Any, /, *args: Any, **kwargs: Any) -> Any:
         return wrapper(bind(instance, type(instance)), instance, args, kwargs)
 
     return call
-
-
-def guard_method(target: PatchTarget, wrapper: Wrapper) -> None:
-    """Replace the method ``target`` names (``(module, "Class.method")``) with a :class:`GuardedMethod`."""
-    module, path = target
-    owner_path, _, name = path.rpartition(".")
-    owner = resolve((module, owner_path))
-    setattr(owner, name, GuardedMethod(inspect.getattr_static(owner, name), wrapper))

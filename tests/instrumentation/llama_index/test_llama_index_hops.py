@@ -13,7 +13,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import wrapt
 from instrumentors import instrumentor_fixture
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.agent.workflow.base_agent import BaseWorkflowAgent
@@ -522,15 +521,20 @@ async def test_suppressed_instrumentation_makes_no_hop(
 
 
 async def test_uninstrument_restores_llama_index(spans: Any) -> None:
+    methods = [
+        (owner, name) for owner in (BaseWorkflowAgent, AgentWorkflow) for name in ("run", "_call_tool")
+    ]
+    bare = {key: key[0].__dict__[key[1]] for key in methods}
     instrumentor = LlamaIndexInstrumentor()
     instrumentor.instrument()
-    assert isinstance(BaseWorkflowAgent.__dict__["run"], wrapt.FunctionWrapper)
+    for owner, name in methods:
+        assert owner.__dict__[name] is not bare[owner, name]
+        assert owner.__dict__[name].__wrapped__ is bare[owner, name]
     assert any(handler is run_ends for handler in get_dispatcher().span_handlers)
     instrumentor.uninstrument()
 
-    for owner in (BaseWorkflowAgent, AgentWorkflow):
-        for name in ("run", "_call_tool"):
-            assert not isinstance(owner.__dict__[name], wrapt.ObjectProxy), (owner, name)
+    for owner, name in methods:
+        assert owner.__dict__[name] is bare[owner, name], (owner, name)
     assert not any(handler is run_ends for handler in get_dispatcher().span_handlers)
     loop = build_loop()
     await loop.planner().run(user_msg="Plan the team offsite")
