@@ -13,8 +13,8 @@ run ends, however it ends, before the handler's result is set. So:
   ``run()``: the run never starts. A run of the agent a tool call of the same name is for joins that
   call's hop instead (one call, one hop); a run of another agent directly in a tool's body (an
   agent called as a tool) is decided in the chain the call was made in, taking the tool's place;
-* :class:`RunEnds`, a span handler on the root dispatcher, ends the hop (and the run's handoffs) at
-  the run span's exit or drop, with the run's error if it failed.
+* :class:`RunEnds`, a span handler on the dispatcher that opens the runs' spans, ends the hop (and
+  the run's handoffs) at the run span's exit or drop, with the run's error if it failed.
 
 With ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, ``run()`` also leads the run's user message with the
 situational guidance (:mod:`._guidance`).
@@ -22,13 +22,15 @@ situational guidance (:mod:`._guidance`).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from llama_index.core.agent.workflow import AgentWorkflow
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index_instrumentation import get_dispatcher
+from llama_index_instrumentation.dispatcher import Dispatcher
 from llama_index_instrumentation.span import BaseSpan
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
@@ -174,7 +176,7 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
             self._left_if_done()
 
     def stay(self, on: bool) -> None:
-        """On the root dispatcher (``on``), or off it once the runs it has seen start have ended."""
+        """On :func:`run_dispatcher` (``on``), or off it once the runs it has seen start have ended."""
         self.leaving = not on
         if on:
             _attach(self)
@@ -196,17 +198,37 @@ class RunEnds(BaseSpanHandler[BaseSpan]):  # type: ignore[misc, unused-ignore]  
         return None
 
 
+RUN_SPANS_MODULE: Final = "workflows.runtime.types.step_function"
+"""The module of LlamaIndex's workflows whose dispatcher opens and closes every run's span."""
+
+
+def run_dispatcher() -> Dispatcher:
+    """Where :data:`run_ends` listens: the dispatcher that opens the runs' spans.
+
+    A dispatcher hands a span to its own handlers and its ancestors', so a handler there sees the
+    runs' spans and none of the others (a one-tool agent run makes 15: steps, model and tool calls,
+    each about 9 k instructions for one more handler). Where that module or its dispatcher is not
+    found (another version of the workflows package), the root dispatcher, which sees every span.
+    """
+    try:
+        module = importlib.import_module(RUN_SPANS_MODULE)
+    except ImportError:
+        return get_dispatcher()
+    dispatcher = getattr(module, "_dispatcher", None)
+    return dispatcher if isinstance(dispatcher, Dispatcher) else get_dispatcher()
+
+
 def _attach(handler: BaseSpanHandler[Any]) -> None:
-    root = get_dispatcher()
-    if all(other is not handler for other in root.span_handlers):
+    dispatcher = run_dispatcher()
+    if all(other is not handler for other in dispatcher.span_handlers):
         # A new list, never one changed in place: the dispatcher may be iterating the old one.
-        root.span_handlers = [*root.span_handlers, handler]
+        dispatcher.span_handlers = [*dispatcher.span_handlers, handler]
 
 
 def _detach(handler: BaseSpanHandler[Any]) -> None:
-    root = get_dispatcher()
-    root.span_handlers = [other for other in root.span_handlers if other is not handler]
+    dispatcher = run_dispatcher()
+    dispatcher.span_handlers = [other for other in dispatcher.span_handlers if other is not handler]
 
 
 run_ends = RunEnds()
-"""The one handler: :meth:`RunEnds.stay` puts it on the root dispatcher and takes it off."""
+"""The one handler: :meth:`RunEnds.stay` puts it on :func:`run_dispatcher` and takes it off."""

@@ -28,7 +28,7 @@ from opentelemetry.trace import StatusCode
 
 import otel_guard
 from otel_guard.instrumentation.llama_index import LlamaIndexInstrumentor
-from otel_guard.instrumentation.llama_index._runs import run_ends
+from otel_guard.instrumentation.llama_index._runs import run_dispatcher, run_ends
 from tests.conventions import assert_follows
 from tests.hop_spans import assert_observe_mode_recorded_the_loop, decisions, guard_spans, refused
 
@@ -530,16 +530,24 @@ async def test_uninstrument_restores_llama_index(spans: Any) -> None:
     for owner, name in methods:
         assert owner.__dict__[name] is not bare[owner, name]
         assert owner.__dict__[name].__wrapped__ is bare[owner, name]
-    assert any(handler is run_ends for handler in get_dispatcher().span_handlers)
+    assert any(handler is run_ends for handler in run_dispatcher().span_handlers)
     instrumentor.uninstrument()
 
     for owner, name in methods:
         assert owner.__dict__[name] is bare[owner, name], (owner, name)
-    assert not any(handler is run_ends for handler in get_dispatcher().span_handlers)
+    assert not any(handler is run_ends for handler in run_dispatcher().span_handlers)
     loop = build_loop()
     await loop.planner().run(user_msg="Plan the team offsite")
     assert loop.calls.made == 6
     assert guard_spans(spans) == []
+
+
+def test_the_run_handler_listens_only_where_the_runs_spans_open(instrumented: LlamaIndexInstrumentor) -> None:
+    # On the root dispatcher it would be called at every LlamaIndex span (15 a one-tool run); the
+    # installed workflows package opens the runs' spans on a dispatcher of its own.
+    assert run_dispatcher() is not get_dispatcher()
+    assert any(handler is run_ends for handler in run_dispatcher().span_handlers)
+    assert not any(handler is run_ends for handler in get_dispatcher().span_handlers)
 
 
 async def test_uninstrument_during_a_run_still_ends_its_hop(spans: Any) -> None:
@@ -558,10 +566,10 @@ async def test_uninstrument_during_a_run_still_ends_its_hop(spans: Any) -> None:
     handler = waiter.run(user_msg="a")
     await asyncio.sleep(0.05)
     instrumentor.uninstrument()
-    assert any(handler is run_ends for handler in get_dispatcher().span_handlers)  # the run is open
+    assert any(handler is run_ends for handler in run_dispatcher().span_handlers)  # the run is open
     release.set()
     await handler
 
     assert [s.name for s in guard_spans(spans)] == ["invoke_agent waiter", "execute_tool wait"]
     assert all(s.end_time is not None for s in guard_spans(spans))
-    assert not any(h is run_ends for h in get_dispatcher().span_handlers)
+    assert not any(h is run_ends for h in run_dispatcher().span_handlers)

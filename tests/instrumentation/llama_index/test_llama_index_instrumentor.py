@@ -35,7 +35,9 @@ def test_the_entry_point_and_the_dependency_range_match_the_installed_llama_inde
 
 SPAN_HANDLERS = """
 from llama_index.core.instrumentation import get_dispatcher
-report = [type(handler).__name__ for handler in get_dispatcher().span_handlers]
+from otel_guard.instrumentation.llama_index._runs import run_dispatcher
+report = {name: [type(handler).__name__ for handler in dispatcher.span_handlers]
+          for name, dispatcher in (("root", get_dispatcher()), ("runs", run_dispatcher()))}
 """
 
 
@@ -50,7 +52,8 @@ def test_llama_index_is_patched_when_the_app_imports_it() -> None:
     )
     # Finding llama_index.core imports the namespace package llama_index, which runs no code.
     assert report["loaded_before"] == ["llama_index"], "instrument() imported LlamaIndex before the app did"
-    assert report["after"] == ["NullSpanHandler", "RunEnds"]  # the span handlers
+    # The guard's span handler where the runs' spans open, not on the root (which sees every span).
+    assert report["after"] == {"root": ["NullSpanHandler"], "runs": ["RunEnds"]}
     assert report["pending"] is True
     assert report["patched"] == [True] * len(PATCH_TARGETS)
 
@@ -65,7 +68,7 @@ def test_uninstrument_before_the_import_leaves_llama_index_unpatched() -> None:
         after=SPAN_HANDLERS,
     )
     assert report["patched"] == [False] * len(PATCH_TARGETS)
-    assert report["after"] == ["NullSpanHandler"]
+    assert report["after"] == {"root": ["NullSpanHandler"], "runs": []}
 
 
 # -- providers ----------------------------------------------------------------------------------
