@@ -24,7 +24,7 @@ from otel_guard.settings import current_settings
 
 def add_guidance(hook: Any) -> None:
     """CrewAI's ``before_llm_call`` hook: the situational prefix on the run's user turn."""
-    run = current_run.get()
+    run = current_run()
     if run is None or run.guided or not current_settings().situational_prompt:
         return
     if hook.agent is not run.agent or not is_instrumentation_enabled():

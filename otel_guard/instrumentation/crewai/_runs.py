@@ -3,7 +3,7 @@
 
 A run is a hop ``invoke_agent {role}`` around the whole call, so the model calls, tool calls and
 delegations of the run happen inside it. A run joins the hop it is already in instead of adding
-another when that hop has its name (see :data:`~._scope.joinable`). A refused run raises
+another when that hop has its name (see :attr:`~._scope.Scope.joinable`). A refused run raises
 :class:`~otel_guard.DelegationRefused` before CrewAI builds its executor; inside a tool's body the
 refusal is also noted on the tool call, whose after hook hands it to the model.
 """
@@ -36,10 +36,10 @@ def _hop_of(agent: Any) -> tuple[AgentRun, Delegation | None]:
     """
     need_model_hooks(agent)  # before CrewAI builds the run's executor, which copies them
     run = AgentRun(agent, agent_name(agent))
-    call = current_call.get()
+    call = current_call()
     if call is not None and call.refusal is not None and call.refusal.hop.agent == run.name:
         raise call.refusal
-    return run, None if joinable.get() == run.name else delegate(run.name)
+    return run, None if joinable() == run.name else delegate(run.name)
 
 
 @unless_suppressed

@@ -2,9 +2,14 @@
 
 CrewAI reports a tool call to two hooks, one before and one after it, and a model call to two more;
 between them run the tool's body or the model. These records carry what the guard decided in one
-hook to the hooks that follow and to the agent runs nested in a tool's body. They live in context
-variables, which CrewAI copies into the threads and tasks it runs agents, tools and parallel tool
-calls in, so each branch sees its own.
+hook to the hooks that follow and to the agent runs nested in a tool's body. They live in one
+context variable, which CrewAI copies into the threads and tasks it runs agents, tools and parallel
+tool calls in, so each branch sees its own.
+
+One variable, not one a record: CrewAI's contexts hold 13 variables of their own, and CPython keeps a
+context in a HAMT whose root turns from a bitmap node into a 32-slot array node past 16 variables,
+after which every ``ContextVar.set`` CrewAI makes copies the array (three variables of the guard's and
+OpenTelemetry's context made 17: about 1.4 M instructions more a one-tool run).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 from opentelemetry.context import Context
 
@@ -42,53 +47,69 @@ class ToolCall:
     hop: Delegation | None
     refusal: DelegationRefused | None = None
     hop_context: Token[Context] | None = None  # the hop's OpenTelemetry context, attached by the before hook
-    tokens: tuple[Token[ToolCall | None], Token[str | None]] | None = None  # what the before hook set
+    scope_token: Token[Scope] | None = None  # what the before hook set
 
 
-current_run: ContextVar[AgentRun | None] = ContextVar("otel_guard_crewai_run", default=None)
-"""The innermost agent run in this context."""
+class Scope(NamedTuple):
+    """Where a context stands: its innermost run and tool call, and the hop a run there may join."""
 
-current_call: ContextVar[ToolCall | None] = ContextVar("otel_guard_crewai_call", default=None)
-"""The tool call whose body is running here, until an agent run starts inside it."""
+    run: AgentRun | None = None
+    """The innermost agent run in this context."""
+    call: ToolCall | None = None
+    """The tool call whose body is running here, until an agent run starts inside it."""
+    joinable: str | None = None
+    """The name of the innermost hop this instrumentation opened (or joined) here.
 
-joinable: ContextVar[str | None] = ContextVar("otel_guard_crewai_joinable", default=None)
-"""The name of the innermost hop this instrumentation opened (or joined) here.
+    An agent run of that name is the same call, not a new hop: a tool named like the agent it runs,
+    a delegation's coworker run, or CrewAI running an agent again from inside its own run (the retry
+    of a failed ``execute_task``, a resumed checkpoint). A tool call in between sets its own name, so
+    a run that comes back through a tool is a new hop and a cycle.
+    """
 
-An agent run of that name is the same call, not a new hop: a tool named like the agent it runs, a
-delegation's coworker run, or CrewAI running an agent again from inside its own run (the retry of a
-failed ``execute_task``, a resumed checkpoint). A tool call in between sets its own name, so a run
-that comes back through a tool is a new hop and a cycle.
-"""
+
+_OUTSIDE: Final = Scope()  # no run, no call: a context CrewAI's runs have not entered
+_scope: ContextVar[Scope] = ContextVar("otel_guard_crewai", default=_OUTSIDE)
+
+
+def current_run() -> AgentRun | None:
+    """The innermost agent run in this context."""
+    return _scope.get().run
+
+
+def current_call() -> ToolCall | None:
+    """The tool call whose body is running here (see :attr:`Scope.call`)."""
+    return _scope.get().call
+
+
+def joinable() -> str | None:
+    """The name of the hop an agent run here joins (see :attr:`Scope.joinable`)."""
+    return _scope.get().joinable
 
 
 @contextmanager
 def inside_run(run: AgentRun) -> Iterator[None]:
     """Make ``run`` the innermost run, with no tool call in progress inside it yet."""
-    tokens = (current_run.set(run), current_call.set(None), joinable.set(run.name))
+    token = _scope.set(Scope(run, None, run.name))
     try:
         yield
     finally:
-        joinable.reset(tokens[2])
-        current_call.reset(tokens[1])
-        current_run.reset(tokens[0])
+        _scope.reset(token)
 
 
 def enter_call(call: ToolCall, name: str | None) -> None:
     """Make ``call`` the tool call in progress (``name``: its hop's, for the runs it joins)."""
-    call.tokens = (current_call.set(call), joinable.set(name))
+    call.scope_token = _scope.set(_scope.get()._replace(call=call, joinable=name))
 
 
 def leave_call(call: ToolCall) -> None:
     """Undo :func:`enter_call` (the after hook runs in the context the before hook ran in)."""
-    if call.tokens is not None:
-        call_token, joinable_token = call.tokens
-        joinable.reset(joinable_token)
-        current_call.reset(call_token)
+    if call.scope_token is not None:
+        _scope.reset(call.scope_token)
 
 
 def note_refusal(err: DelegationRefused) -> None:
     """Remember a refused agent run on the tool call whose body it ran in, if any, so the after hook
     can hand the refusal to the model in place of CrewAI's generic error text."""
-    call = current_call.get()
+    call = current_call()
     if call is not None and call.refusal is None:
         call.refusal = err

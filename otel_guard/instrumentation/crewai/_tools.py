@@ -54,7 +54,7 @@ def before_tool_call(hook: Any) -> bool | None:
 
 def after_tool_call(hook: Any) -> str | None:
     """CrewAI's ``after_tool_call`` hook: end the call's hop; the refusal's text for a refused call."""
-    call = current_call.get()
+    call = current_call()
     if call is None or call.tool_input is not hook.tool_input:
         return None  # not a call the before hook made a hop of (unknown tool, suppressed)
     leave_call(call)
