@@ -6,6 +6,7 @@ Real agents, crews and tools driven by offline scripted models (``crewai_app.py`
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import re
 from typing import Any
@@ -138,6 +139,28 @@ def test_a_tool_body_runs_inside_its_hop(instrumented: Any, spans: Any) -> None:
         ("invoke_agent searcher", "allow", ("searcher",)),
         ("execute_tool lookup", "allow", ("searcher", "lookup")),
     ]
+
+
+class ContextLookup(Lookup):
+    """Notes the names of the context variables its body runs with."""
+
+    variables: list[set[str]] = Field(default_factory=list)
+
+    def _run(self, question: str, **kwargs: Any) -> str:
+        self.variables.append({variable.name for variable in contextvars.copy_context()})
+        return super()._run(question, **kwargs)
+
+
+def test_the_guard_adds_one_context_variable_of_its_own(instrumented: Any, spans: Any) -> None:
+    # CrewAI's contexts hold about 13 variables; past 16 CPython's context is an array node that
+    # every ContextVar.set CrewAI makes copies: the guard keeps its records in one variable.
+    lookup = ContextLookup()
+    model = ScriptedLLM(model="scripted", agent="searcher", tool="lookup", max_tool_calls=1)
+    agent("searcher", model, [lookup]).kickoff("find it")
+
+    (names,) = lookup.variables
+    assert {name for name in names if name.startswith("otel_guard")} == {"otel_guard_crewai"}
+    assert lookup.chains == [("searcher", "lookup")]
 
 
 class TwoLookups(ScriptedLLM):
