@@ -307,15 +307,17 @@ MAIN_ENVIRONMENT = ("delegate", "pydantic-ai", "openai-agents", "langgraph", "mc
 
 
 def set_guarded(runtime: Runtime, guarded: bool) -> None:
-    if runtime.switch is not None or runtime.instrumentor is None:
-        assert runtime.switch is not None, runtime.name
+    if runtime.switch is not None:
         runtime.switch(guarded)
-    elif guarded and not runtime.instrumentor.is_instrumented_by_opentelemetry:
-        runtime.instrumentor.instrument()
-        if not runtime.instrumentor.is_instrumented_by_opentelemetry:
+        return
+    instrumentor = runtime.instrumentor
+    assert instrumentor is not None, f"{runtime.name}: neither an instrumentor nor a switch"
+    if guarded and not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+        if not instrumentor.is_instrumented_by_opentelemetry:
             raise SystemExit(f"{runtime.name}: the installed version failed the instrumentor's check")
-    elif not guarded and runtime.instrumentor.is_instrumented_by_opentelemetry:
-        runtime.instrumentor.uninstrument()
+    elif not guarded and instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
 
 
 PLAIN_SPANS: list[trace.Tracer] = []  # plain_span's tracer, got once the SDK is set up

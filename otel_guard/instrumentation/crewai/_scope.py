@@ -9,7 +9,8 @@ tool calls in, so each branch sees its own.
 One variable, not one a record: CrewAI's contexts hold 13 variables of their own, and CPython keeps a
 context in a HAMT whose root turns from a bitmap node into a 32-slot array node past 16 variables,
 after which every ``ContextVar.set`` CrewAI makes copies the array (three variables of the guard's and
-OpenTelemetry's context made 17: about 1.4 M instructions more a one-tool run).
+OpenTelemetry's context made 17: in a callgrind diff of a one-tool run, array-node copies +300 k
+instructions against the bitmap node's -130 k).
 """
 
 from __future__ import annotations
