@@ -281,8 +281,16 @@ async def test_a_run_with_a_memory_carries_its_session_and_follows_the_conventio
     from llama_index.core.memory import Memory
 
     solo = agent("solo", ScriptedModel("solo", None, CallBudget(0)), [])
+    memory = Memory.from_defaults(session_id="trip-42")
 
-    await solo.run(user_msg="a", memory=Memory.from_defaults(session_id="trip-42"))
+    try:
+        await solo.run(user_msg="a", memory=memory)
+    finally:
+        # The memory's SQLite store runs on aiosqlite's worker thread; left open, that thread
+        # outlives this test's event loop and dies in a later test ("Event loop is closed").
+        engine = memory.sql_store._async_engine  # type: ignore[attr-defined]
+        if engine is not None:
+            await engine.dispose()
 
     (hop,) = guard_spans(spans)
     assert hop.attributes is not None
