@@ -34,6 +34,12 @@ unbounded, it outruns what the Collector delivers. The plain pass-through acknow
 has the spans, so it needs no such bound and its sender does not poll the sink. What is not at the
 sink when the load ends is shown as a backlog, which the rate does not count.
 
+On this 2-core machine the load generator and the sink spend about as much CPU a span as the
+processor, so with every process free to run anywhere (the default) spans/s ratios are of the sums
+of arm and harness. ``--pin`` gives each arm one core and the harness the other: with
+``--concurrency`` high enough that each arm keeps its core busy (each round prints the cores it kept
+busy), an arm's spans/s is what it carries alone on one core.
+
 Then fairness: for ``--fairness-seconds`` per proxy, one client sends one-trace requests one after
 another, alone and then while another sends large requests (1,500 traces, ~6 MB) back to back; the
 small requests' latency percentiles say how long one large request stalls the others.
@@ -43,6 +49,7 @@ its resident memory is sampled every half second and its evictions read from ``/
 process, the time to evict one trace whose spans all wait for parents that never come.
 
 Usage: python bench/processor_throughput.py [--seconds 4] [--rounds 3] [--concurrency 8] [--no-collector]
+       [--pin]
 """
 
 from __future__ import annotations
@@ -95,11 +102,55 @@ def _stop(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
+@dataclass(frozen=True)
+class Cores:
+    """Which CPUs the arms run on and which the harness (the load generator, this process, and the
+    sink) runs on. Pinned, each arm has one core to itself and the harness the others, so an arm's
+    spans/s is what it carries alone; shared, every process may run anywhere."""
+
+    arm: frozenset[int]
+    harness: frozenset[int]
+
+    @classmethod
+    def pinned(cls) -> Cores:
+        cpus = sorted(EVERY_CPU)
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs at least 2 CPUs (one for the arm, one for the harness)")
+        return cls(frozenset(cpus[-1:]), frozenset(cpus[:-1]))
+
+    @classmethod
+    def shared(cls) -> Cores:
+        return cls(EVERY_CPU, EVERY_CPU)
+
+    def describe(self) -> str:
+        if self.arm == self.harness:
+            return "arms and harness share every CPU"
+        arm, harness = (",".join(map(str, sorted(cpus))) for cpus in (self.arm, self.harness))
+        return f"each arm pinned to CPU {arm}, the load generator and the sink to CPU {harness}"
+
+
+EVERY_CPU = frozenset(os.sched_getaffinity(0))
+
+
+def on(cpus: frozenset[int] | None, command: list[str]) -> list[str]:
+    """``command`` put on ``cpus`` by ``taskset`` (util-linux), which execs it (same pid); default:
+    every CPU this script started with, not the harness's that this process is pinned to."""
+    return [
+        "taskset",
+        "--cpu-list",
+        ",".join(map(str, sorted(EVERY_CPU if cpus is None else cpus))),
+        *command,
+    ]
+
+
 @contextmanager
-def server(args: list[str], ready: str, stream: str) -> Iterator[subprocess.Popen[str]]:
-    """Start a server process and wait for its ready line; stop it (SIGTERM, then kill) after."""
+def server(
+    args: list[str], ready: str, stream: str, cpus: frozenset[int] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """Start a server process (on ``cpus``, default where this process may run) and wait for its
+    ready line; stop it (SIGTERM, then kill) after."""
     process = subprocess.Popen(
-        [PYTHON, *args],
+        on(cpus, [PYTHON, *args]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -304,12 +355,16 @@ def measure(
     scrapes = [caught_up(url) for url in arm.metrics_urls]
     refused = sum(map(refused_spans, scrapes)) - refused_before
     busy = sum(map(busy_requests, scrapes)) - busy_before
-    cpu = {label: (cpu_seconds(p) - cpu_before[label]) / sent * 1e6 for label, p in processes.items()}
+    seconds = {label: cpu_seconds(p) - cpu_before[label] for label, p in processes.items()}
+    cpu = {label: used / sent * 1e6 for label, used in seconds.items()}
+    # how many cores the arm kept busy, from the first request to the last span at the sink
+    cores_busy = sum(seconds.values()) / (time.perf_counter() - started)
     sink_cpu = (cpu_seconds(sink.process) - sink_before) / sent * 1e6
     rate = delivered / elapsed
     shown = " + ".join(f"{label} {value:.2f}" for label, value in cpu.items())
     total = f" = {sum(cpu.values()):.2f}" if len(cpu) > 1 else ""
-    tail = f"   refused {refused:,.0f} spans (sent again)" if refused else ""
+    tail = f"   {cores_busy:.2f} cores busy"
+    tail += f"   refused {refused:,.0f} spans (sent again)" if refused else ""
     tail += f"   {busy:,.0f} requests refused as busy (sent again)" if busy else ""
     tail += (
         f"   backlog {sent - delivered:,} spans, at the sink {drain:.1f} s later" if sent > delivered else ""
@@ -364,12 +419,17 @@ def inline_config(
 
 
 @contextmanager
-def collector(binary: Path, config: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run the Collector until it logs that it is ready; stop it (SIGTERM, then kill) after. Its
-    log goes to a file beside the config (a pipe nobody reads would fill and stall it)."""
+def collector(
+    binary: Path, config: Path, cpus: frozenset[int] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run the Collector (on ``cpus``; Go sizes GOMAXPROCS to them) until it logs that it is ready;
+    stop it (SIGTERM, then kill) after. Its log goes to a file beside the config (a pipe nobody
+    reads would fill and stall it)."""
     log_path = config.with_suffix(".log")
     with log_path.open("wb") as log:
-        process = subprocess.Popen([str(binary), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            on(cpus, [str(binary), f"--config={config}"]), stdout=subprocess.DEVNULL, stderr=log
+        )
     try:
         deadline = time.monotonic() + 30
         while "Everything is ready" not in log_path.read_text(errors="replace"):
@@ -532,7 +592,7 @@ def held_bytes(mix: str, traces: int, requests: int = 1000) -> None:
     resident set over ``requests`` requests, past 200 that pay for what is set up once, nothing
     evicted (the engine's memory is Rust's, out of tracemalloc's sight)."""
     done = subprocess.run(
-        [PYTHON, "-c", HELD_PROGRAM, str(HERE), mix, str(traces), str(requests)],
+        on(None, [PYTHON, "-c", HELD_PROGRAM, str(HERE), mix, str(traces), str(requests)]),
         capture_output=True,
         text=True,
         check=True,
@@ -631,6 +691,13 @@ def main() -> int:
         help="Collector arms: at most this many spans sent and not at the sink yet (default: what "
         "--concurrency requests hold, as in flight to the other arms; 0: as many as the Collector takes)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin each arm to one core and the load generator and the sink to the others, so that an "
+        "arm's spans/s is what it carries alone on one core (raise --concurrency until every arm "
+        "shows a busy core); default: every process may run on every CPU",
+    )
     parser.add_argument("--flood-seconds", type=float, default=20.0)
     parser.add_argument(
         "--fairness-seconds", type=float, default=5.0, help="per proxy: small requests beside large ones"
@@ -647,10 +714,17 @@ def main() -> int:
         f"{args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s per arm"
     )
     binary = collector_binary(args)
+    cores = Cores.pinned() if args.pin else Cores.shared()
+    print(f"cores: {cores.describe()}")
+    # This process is the load generator: on the harness's cores before gRPC starts any thread
+    # (an affinity set later would hold only the thread that set it).
+    os.sched_setaffinity(0, cores.harness)
     sink_port, pass_port, proc_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     traffic = str(HERE / "_processor_traffic.py")
     with ExitStack() as stack:
-        sinking = stack.enter_context(server([traffic, "sink", "--port", str(sink_port)], "ready", "stdout"))
+        sinking = stack.enter_context(
+            server([traffic, "sink", "--port", str(sink_port)], "ready", "stdout", cores.harness)
+        )
         sink = Sink(f"127.0.0.1:{sink_port}", sinking.pid)
         stack.callback(sink.close)
         passthrough = stack.enter_context(
@@ -658,6 +732,7 @@ def main() -> int:
                 [traffic, "passthrough", "--port", str(pass_port), "--forward", f"127.0.0.1:{sink_port}"],
                 "ready",
                 "stdout",
+                cores.arm,
             )
         )
         processor = stack.enter_context(
@@ -676,6 +751,7 @@ def main() -> int:
                 ],
                 "ready:",
                 "stderr",
+                cores.arm,
             )
         )
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -692,8 +768,8 @@ def main() -> int:
             )
             front, front_at, batch_timeout = inline_config(directory, "inline", f"127.0.0.1:{proc_port}")
             batch_timeout = max(batch_timeout, alone_timeout)
-            pass_collector = stack.enter_context(collector(binary, alone))
-            inline_collector = stack.enter_context(collector(binary, front))
+            pass_collector = stack.enter_context(collector(binary, alone, cores.arm))
+            inline_collector = stack.enter_context(collector(binary, front, cores.arm))
             shown = INLINE.relative_to(HERE.parent) if INLINE.is_relative_to(HERE.parent) else INLINE
             version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
             print(
