@@ -19,6 +19,7 @@ from otel_guard.instrumentation.agent_framework._scope import switch_on
 from otel_guard.instrumentation.agent_framework.package import _handoff_instruments, _instruments
 
 _LAYER_INIT: Final = ("agent_framework._middleware", "AgentMiddlewareLayer.__init__")
+_INVOKE: Final = ("agent_framework._tools", "FunctionTool.invoke")
 
 _HANDOFF: Final = ("agent_framework_orchestrations._handoff", "_AutoHandoffMiddleware.process")
 _TURN: Final = ("agent_framework_orchestrations._handoff", "HandoffAgentExecutor._run_agent_and_emit")
@@ -27,6 +28,8 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     # Where every agent with middleware (Agent, and any agent built on the middleware layer) is
     # built: the guard's run middleware goes first in its middleware.
     _LAYER_INIT,
+    # Where every tool call of a run ends up, after the run's function middleware (if any).
+    _INVOKE,
 )
 """Every (module, attribute) of Agent Framework's core this instrumentor patches."""
 
@@ -58,6 +61,7 @@ class AgentFrameworkInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         # wrapt imports the target's module here: this module imports without the runtime.
         wrap_function_wrapper(*_LAYER_INIT, _guard_new_agent)
+        wrap_function_wrapper(*_INVOKE, _guard_invoke)
         if get_dependency_conflicts(list(_handoff_instruments)) is None:
             _handoff_patch.apply()
         switch_on(True)
@@ -66,7 +70,7 @@ class AgentFrameworkInstrumentor(GuardInstrumentor):
         from otel_guard.instrumentation.agent_framework import _runs
 
         switch_on(False)
-        unwrap_all((_LAYER_INIT,))
+        unwrap_all((_LAYER_INIT, _INVOKE))
         _handoff_patch.remove()
         _runs.remove_all()
 
@@ -79,6 +83,14 @@ def _guard_new_agent(
     from otel_guard.instrumentation.agent_framework import _runs
 
     _runs.install(instance)
+
+
+def _guard_invoke(
+    wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Awaitable[Any]:
+    from otel_guard.instrumentation.agent_framework import _tools
+
+    return _tools.guard_invoke(wrapped, instance, args, kwargs)
 
 
 def _guard_handoff(

@@ -19,9 +19,9 @@ Framework's ``with_pull_context_manager``, the way its own telemetry keeps its s
 run's chain is put in the context, and the hop ends with the stream's cleanup (read to its end,
 failed or closed), or when a stream never read to its end is collected.
 
-The middleware also puts the guard's function middleware (:mod:`._tools`) after the run's own, so
-each of the run's tool calls is a hop, and with a model budget on, its chat middleware
-(:mod:`._usage`), so each model request is counted.
+Each of the run's tool calls is a hop where the tool is invoked (:mod:`._tools`, within the run's
+:data:`RUN`). With a model budget on, the middleware also puts the guard's chat middleware
+(:mod:`._usage`) after the run's own, so each model request is counted.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from agent_framework import (
     AgentContext,
     AgentMiddleware,
     ChatMiddlewareLayer,
-    FunctionInvocationLayer,
     MiddlewareTermination,
     ResponseStream,
 )
@@ -48,7 +47,6 @@ from opentelemetry.util.types import AttributeValue
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.agent_framework._guidance import guide
 from otel_guard.instrumentation.agent_framework._scope import CALL, RUN, Call, Run, agent_name, guarding
-from otel_guard.instrumentation.agent_framework._tools import TOOL_CALLS
 from otel_guard.instrumentation.agent_framework._usage import MODEL_REQUESTS
 from otel_guard.settings import current_settings
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY, GEN_AI_CONVERSATION_ID
@@ -79,7 +77,8 @@ class AgentRuns(AgentMiddleware):  # type: ignore[misc, unused-ignore]  # Any wi
             ctx = await hop.astart()  # a refusal raises here: the run never starts
             run = Run(hop, ends_hop=True)
         settings = current_settings()
-        _guard_calls_of(context, counted=settings.model_budgets_on)
+        if settings.model_budgets_on:
+            _count_requests_of(context)
         # What runs inside is this run's own: no tool call of its caller's is in progress there.
         token = otel_context.attach(Context({**ctx, CALL: None, RUN: run}))  # one copy, not two
         try:
@@ -130,20 +129,14 @@ def remove_all() -> None:
     _guarded.clear()
 
 
-def _guard_calls_of(context: AgentContext, *, counted: bool) -> None:
-    """Put the guard's function middleware (and, ``counted``, its chat middleware) after the run's own
-    chat and function middleware, which Agent Framework hands to the chat client in ``client_kwargs``.
+def _count_requests_of(context: AgentContext) -> None:
+    """Put the guard's chat middleware after the run's own chat middleware, which Agent Framework
+    hands to the chat client in ``client_kwargs``.
 
-    Only where the agent's chat client has the layer that takes it: a client without them would
-    hand ``middleware=`` on to its provider call.
+    Only where the agent's chat client has the layer that takes it: a client without it would hand
+    ``middleware=`` on to its provider call.
     """
-    client = getattr(context.agent, "client", None)
-    ours: list[Any] = []
-    if isinstance(client, FunctionInvocationLayer):
-        ours.append(TOOL_CALLS)
-    if counted and isinstance(client, ChatMiddlewareLayer):
-        ours.append(MODEL_REQUESTS)
-    if not ours:
+    if not isinstance(getattr(context.agent, "client", None), ChatMiddlewareLayer):
         return
     existing = context.client_kwargs.get("middleware")
     if existing is None:
@@ -152,7 +145,7 @@ def _guard_calls_of(context: AgentContext, *, counted: bool) -> None:
         middleware = list(existing)
     else:
         middleware = [existing]
-    context.client_kwargs["middleware"] = [*middleware, *ours]
+    context.client_kwargs["middleware"] = [*middleware, MODEL_REQUESTS]
 
 
 def _open_while_read(stream: ResponseStream[Any, Any], run: Run) -> None:

@@ -373,7 +373,7 @@ async def test_a_failing_tool_fails_its_hop_and_the_model_gets_agent_frameworks_
 async def test_a_call_other_middleware_answers_is_no_hop(
     instrumented: AgentFrameworkInstrumentor, spans: Any
 ) -> None:
-    # The agent's own function middleware runs before the guard's: a call it answers delegates nothing.
+    # The tool is invoked after the agent's own function middleware: a call it answers delegates nothing.
     class Cached(FunctionMiddleware):
         async def process(self, context: FunctionInvocationContext, call_next: Any) -> None:
             context.result = "cached"
@@ -410,20 +410,58 @@ async def test_a_run_another_middleware_ends_on_purpose_is_a_hop_that_did_not_fa
     assert hop.status.status_code == StatusCode.UNSET
 
 
-async def test_a_tool_that_ends_the_function_loop_on_purpose_is_a_hop_that_did_not_fail(
-    instrumented: AgentFrameworkInstrumentor, spans: Any
-) -> None:
+class PassesOn(FunctionMiddleware):
+    """Function middleware of the app's that only calls on."""
+
+    async def process(self, context: FunctionInvocationContext, call_next: Any) -> None:
+        await call_next()
+
+
+async def finishing_run(middleware: list[Any] | None) -> ScriptedClient:
+    """A run whose one tool raises MiddlewareTermination; its client, to count the model requests."""
+
     @tool
     def finish(question: str) -> str:
         """Stop here."""
         raise MiddlewareTermination("done")
 
     client = ScriptedClient("searcher", "finish", CallBudget(1))
-    await Agent(client=client, name="searcher", tools=[finish]).run("find")
+    await Agent(client=client, name="searcher", tools=[finish], middleware=middleware).run("find")
+    return client
+
+
+@pytest.mark.parametrize("middleware", [None, "passes on"])
+async def test_a_tool_that_ends_the_function_loop_is_a_hop_that_did_not_fail_and_the_run_goes_as_unguarded(
+    instrumented: AgentFrameworkInstrumentor, spans: Any, middleware: str | None
+) -> None:
+    # Agent Framework ends the function loop on a tool's MiddlewareTermination only when the run has
+    # function middleware; with none it calls the tool directly and hands the model an error result.
+    # The guard adds no middleware, so either way the run goes as it would unguarded.
+    stack = None if middleware is None else [PassesOn()]
+    with suppress_instrumentation():
+        unguarded = await finishing_run(stack)
+    assert guard_spans(spans) == []
+
+    guarded = await finishing_run(stack)
 
     hop = next(s for s in guard_spans(spans) if s.name == "execute_tool finish")
     assert hop.status.status_code == StatusCode.UNSET
-    assert len(client.requests) == 1  # the loop ended with the tool call
+    assert len(guarded.requests) == len(unguarded.requests) == (2 if middleware is None else 1)
+
+
+async def test_a_tool_called_outside_a_guarded_run_is_no_hop(
+    instrumented: AgentFrameworkInstrumentor, spans: Any
+) -> None:
+    # FunctionTool.invoke is guarded only within a guarded agent run: a direct call delegates nothing.
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return f"{city}: sunny"
+
+    result = await lookup.invoke(arguments={"city": "Lisbon"})
+
+    assert [item.text for item in result] == ["Lisbon: sunny"]
+    assert guard_spans(spans) == []
 
 
 async def test_a_chat_client_without_agent_frameworks_layers_is_left_as_it_is(
