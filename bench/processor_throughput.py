@@ -102,6 +102,9 @@ def _stop(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
+EVERY_CPU = frozenset(os.sched_getaffinity(0))
+
+
 @dataclass(frozen=True)
 class Cores:
     """Which CPUs the arms run on and which the harness (the load generator, this process, and the
@@ -129,26 +132,22 @@ class Cores:
         return f"each arm pinned to CPU {arm}, the load generator and the sink to CPU {harness}"
 
 
-EVERY_CPU = frozenset(os.sched_getaffinity(0))
-
-
 def on(cpus: frozenset[int] | None, command: list[str]) -> list[str]:
-    """``command`` put on ``cpus`` by ``taskset`` (util-linux), which execs it (same pid); default:
-    every CPU this script started with, not the harness's that this process is pinned to."""
-    return [
-        "taskset",
-        "--cpu-list",
-        ",".join(map(str, sorted(EVERY_CPU if cpus is None else cpus))),
-        *command,
-    ]
+    """``command`` to run on ``cpus`` (default: every CPU this script started with): as it is where
+    this process runs on those already, else through ``taskset`` (util-linux), which execs it (the
+    same pid). Only ``--pin`` needs it: a child inherits this process's CPUs, the harness's there."""
+    chosen = EVERY_CPU if cpus is None else cpus
+    if chosen == os.sched_getaffinity(0):
+        return command
+    return ["taskset", "--cpu-list", ",".join(map(str, sorted(chosen))), *command]
 
 
 @contextmanager
 def server(
     args: list[str], ready: str, stream: str, cpus: frozenset[int] | None = None
 ) -> Iterator[subprocess.Popen[str]]:
-    """Start a server process (on ``cpus``, default where this process may run) and wait for its
-    ready line; stop it (SIGTERM, then kill) after."""
+    """Start a server process (on ``cpus``, default every CPU: :func:`on`) and wait for its ready
+    line; stop it (SIGTERM, then kill) after."""
     process = subprocess.Popen(
         on(cpus, [PYTHON, *args]),
         stdout=subprocess.PIPE,
@@ -446,7 +445,7 @@ def median_cpu(rounds: list[Round]) -> dict[str, float]:
     return {label: statistics.median(r.cpu[label] for r in rounds) for label in rounds[0].cpu}
 
 
-def report(results: dict[str, list[Round]]) -> None:
+def report(results: dict[str, list[Round]], pinned: bool) -> None:
     """Medians of each arm, and the ratios to the raw pass-through and the Collector pass-through."""
     rates = {name: statistics.median(r.rate for r in rounds) for name, rounds in results.items()}
     cpus = {name: median_cpu(rounds) for name, rounds in results.items()}
@@ -481,11 +480,16 @@ def report(results: dict[str, list[Round]]) -> None:
             name: statistics.median(r.sink_cpu + r.load_cpu for r in results[name])
             for name in ("processor", "collector")
         }
+        where = (
+            "on a core of their own (--pin): where every arm kept its core busy, spans/s ratios are "
+            "the arms' own"
+            if pinned
+            else "sharing the cores: where the cores are the bound, spans/s ratios are of the sums"
+        )
         print(
-            "  the sink and the load generator share the cores: "
-            f"{harness['processor']:.2f} µs a span beside the processor's {totals['processor']:.2f}, "
-            f"{harness['collector']:.2f} beside the Collector's {totals['collector']:.2f}; where the "
-            "cores are the bound, spans/s ratios are of the sums"
+            f"  the sink and the load generator: {harness['processor']:.2f} µs a span beside the "
+            f"processor's {totals['processor']:.2f}, {harness['collector']:.2f} beside the Collector's "
+            f"{totals['collector']:.2f}, {where}"
         )
     print(
         f"CPU a span: passthrough {totals['passthrough']:.2f} µs, processor {totals['processor']:.2f} µs, "
@@ -822,7 +826,7 @@ def main() -> int:
                 results[name].append(
                     measure(name, arm, template, args.seconds, args.concurrency, sink, patience)
                 )
-        report(results)
+        report(results, args.pin)
         if args.fairness_seconds > 0:
             for name in ("passthrough", "processor"):
                 fairness(name, arms[name].target, args.fairness_seconds)
