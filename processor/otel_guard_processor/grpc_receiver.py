@@ -1,78 +1,114 @@
 """The OTLP/gRPC receiver: ``TraceService/Export``, and ``MetricsService/Export`` and
 ``LogsService/Export`` for the signals passed on unread (:mod:`otel_guard_processor.signals`).
 
-The methods are registered with no deserializer, so a handler gets the request's bytes exactly as
-they arrived -- the bytes the forwarder sends on. gRPC itself refuses a request larger than twice
-``max_request_bytes`` (RESOURCE_EXHAUSTED); the handler refuses one larger than
-``max_request_bytes`` with the same status and counts it. Requests compressed with gzip are
-decompressed by gRPC.
+HTTP/2 and gRPC's framing run in the compiled engine, on a thread of their own that never takes
+the interpreter lock (``GrpcServer``, processor/src/grpc): it reads each call whole, inflating
+gzip, and refuses one larger than twice ``max_request_bytes`` (RESOURCE_EXHAUSTED) before it is
+read. This module takes the calls that arrived, a batch at each wake-up of the event loop, and
+answers each with what the pipeline says; the handler refuses a request larger than
+``max_request_bytes`` with the same status and counts it. The handler gets the request's bytes
+exactly as they arrived -- the bytes the forwarder sends on.
 
 A retryable error carries a ``google.rpc.Status`` with a ``RetryInfo`` detail in the
-``grpc-status-details-bin`` trailer, which the OpenTelemetry Collector's exporters read.
+``grpc-status-details-bin`` trailer, which the OpenTelemetry Collector's exporters read. A call
+whose client resets it is cancelled here, as ``grpc.aio`` cancels its handler.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 import time
 from functools import partial
 
 import grpc
-import grpc.aio
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
-from otel_guard_processor.listeners import cannot_listen, check_bindable
+from otel_guard_processor._engine import METHODS, GrpcReply, GrpcServer
+from otel_guard_processor.config import parse_address
+from otel_guard_processor.listeners import cannot_listen
 from otel_guard_processor.pipeline import Answer, Pipeline
 from otel_guard_processor.signals import UNREAD, Unread
 
 __all__ = ["GrpcReceiver"]
 
-SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_log = logging.getLogger("otel_guard_processor")
+
+# The signal of each of the engine's METHODS: None for traces, read and detected.
+_SIGNALS: tuple[Unread | None, ...] = tuple(
+    next((signal for signal in UNREAD if signal.method == method), None) for method in METHODS
+)
 
 
 class GrpcReceiver:
-    """A ``grpc.aio`` server with the Export method of each OTLP signal."""
+    """The engine's gRPC server, its calls answered by the pipeline on the event loop."""
 
     def __init__(self, pipeline: Pipeline, address: str, max_request_bytes: int) -> None:
-        check_bindable("listen", address, "OTLP/gRPC")
         self._pipeline = pipeline
         self._max_request_bytes = max_request_bytes
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", 2 * max_request_bytes),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
-        handlers = [(SERVICE, partial(self._export, None))]
-        handlers += [(signal.service, partial(self._export, signal)) for signal in UNREAD]
-        self._server.add_generic_rpc_handlers(
-            tuple(
-                grpc.method_handlers_generic_handler(
-                    service, {"Export": grpc.unary_unary_rpc_method_handler(export)}
-                )
-                for service, export in handlers
-            )
-        )
+        host, port = parse_address(address, option="listen")
         try:
-            self.port = self._server.add_insecure_port(address)
-        except RuntimeError as exc:
+            self._server = GrpcServer(_addresses(host, port), port, 2 * max_request_bytes)
+        except OSError as exc:
             raise cannot_listen("listen", address, "OTLP/gRPC", exc) from None
+        self.port = self._server.port
         self.address = address
+        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        await self._server.start()
+        self._loop = asyncio.get_running_loop()
+        self._server.start()
+        self._loop.add_reader(self._server.wake_fd(), self._take)
 
     async def stop(self, grace: float) -> None:
         """Refuse new calls, let calls in flight finish for up to ``grace`` seconds."""
-        await self._server.stop(grace)
+        # The loop keeps answering the calls in flight while the server's thread waits for them.
+        await asyncio.to_thread(self._server.shutdown, grace)
+        if self._loop is not None:
+            self._loop.remove_reader(self._server.wake_fd())
+            self._loop = None
+        self._take()  # what arrived last: cancelled below, as the server has closed
+        unanswered = list(self._calls.values())
+        for task in unanswered:
+            task.cancel()
+        await asyncio.gather(*unanswered, return_exceptions=True)
 
-    async def _export(
-        self, signal: Unread | None, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
-    ) -> bytes:
+    def _take(self) -> None:
+        calls, cancelled = self._server.take()
+        if calls:
+            started = time.perf_counter()
+            loop = self._loop or asyncio.get_running_loop()
+            for call_id, method, raw, reply in calls:
+                task = loop.create_task(self._export(_SIGNALS[method], raw, reply, started))
+                self._calls[call_id] = task
+                task.add_done_callback(partial(self._done, call_id))
+        for call_id in cancelled:
+            unanswered = self._calls.get(call_id)
+            if unanswered is not None:
+                unanswered.cancel()
+
+    def _done(self, call_id: int, _: asyncio.Task[None]) -> None:
+        del self._calls[call_id]
+
+    async def _export(self, signal: Unread | None, raw: bytes, reply: GrpcReply, started: float) -> None:
         """One Export call: of traces (``signal`` None), or of metrics or logs."""
-        started = time.perf_counter()
+        try:
+            answer = await self._answer(signal, raw, started)
+        except Exception as exc:  # a bug: answered as grpc.aio answers a handler's exception
+            _log.exception("otel-guard processor: an Export call failed")
+            reply.fail(grpc.StatusCode.UNKNOWN.value[0], f"Unexpected {type(exc).__name__}: {exc}")
+            return
+        if answer.code == grpc.StatusCode.OK:
+            reply.ok(answer.response)
+        else:
+            reply.fail(answer.code.value[0], answer.message, _details(answer))
+
+    async def _answer(self, signal: Unread | None, raw: bytes, started: float) -> Answer:
         if len(raw) > self._max_request_bytes:
-            answer = self._pipeline.refuse(
+            return self._pipeline.refuse(
                 "grpc",
                 "too_large",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -80,19 +116,21 @@ class GrpcReceiver:
                 len(raw),
                 started,
             )
-        elif signal is None:
-            answer = await self._pipeline.export(raw, "grpc", started)
-        else:
-            answer = await self._pipeline.export_unread(signal, raw, "grpc", started)
-        if answer.code == grpc.StatusCode.OK:
-            return answer.response
-        await context.abort(answer.code, answer.message, trailing_metadata=_details(answer))
-        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+        if signal is None:
+            return await self._pipeline.export(raw, "grpc", started)
+        return await self._pipeline.export_unread(signal, raw, "grpc", started)
 
 
-def _details(answer: Answer) -> tuple[tuple[str, bytes], ...]:
+def _addresses(host: str, port: int) -> list[str]:
+    """The IP addresses ``host`` resolves to for listening, each once, in the resolver's order
+    (gRPC listens on every one it can bind)."""
+    resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return list(dict.fromkeys(str(where[0]) for *_, where in resolved))
+
+
+def _details(answer: Answer) -> bytes | None:
     if answer.retry_after is None:
-        return ()
+        return None
     retry = error_details_pb2.RetryInfo(
         retry_delay=duration_pb2.Duration(
             seconds=int(answer.retry_after), nanos=int(answer.retry_after % 1 * 1e9)
@@ -100,4 +138,4 @@ def _details(answer: Answer) -> tuple[tuple[str, bytes], ...]:
     )
     status = status_pb2.Status(code=answer.code.value[0], message=answer.message)
     status.details.add().Pack(retry)
-    return (("grpc-status-details-bin", status.SerializeToString()),)
+    return bytes(status.SerializeToString())

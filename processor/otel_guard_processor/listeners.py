@@ -2,18 +2,17 @@
 
 Every listener fails the same way: ``cannot listen on 127.0.0.1:4390 for metrics (--prometheus):
 address already in use``, an :class:`OSError` the CLI prints as it is. The HTTP servers are handed
-a socket bound here. gRPC binds its own, and when it cannot it logs a line of its C core to stderr
-before raising, so its address is first tried here, and one that is taken never reaches gRPC.
+a socket bound here; the gRPC receiver's server binds its own, in the engine, and raises the same
+:class:`OSError` for :func:`cannot_listen` to word.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 
 from otel_guard_processor.config import parse_address
 
-__all__ = ["bind", "cannot_listen", "check_bindable"]
+__all__ = ["bind", "cannot_listen"]
 
 
 def cannot_listen(option: str, address: str, what: str, error: BaseException) -> OSError:
@@ -37,28 +36,3 @@ def bind(option: str, address: str, what: str) -> socket.socket:
         raise cannot_listen(option, address, what, exc) from None
     sock.setblocking(False)
     return sock
-
-
-def check_bindable(option: str, address: str, what: str) -> None:
-    """Raise :func:`cannot_listen` unless one of the addresses ``address`` resolves to can be bound
-    now (gRPC listens on every one it can, and fails only when it can bind none)."""
-    host, port = parse_address(address, option=option)
-    if port == 0:
-        return
-    try:
-        resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        raise cannot_listen(option, address, what, exc) from None
-    first: OSError | None = None
-    for family, kind, protocol, _, where in resolved:
-        with contextlib.closing(socket.socket(family, kind, protocol)) as probe:
-            # As gRPC binds: an address whose old connections wait in TIME_WAIT is free.
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(where)
-            except OSError as exc:
-                first = first or exc
-                continue
-            return
-    if first is not None:
-        raise cannot_listen(option, address, what, first)

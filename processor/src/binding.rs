@@ -31,7 +31,7 @@ create_exception!(
     "The engine failed on this input (a bug in the engine, not in the input): refuse the request."
 );
 
-fn guarded<T>(work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+pub(crate) fn guarded<T>(work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(work)) {
         Ok(result) => result,
         Err(panic) => Err(EngineFault::new_err(panic_message(&*panic))),
@@ -476,5 +476,6 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(one_call_rules, module)?)?;
     module.add_class::<PyEngine>()?;
     module.add_class::<PyEvents>()?;
+    crate::grpc_binding::register(module)?;
     Ok(())
 }

@@ -11,9 +11,13 @@ pub mod calls;
 pub mod decode;
 pub mod dialects;
 pub mod graph;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod ids;
 mod keys;
 mod lru;
 
 #[cfg(feature = "python")]
 mod binding;
+#[cfg(feature = "python")]
+mod grpc_binding;

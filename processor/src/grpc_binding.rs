@@ -1,0 +1,157 @@
+//! The OTLP/gRPC receiver's transport ([`crate::grpc`]) as the Python classes `GrpcServer` and
+//! `GrpcReply` of `otel_guard_processor._engine`.
+//!
+//! As in `binding.rs`, a panic inside becomes `EngineFault`, never a crash; a blocking call
+//! (`shutdown`) releases the interpreter lock.
+
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::binding::guarded;
+use crate::grpc::{self, Outcome, Reply, Server};
+
+/// A call taken from the server: (id, method index, request bytes, reply).
+type TakenCall = (u64, usize, Py<PyBytes>, PyReply);
+
+/// GrpcServer(hosts, port, max_message_bytes)
+///
+/// OTLP's three Export methods over HTTP/2 on `port` of each address in `hosts` (IP literals;
+/// port 0: the port the first one gets). Raises OSError when none can be bound.
+#[pyclass(name = "GrpcServer", module = "otel_guard_processor._engine", frozen)]
+pub struct PyGrpcServer {
+    server: Server,
+}
+
+#[pymethods]
+impl PyGrpcServer {
+    #[new]
+    fn new(hosts: Vec<String>, port: u16, max_message_bytes: usize) -> PyResult<Self> {
+        guarded(|| {
+            let hosts = hosts
+                .iter()
+                .map(|host| {
+                    host.parse::<IpAddr>().map_err(|_| {
+                        PyValueError::new_err(format!("{host:?} is not an IP address"))
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let server = Server::bind(&hosts, port, max_message_bytes).map_err(os_error)?;
+            Ok(PyGrpcServer { server })
+        })
+    }
+
+    /// The port bound (the one the system chose, for port 0).
+    #[getter]
+    fn port(&self) -> u16 {
+        self.server
+            .addresses()
+            .first()
+            .map_or(0, |address| address.port())
+    }
+
+    /// The descriptor to watch for reading: it becomes readable when calls arrive.
+    fn wake_fd(&self) -> i32 {
+        self.server.wake_fd()
+    }
+
+    /// Start serving, on a thread of the server's own.
+    fn start(&self) -> PyResult<()> {
+        guarded(|| self.server.start().map_err(os_error))
+    }
+
+    /// take() -> ([(id, method, request, reply)], [cancelled id])
+    ///
+    /// The calls that arrived since the last take (method: an index in METHODS), and the ids
+    /// of calls whose client reset them before they were answered.
+    fn take(&self, py: Python<'_>) -> PyResult<(Vec<TakenCall>, Vec<u64>)> {
+        guarded(|| {
+            let arrived = self.server.take();
+            let calls = arrived
+                .calls
+                .into_iter()
+                .map(|call| {
+                    let request = PyBytes::new(py, call.message.as_slice()).unbind();
+                    let reply = PyReply {
+                        reply: Mutex::new(Some(call.reply)),
+                    };
+                    (call.id, call.method, request, reply)
+                })
+                .collect();
+            Ok((calls, arrived.cancelled))
+        })
+    }
+
+    /// Stop taking calls, let those in flight finish for up to `grace` seconds, then close
+    /// every connection. Blocks until the server's thread ended, without the interpreter lock.
+    fn shutdown(&self, py: Python<'_>, grace: f64) -> PyResult<()> {
+        guarded(|| {
+            let grace = Duration::try_from_secs_f64(grace.max(0.0)).unwrap_or(Duration::MAX);
+            py.detach(|| self.server.shutdown(grace));
+            Ok(())
+        })
+    }
+}
+
+/// How one call is answered: `ok(response)` or `fail(code, message, details)`, once.
+#[pyclass(name = "GrpcReply", module = "otel_guard_processor._engine", frozen)]
+pub struct PyReply {
+    reply: Mutex<Option<Reply>>,
+}
+
+impl PyReply {
+    fn send(&self, outcome: Outcome) -> bool {
+        let reply = self
+            .reply
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        reply.is_some_and(|reply| reply.send(outcome))
+    }
+}
+
+#[pymethods]
+impl PyReply {
+    /// Answer OK with the response's bytes; false when the call was answered before, its
+    /// client is gone or the server stopped.
+    fn ok(&self, response: &[u8]) -> PyResult<bool> {
+        guarded(|| Ok(self.send(Outcome::ok(response.to_vec()))))
+    }
+
+    /// Answer with an error status (a gRPC code), its message, and a serialized
+    /// `google.rpc.Status` for `grpc-status-details-bin` when given.
+    #[pyo3(signature = (code, message, details=None))]
+    fn fail(&self, code: u32, message: &str, details: Option<&[u8]>) -> PyResult<bool> {
+        guarded(|| {
+            if code == grpc::code::OK || code > 16 {
+                return Err(PyValueError::new_err(format!(
+                    "{code} is not a gRPC error code (1-16)"
+                )));
+            }
+            let mut outcome = Outcome::error(code, message);
+            outcome.details = details.map(<[u8]>::to_vec);
+            Ok(self.send(outcome))
+        })
+    }
+}
+
+/// An OSError with the errno and the system's words for it (without Rust's "(os error N)").
+fn os_error(error: std::io::Error) -> PyErr {
+    let text = error.to_string();
+    let words = text.split(" (os error").next().unwrap_or(&text).to_owned();
+    match error.raw_os_error() {
+        Some(errno) => PyOSError::new_err((errno, words)),
+        None => PyOSError::new_err(words),
+    }
+}
+
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<PyGrpcServer>()?;
+    module.add_class::<PyReply>()?;
+    module.add("METHODS", grpc::METHODS.to_vec())?;
+    Ok(())
+}

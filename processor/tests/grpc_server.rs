@@ -1,0 +1,308 @@
+//! The gRPC receiver's transport against a real HTTP/2 client on 127.0.0.1: what a call carries to
+//! `take()`, and how each malformed call is answered without reaching it.
+#![cfg(feature = "grpc")]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use http::{HeaderMap, Request};
+use otel_guard_engine::grpc::{Arrived, METHODS, Outcome, Server, code};
+use tokio::net::TcpStream;
+
+const TRACES: &str = METHODS[0];
+
+fn server(max: usize) -> Server {
+    let server = Server::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], 0, max).unwrap();
+    server.start().unwrap();
+    server
+}
+
+async fn client(server: &Server) -> SendRequest<Bytes> {
+    let socket = TcpStream::connect(server.addresses()[0]).await.unwrap();
+    let (client, connection) = h2::client::handshake(socket).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+fn framed(flag: u8, message: &[u8]) -> Bytes {
+    let mut body = vec![flag];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message);
+    Bytes::from(body)
+}
+
+/// The answer to a call: the status, its message, and the response's message on OK.
+#[derive(Debug)]
+struct Answer {
+    status: u32,
+    message: String,
+    body: Vec<u8>,
+}
+
+fn status_of(headers: &HeaderMap) -> Option<(u32, String)> {
+    let status = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
+    let message = headers
+        .get("grpc-message")
+        .map(|value| value.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    Some((status, message))
+}
+
+async fn call(
+    client: &mut SendRequest<Bytes>,
+    path: &str,
+    headers: &[(&str, &str)],
+    chunks: &[Bytes],
+) -> Answer {
+    let mut request = Request::post(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let (response, mut stream) = client
+        .clone()
+        .ready()
+        .await
+        .unwrap()
+        .send_request(request.body(()).unwrap(), chunks.is_empty())
+        .unwrap();
+    for (index, chunk) in chunks.iter().enumerate() {
+        stream
+            .send_data(chunk.clone(), index + 1 == chunks.len())
+            .unwrap();
+    }
+    let response = response.await.unwrap();
+    if let Some((status, message)) = status_of(response.headers()) {
+        return Answer {
+            status,
+            message,
+            body: Vec::new(),
+        };
+    }
+    let mut body = response.into_body();
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    let (status, message) = status_of(&body.trailers().await.unwrap().unwrap()).unwrap();
+    Answer {
+        status,
+        message,
+        body: data,
+    }
+}
+
+/// What `take()` has within five seconds (polled; the tests do not watch the wake-up socket).
+fn taken(server: &Server, calls: usize, cancelled: usize) -> Arrived {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut all = Arrived::default();
+    while (all.calls.len() < calls || all.cancelled.len() < cancelled) && Instant::now() < deadline
+    {
+        let arrived = server.take();
+        all.calls.extend(arrived.calls);
+        all.cancelled.extend(arrived.cancelled);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_call_reaches_take_whole_and_is_answered_with_its_reply() {
+    let server = server(1 << 20);
+    let mut client = client(&server).await;
+    let message = vec![7u8; 300_000]; // more than a window and a frame
+    let chunks: Vec<Bytes> = framed(0, &message)
+        .chunks(16_384)
+        .map(Bytes::copy_from_slice)
+        .collect();
+    let answering = tokio::spawn(async move { call(&mut client, TRACES, &[], &chunks).await });
+    let mut arrived = tokio::task::spawn_blocking({
+        let server = std::sync::Arc::new(server);
+        move || (taken(&server, 1, 0), server)
+    })
+    .await
+    .unwrap();
+    let call_taken = arrived.0.calls.pop().unwrap();
+    assert_eq!(
+        (call_taken.method, call_taken.message.as_slice()),
+        (0, &message[..])
+    );
+    assert!(call_taken.reply.send(Outcome::ok(b"response".to_vec())));
+    let answer = answering.await.unwrap();
+    assert_eq!(
+        (answer.status, answer.body),
+        (code::OK, framed(0, b"response").to_vec())
+    );
+    arrived.1.shutdown(Duration::ZERO);
+}
+
+#[tokio::test]
+async fn an_error_is_answered_with_its_status_message_and_details() {
+    let server = std::sync::Arc::new(server(1 << 20));
+    let mut client = client(&server).await;
+    let answering =
+        tokio::spawn(async move { call(&mut client, METHODS[2], &[], &[framed(0, b"")]).await });
+    let taken_server = std::sync::Arc::clone(&server);
+    let mut arrived = tokio::task::spawn_blocking(move || taken(&taken_server, 1, 0))
+        .await
+        .unwrap();
+    let call_taken = arrived.calls.pop().unwrap();
+    assert_eq!(call_taken.method, 2);
+    let mut busy = Outcome::error(code::RESOURCE_EXHAUSTED, "busy: 100% full");
+    busy.details = Some(vec![1, 2, 3]);
+    assert!(call_taken.reply.send(busy));
+    let answer = answering.await.unwrap();
+    assert_eq!(
+        (answer.status, answer.message.as_str()),
+        (code::RESOURCE_EXHAUSTED, "busy: 100%25 full")
+    );
+}
+
+#[tokio::test]
+async fn malformed_calls_are_answered_without_reaching_take() {
+    let server = server(1000);
+    let mut client = client(&server).await;
+    let cut = framed(0, b"abcdef");
+    let cases: [(&str, &[(&str, &str)], Vec<Bytes>, u32, &str); 7] = [
+        (
+            "/some.Service/Method",
+            &[],
+            vec![framed(0, b"")],
+            code::UNIMPLEMENTED,
+            "no method",
+        ),
+        (
+            TRACES,
+            &[("grpc-encoding", "snappy")],
+            vec![framed(1, b"x")],
+            code::UNIMPLEMENTED,
+            "snappy",
+        ),
+        (
+            TRACES,
+            &[],
+            vec![framed(1, b"x")],
+            code::INTERNAL,
+            "no grpc-encoding",
+        ),
+        (
+            TRACES,
+            &[],
+            vec![cut.slice(..8)],
+            code::INTERNAL,
+            "ended after 3 of its 6 bytes",
+        ),
+        (
+            TRACES,
+            &[],
+            vec![framed(0, b"a"), framed(0, b"b")],
+            code::UNIMPLEMENTED,
+            "more than one",
+        ),
+        (
+            TRACES,
+            &[],
+            vec![framed(0, &[0; 1001])],
+            code::RESOURCE_EXHAUSTED,
+            "(1001 vs. 1000)",
+        ),
+        (
+            TRACES,
+            &[("grpc-encoding", "gzip")],
+            vec![framed(1, b"not gzip")],
+            code::INTERNAL,
+            "gzip",
+        ),
+    ];
+    for (path, headers, chunks, status, message) in cases {
+        let answer = call(&mut client, path, headers, &chunks).await;
+        assert_eq!(answer.status, status, "{path} {headers:?}: {answer:?}");
+        assert!(answer.message.contains(message), "{answer:?}");
+    }
+    assert!(server.take().calls.is_empty());
+    server.shutdown(Duration::ZERO);
+}
+
+#[tokio::test]
+async fn a_call_its_client_resets_is_reported_cancelled() {
+    let server = std::sync::Arc::new(server(1 << 20));
+    let client = client(&server).await;
+    let request = Request::post(format!("http://localhost{TRACES}"))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let (_, mut stream) = client
+        .ready()
+        .await
+        .unwrap()
+        .send_request(request, false)
+        .unwrap();
+    stream.send_data(framed(0, b"spans"), true).unwrap();
+    let waiting = std::sync::Arc::clone(&server);
+    let first = tokio::task::spawn_blocking(move || taken(&waiting, 1, 0))
+        .await
+        .unwrap();
+    let id = first.calls[0].id;
+    stream.send_reset(h2::Reason::CANCEL);
+    let waiting = std::sync::Arc::clone(&server);
+    let then = tokio::task::spawn_blocking(move || taken(&waiting, 0, 1))
+        .await
+        .unwrap();
+    assert_eq!(then.cancelled, vec![id]);
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_call_in_flight_finish_then_answers_the_rest_unavailable() {
+    let server = std::sync::Arc::new(server(1 << 20));
+    let mut first_client = client(&server).await;
+    let mut second_client = client(&server).await;
+    let first =
+        tokio::spawn(async move { call(&mut first_client, TRACES, &[], &[framed(0, b"1")]).await });
+    let second =
+        tokio::spawn(
+            async move { call(&mut second_client, TRACES, &[], &[framed(0, b"2")]).await },
+        );
+    let waiting = std::sync::Arc::clone(&server);
+    let mut arrived = tokio::task::spawn_blocking(move || taken(&waiting, 2, 0))
+        .await
+        .unwrap();
+    // One is answered while the shutdown waits; the other is never answered, and the grace ends.
+    let answered = arrived.calls.remove(0);
+    let unanswered = arrived.calls.remove(0);
+    let stopping = std::sync::Arc::clone(&server);
+    let started = Instant::now();
+    let shutdown =
+        tokio::task::spawn_blocking(move || stopping.shutdown(Duration::from_millis(300)));
+    assert!(answered.reply.send(Outcome::ok(Vec::new())));
+    shutdown.await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(!unanswered.reply.send(Outcome::ok(Vec::new())));
+    let answers = [first.await, second.await];
+    let statuses: Vec<Option<u32>> = answers
+        .iter()
+        .map(|answer| answer.as_ref().ok().map(|answer| answer.status))
+        .collect();
+    // The answered call got OK; the other one's connection was closed (a client error).
+    assert!(statuses.contains(&Some(code::OK)), "{statuses:?}");
+    assert!(TcpStream::connect(server.addresses()[0]).await.is_err());
+}
+
+#[tokio::test]
+async fn a_call_whose_reply_is_dropped_unanswered_is_answered_unavailable() {
+    let server = std::sync::Arc::new(server(1 << 20));
+    let mut client = client(&server).await;
+    let answering =
+        tokio::spawn(async move { call(&mut client, TRACES, &[], &[framed(0, b"")]).await });
+    let waiting = std::sync::Arc::clone(&server);
+    let arrived = tokio::task::spawn_blocking(move || taken(&waiting, 1, 0))
+        .await
+        .unwrap();
+    drop(arrived);
+    let answer = answering.await.unwrap();
+    assert_eq!(answer.status, code::UNAVAILABLE, "{answer:?}");
+}
