@@ -147,7 +147,7 @@ impl Body {
                 return Err(too_large(length, self.max));
             }
             self.buffer
-                .reserve_exact(PREFIX + length - self.buffer.len());
+                .reserve_exact((PREFIX + length).saturating_sub(self.buffer.len()));
             self.expected = Some(PREFIX + length);
         }
         match self.expected {
@@ -280,6 +280,12 @@ mod tests {
     #[test]
     fn what_is_not_one_whole_message_is_refused() {
         let body = framed(0, b"abc");
+        let mut longer = framed(0, b"a");
+        longer.extend_from_slice(b"and more in the same chunk");
+        assert_eq!(
+            read(&[&longer], 100, Encoding::Identity).unwrap_err().code,
+            code::UNIMPLEMENTED
+        );
         let cases: [(&[&[u8]], u32); 4] = [
             (&[], code::INTERNAL),
             (&[&body[..3]], code::INTERNAL),
@@ -318,6 +324,36 @@ mod tests {
             read(&[&cut], 1000, Encoding::Gzip).unwrap_err().code,
             code::INTERNAL
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_in_any_chunks_give_an_outcome_never_a_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+            cuts in proptest::collection::vec(0usize..64, 0..4),
+            gzip in proptest::bool::ANY,
+        ) {
+            let mut cuts = cuts.into_iter().map(|cut| cut.min(bytes.len())).collect::<Vec<_>>();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut start = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                chunks.push(&bytes[start..cut]);
+                start = cut;
+            }
+            let encoding = if gzip { Encoding::Gzip } else { Encoding::Identity };
+            let _ = read(&chunks, 32, encoding);
+        }
+
+        #[test]
+        fn a_framed_message_in_any_chunks_is_read_as_sent(
+            message in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+            cut in 0usize..70,
+        ) {
+            let body = framed(0, &message);
+            let (first, second) = body.split_at(cut.min(body.len()));
+            proptest::prop_assert_eq!(read(&[first, second], 64, Encoding::Identity).unwrap(), message);
+        }
     }
 
     #[test]
