@@ -163,12 +163,15 @@ async fn an_error_is_answered_with_its_status_message_and_details() {
     );
 }
 
+/// A malformed call: its path, headers and body, and the status and words it is answered with.
+type Malformed<'a> = (&'a str, &'a [(&'a str, &'a str)], Vec<Bytes>, u32, &'a str);
+
 #[tokio::test]
 async fn malformed_calls_are_answered_without_reaching_take() {
     let server = server(1000);
     let mut client = client(&server).await;
     let cut = framed(0, b"abcdef");
-    let cases: [(&str, &[(&str, &str)], Vec<Bytes>, u32, &str); 7] = [
+    let cases: [Malformed; 7] = [
         (
             "/some.Service/Method",
             &[],
