@@ -10,8 +10,9 @@ Run it::
     pip install 'otel-guard[processor]'
     otel-guard processor --listen 127.0.0.1:4317 --forward tempo:4317 --prometheus 127.0.0.1:4390
 
-- Receivers: OTLP/gRPC (``--listen``) and OTLP/HTTP ``/v1/traces`` (``--http-listen``, protobuf or
-  JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing. Metrics
+- Receivers: OTLP/gRPC (``--listen``; HTTP/2 in the compiled engine, on a thread of its own:
+  :mod:`otel_guard_processor.grpc_receiver`) and OTLP/HTTP ``/v1/traces`` (``--http-listen``,
+  protobuf or JSON). A malformed request is answered INVALID_ARGUMENT (HTTP 400) and changes nothing. Metrics
   and logs (``/v1/metrics``, ``/v1/logs`` and their gRPC services) are taken unread: forwarded as
   they came, or answered OK without ``--forward`` (:mod:`otel_guard_processor.signals`).
 - Detection (the compiled engine, :mod:`otel_guard_processor.engine`): a call span
