@@ -2,8 +2,8 @@
 //! not) in, the status and the response's message out.
 //!
 //! A call's body is a 5-byte prefix (a compressed flag, then the length, big-endian) and the
-//! message. The message is kept where it arrived: [`Body`] fills one buffer, sized from the prefix,
-//! and the request's bytes are a range of it, never moved.
+//! message. The message is kept where it arrived: [`Body`] fills one buffer, sized from the prefix
+//! (up to 1 MiB ahead of the bytes), and the request's bytes are a range of it.
 
 use std::io::Read;
 
@@ -23,6 +23,8 @@ pub mod code {
 }
 
 const PREFIX: usize = 5;
+/// The most a call's buffer takes ahead of its bytes (a larger message grows it as it arrives).
+const RESERVE: usize = 1 << 20;
 
 /// What a call is answered with: OK and the response's message, or an error status with its
 /// message and, when there is one, a serialized `google.rpc.Status` for `grpc-status-details-bin`.
@@ -146,8 +148,11 @@ impl Body {
             if length > self.max {
                 return Err(too_large(length, self.max));
             }
+            // Sized from the prefix, but no more than RESERVE before the bytes come: a prefix
+            // alone must not hold memory.
+            let wanted = (PREFIX + length).min(RESERVE);
             self.buffer
-                .reserve_exact((PREFIX + length).saturating_sub(self.buffer.len()));
+                .reserve_exact(wanted.saturating_sub(self.buffer.len()));
             self.expected = Some(PREFIX + length);
         }
         match self.expected {
