@@ -21,8 +21,10 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     (_AGENT, "Agent.aexecute_task"),
     (_AGENT, "Agent.kickoff"),
     (_AGENT, "Agent.kickoff_async"),  # akickoff, and kickoff inside an event loop, go through it
+    ("crewai.hooks.dispatch", "_emit_telemetry"),  # no event for a dispatch of the guard's alone
 )
-"""Every (module, attribute) this instrumentor wraps: the agent runs, which no hook surrounds."""
+"""Every (module, attribute) this instrumentor wraps: the agent runs, which no hook surrounds, and
+the event CrewAI emits after the hooks of a tool call (see :mod:`._hooks`)."""
 
 INTERNAL_NAMES: Final[tuple[PatchTarget, ...]] = (
     ("crewai.hooks.dispatch", "get_global_hook_list"),
@@ -50,7 +52,13 @@ class CrewAIInstrumentor(GuardInstrumentor):
         from otel_guard.instrumentation.crewai import _hooks as hooks
         from otel_guard.instrumentation.crewai import _runs as runs
 
-        wrappers = (runs.guard_run, runs.guard_run_async, runs.guard_kickoff, runs.guard_run_async)
+        wrappers = (
+            runs.guard_run,
+            runs.guard_run_async,
+            runs.guard_kickoff,
+            runs.guard_run_async,
+            hooks.quiet_dispatch,
+        )
         for (module, name), wrapper in zip(PATCH_TARGETS, wrappers, strict=True):
             wrap_function_wrapper(module, name, wrapper)
         hooks.register_hooks()

@@ -7,6 +7,13 @@ that has a hook (it builds a context and emits a ``HookDispatchedEvent`` on each
 tenth of an offline run's CPU time for three model calls), so they are registered once a setting
 asks for them: at ``instrument()``, or at the start of the first agent run that needs them.
 
+CrewAI also emits a ``HookDispatchedEvent`` after every tool call's before and after hooks once
+they have any hook. Where the only hooks that ran were the guard's and they changed nothing (an
+allowed call), that event says nothing CrewAI would have said unguarded, and building and emitting it
+(a pydantic event, its record in the run's state, its handlers) cost more than the rest of the
+tool hop's CrewAI side together: :func:`quiet_dispatch` leaves it out. A dispatch with any other hook,
+or in which the guard's hook blocked or changed the call (a refusal), emits it as CrewAI does.
+
 An agent's executor copies the global model-call hooks into its own lists when CrewAI builds it,
 which may be long before the run (a crew builds its agents' executors as it starts, an agent keeps
 its executor from task to task): at the start of each run, the hooks an existing executor lacks are
@@ -24,18 +31,21 @@ from otel_guard.settings import current_settings
 Hook = Callable[[Any], Any]
 
 _registered: list[tuple[Any, Hook]] = []  # (InterceptionPoint, hook), in registration order
+_tool_hooks: dict[Any, list[Hook]] = {}  # the tool-call points' live global hook lists
 _model_hooks_on = False
 _registering = threading.Lock()  # runs in several threads may all find the model-call hooks missing
 
 
 def register_hooks() -> None:
     """The tool-call hooks, and the model-call hooks if a setting in force needs them."""
-    from crewai.hooks.dispatch import InterceptionPoint
+    from crewai.hooks.dispatch import InterceptionPoint, get_global_hook_list
 
     from otel_guard.instrumentation.crewai import _tools as tools
 
     _register(InterceptionPoint.PRE_TOOL_CALL, tools.before_tool_call)
     _register(InterceptionPoint.POST_TOOL_CALL, tools.after_tool_call)
+    for point in (InterceptionPoint.PRE_TOOL_CALL, InterceptionPoint.POST_TOOL_CALL):
+        _tool_hooks[point] = get_global_hook_list(point)
     settings = current_settings()
     if settings.model_budgets_on or settings.situational_prompt:
         _register_model_hooks()
@@ -80,12 +90,35 @@ def _register_model_hooks() -> None:
         _model_hooks_on = True
 
 
+def quiet_dispatch(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``crewai.hooks.dispatch._emit_telemetry`` (point, outcome, hook count, ...): no
+    ``HookDispatchedEvent`` for a tool-call dispatch that ran only the guard's hooks and proceeded."""
+    if len(args) >= 3 and args[1] == "proceeded" and _only_the_guards(args[0], args[2]):
+        return None
+    return wrapped(*args, **kwargs)
+
+
+def _only_the_guards(point: Any, count: object) -> bool:
+    """Whether the ``count`` hooks a dispatch at ``point`` ran were the guard's and no others.
+
+    A tool-call dispatch runs the point's global hooks, then the scoped ones of the execution: as
+    many hooks as the global list holds, all of them the guard's, is the guard's alone.
+    """
+    hooks = _tool_hooks.get(point)
+    if hooks is None or len(hooks) != count:
+        return False
+    return all((point, hook) in _registered for hook in hooks)
+
+
 def unregister_all() -> None:
     global _model_hooks_on
     from crewai.hooks.dispatch import unregister
 
     with _registering:
         _model_hooks_on = False
+        _tool_hooks.clear()
         while _registered:
             unregister(*_registered.pop())
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib
 import json
 import re
 from typing import Any
@@ -163,6 +164,54 @@ def test_the_guard_adds_one_context_variable_of_its_own(instrumented: Any, spans
     assert lookup.chains == [("searcher", "lookup")]
 
 
+def tool_hook_events(run: Any) -> list[tuple[str, str, int]]:
+    """(point, outcome, hook count) of the ``HookDispatchedEvent`` s of tool calls that ``run()`` emits."""
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.hook_events import HookDispatchedEvent
+
+    seen: list[tuple[str, str, int]] = []
+    with crewai_event_bus.scoped_handlers():
+
+        @crewai_event_bus.on(HookDispatchedEvent)
+        def note(source: Any, event: HookDispatchedEvent) -> None:
+            seen.append((event.interception_point, event.outcome, event.hook_count))
+
+        run()
+        crewai_event_bus.flush()
+    return [event for event in seen if event[0].endswith("tool_call")]
+
+
+def test_a_tool_call_with_only_the_guard_s_hooks_emits_no_hook_event(instrumented: Any, spans: Any) -> None:
+    # Unguarded, CrewAI emits none (no hook at the point); the guard's hooks let the call through.
+    solo, lookup = searcher()
+    assert tool_hook_events(lambda: solo.kickoff("find it")) == []
+    assert lookup.chains == [("searcher", "lookup")]
+
+
+def test_a_tool_call_with_a_hook_of_the_app_s_emits_crewai_s_events(instrumented: Any, spans: Any) -> None:
+    from crewai.hooks import register_before_tool_call_hook, unregister_before_tool_call_hook
+
+    def app_hook(context: Any) -> None:
+        return None
+
+    register_before_tool_call_hook(app_hook)
+    try:
+        solo, _ = searcher()
+        events = tool_hook_events(lambda: solo.kickoff("find it"))
+    finally:
+        unregister_before_tool_call_hook(app_hook)
+    assert events == [("pre_tool_call", "proceeded", 2)]  # the post point has the guard's hook alone
+
+
+def test_a_refused_tool_call_emits_crewai_s_events(instrumented: Any, spans: Any) -> None:
+    otel_guard.configure(max_depth=1)  # the run is the root hop; its tool call would be a second
+    solo, lookup = searcher()
+    events = tool_hook_events(lambda: solo.kickoff("find it"))
+
+    assert events == [("pre_tool_call", "aborted", 1), ("post_tool_call", "modified", 1)]
+    assert lookup.chains == []
+
+
 class TwoLookups(ScriptedLLM):
     """Asks for two lookups in one response: CrewAI runs them in parallel threads."""
 
@@ -235,8 +284,15 @@ def test_suppressed_instrumentation_makes_no_hop(instrumented: Any, spans: Any) 
     assert guard_spans(spans) == []
 
 
+def patched(target: tuple[str, str]) -> Any:
+    """What a patch target's owner holds under its name (a class's own attribute, not bound)."""
+    module, name = target
+    owner, _, attribute = name.rpartition(".")
+    holder = importlib.import_module(module)
+    return vars(getattr(holder, owner) if owner else holder)[attribute]
+
+
 def test_uninstrument_restores_crewai(spans: Any) -> None:
-    from crewai.agent.core import Agent as AgentClass
     from crewai.hooks.dispatch import InterceptionPoint, get_hooks
 
     from otel_guard.instrumentation.crewai import PATCH_TARGETS, CrewAIInstrumentor
@@ -251,19 +307,14 @@ def test_uninstrument_restores_crewai(spans: Any) -> None:
     otel_guard.configure(max_model_requests=100)  # so that the model-call hooks are registered too
     instrumentor = CrewAIInstrumentor()
     instrumentor.instrument()
-    assert all(
-        isinstance(AgentClass.__dict__[name.split(".")[1]], wrapt.FunctionWrapper)
-        for _, name in PATCH_TARGETS
-    )
+    assert all(isinstance(patched(target), wrapt.FunctionWrapper) for target in PATCH_TARGETS)
     assert all(len(get_hooks(point)) > len(before[point]) for point in points)
     # An executor built while instrumented copies the model-call hooks: they must go quiet with it.
     warm = build_loop(max_tool_calls=0)
     warm.planner.execute_task(Task(description="warm up", expected_output="x", agent=warm.planner))
     instrumentor.uninstrument()
 
-    assert not any(
-        isinstance(AgentClass.__dict__[name.split(".")[1]], wrapt.ObjectProxy) for _, name in PATCH_TARGETS
-    )
+    assert not any(isinstance(patched(target), wrapt.ObjectProxy) for target in PATCH_TARGETS)
     assert {point: get_hooks(point) for point in points} == before
     spans.clear()
     otel_guard.configure(cycle_rule="agent", max_model_requests=1)
