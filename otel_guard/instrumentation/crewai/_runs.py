@@ -16,14 +16,14 @@ from typing import Any, NoReturn
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
-from otel_guard.instrumentation._base import acall_in_hop, call_in_hop, unless_suppressed
+from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.crewai._hooks import need_model_hooks
 from otel_guard.instrumentation.crewai._names import agent_name
 from otel_guard.instrumentation.crewai._scope import (
     AgentRun,
-    current_call,
-    inside_run,
-    joinable,
+    current_scope,
+    enter_run,
+    leave_run,
     note_refusal,
 )
 
@@ -36,10 +36,16 @@ def _hop_of(agent: Any) -> tuple[AgentRun, Delegation | None]:
     """
     need_model_hooks(agent)  # before CrewAI builds the run's executor, which copies them
     run = AgentRun(agent, agent_name(agent))
-    call = current_call()
+    scope = current_scope()
+    call = scope.call
     if call is not None and call.refusal is not None and call.refusal.hop.agent == run.name:
         raise call.refusal
-    return run, None if joinable() == run.name else delegate(run.name)
+    return run, None if scope.joinable == run.name else delegate(run.name)
+
+
+# The two wrappers below make the hop inline (no call_in_hop, no closure, no context manager): the
+# async one is the only coroutine between CrewAI's caller and its own, and CrewAI raises thousands of
+# exceptions a run (attribute look-ups with a default), each of which walks the coroutines running.
 
 
 @unless_suppressed
@@ -48,12 +54,26 @@ def guard_run(
 ) -> Any:
     """``Agent.execute_task``: the run is one hop."""
     run, hop = _hop_of(instance)
-
-    def call() -> Any:
-        with inside_run(run):
+    if hop is None:
+        entered = enter_run(run)
+        try:
             return wrapped(*args, **kwargs)
-
-    return call() if hop is None else call_in_hop(hop, call, refused=_refused)
+        finally:
+            leave_run(entered)
+    try:
+        ctx = hop.start()
+    except DelegationRefused as err:
+        _refused(err)
+    entered = enter_run(run, ctx)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        leave_run(entered)
+        hop.finish(exc)
+        raise
+    leave_run(entered)
+    hop.finish()
+    return result
 
 
 def guard_kickoff(
@@ -72,12 +92,26 @@ async def guard_run_async(
 ) -> Any:
     """``Agent.aexecute_task`` and ``Agent.kickoff_async``: the run is one hop."""
     run, hop = _hop_of(instance)
-
-    async def call() -> Any:
-        with inside_run(run):
+    if hop is None:
+        entered = enter_run(run)
+        try:
             return await wrapped(*args, **kwargs)
-
-    return await call() if hop is None else await acall_in_hop(hop, call, refused=_refused)
+        finally:
+            leave_run(entered)
+    try:
+        ctx = await hop.astart()
+    except DelegationRefused as err:
+        _refused(err)
+    entered = enter_run(run, ctx)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        leave_run(entered)
+        hop.finish(exc)
+        raise
+    leave_run(entered)
+    hop.finish()
+    return result
 
 
 def _refused(err: DelegationRefused) -> NoReturn:

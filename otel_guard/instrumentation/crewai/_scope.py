@@ -2,25 +2,26 @@
 
 CrewAI reports a tool call to two hooks, one before and one after it, and a model call to two more;
 between them run the tool's body or the model. These records carry what the guard decided in one
-hook to the hooks that follow and to the agent runs nested in a tool's body. They live in one
-context variable, which CrewAI copies into the threads and tasks it runs agents, tools and parallel
+hook to the hooks that follow and to the agent runs nested in a tool's body. They live in the
+OpenTelemetry context, under one key, beside the hop's span and chain: the guard attaches that
+context anyway, and CrewAI copies it into the threads and tasks it runs agents, tools and parallel
 tool calls in, so each branch sees its own.
 
-One variable, not one a record: CrewAI's contexts hold 13 variables of their own, and CPython keeps a
-context in a HAMT whose root turns from a bitmap node into a 32-slot array node past 16 variables,
-after which every ``ContextVar.set`` CrewAI makes copies the array (three variables of the guard's and
-OpenTelemetry's context made 17: in a callgrind diff of a one-tool run, array-node copies +300 k
-instructions against the bitmap node's -130 k).
+No context variable of the guard's own: CrewAI's contexts hold 13 variables where a run starts and
+up to 22 inside it, and CPython keeps a context in a HAMT whose root turns from a bitmap node into a
+32-slot array node past 16 variables, after which every ``ContextVar.set`` CrewAI makes copies the
+array (with three variables of the guard's, a callgrind diff of a one-tool run showed array-node
+copies +300 k instructions against the bitmap node's -130 k; with one, +50 k against -28 k). And a
+run or a tool call makes one attach where it made an attach and a set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import Token
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
+from opentelemetry import context
 from opentelemetry.context import Context
 
 from otel_guard.errors import DelegationRefused
@@ -47,8 +48,7 @@ class ToolCall:
     tool_input: dict[str, Any]
     hop: Delegation | None
     refusal: DelegationRefused | None = None
-    hop_context: Token[Context] | None = None  # the hop's OpenTelemetry context, attached by the before hook
-    scope_token: Token[Scope] | None = None  # what the before hook set
+    token: Token[Context] | None = None  # the context the before hook attached (its hop's, with this call)
 
 
 class Scope(NamedTuple):
@@ -69,43 +69,52 @@ class Scope(NamedTuple):
 
 
 _OUTSIDE: Final = Scope()  # no run, no call: a context CrewAI's runs have not entered
-_scope: ContextVar[Scope] = ContextVar("otel_guard_crewai", default=_OUTSIDE)
+_KEY: Final = context.create_key("otel_guard_crewai")
+
+
+def current_scope() -> Scope:
+    """Where the current context stands."""
+    return cast(Scope, context.get_current().get(_KEY, _OUTSIDE))
 
 
 def current_run() -> AgentRun | None:
     """The innermost agent run in this context."""
-    return _scope.get().run
+    return current_scope().run
 
 
 def current_call() -> ToolCall | None:
     """The tool call whose body is running here (see :attr:`Scope.call`)."""
-    return _scope.get().call
+    return current_scope().call
 
 
-def joinable() -> str | None:
-    """The name of the hop an agent run here joins (see :attr:`Scope.joinable`)."""
-    return _scope.get().joinable
+def _attach(scope: Scope, ctx: Context | None) -> Token[Context]:
+    """Attach ``ctx`` (default: the current context) with ``scope`` in it."""
+    base = context.get_current() if ctx is None else ctx
+    return context.attach(Context({**base, _KEY: scope}))
 
 
-@contextmanager
-def inside_run(run: AgentRun) -> Iterator[None]:
-    """Make ``run`` the innermost run, with no tool call in progress inside it yet."""
-    token = _scope.set(Scope(run, None, run.name))
-    try:
-        yield
-    finally:
-        _scope.reset(token)
+def enter_run(run: AgentRun, ctx: Context | None = None) -> Token[Context]:
+    """Make ``run`` the innermost run, with no tool call in progress inside it yet, in ``ctx`` (its
+    hop's context; default: the current one, for a run that joins the hop it is in)."""
+    return _attach(Scope(run, None, run.name), ctx)
 
 
-def enter_call(call: ToolCall, name: str | None) -> None:
-    """Make ``call`` the tool call in progress (``name``: its hop's, for the runs it joins)."""
-    call.scope_token = _scope.set(_scope.get()._replace(call=call, joinable=name))
+def leave_run(token: Token[Context]) -> None:
+    """Undo :func:`enter_run`."""
+    context.detach(token)
+
+
+def enter_call(call: ToolCall, name: str | None, ctx: Context | None = None) -> None:
+    """Make ``call`` the tool call in progress (``name``: its hop's, for the runs it joins), in
+    ``ctx`` (its hop's context; default: the current one, for a call refused before its body)."""
+    call.token = _attach(current_scope()._replace(call=call, joinable=name), ctx)
 
 
 def leave_call(call: ToolCall) -> None:
     """Undo :func:`enter_call` (the after hook runs in the context the before hook ran in)."""
-    if call.scope_token is not None:
-        _scope.reset(call.scope_token)
+    if call.token is not None:
+        context.detach(call.token)
+        call.token = None
 
 
 def note_refusal(err: DelegationRefused) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry import context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard.errors import DelegationRefused
@@ -47,8 +46,7 @@ def before_tool_call(hook: Any) -> bool | None:
     except DelegationRefused as err:
         enter_call(ToolCall(hook.tool_input, None, err), None)
         return False
-    call = ToolCall(hook.tool_input, hop, hop_context=context.attach(hop_context))
-    enter_call(call, name)
+    enter_call(ToolCall(hook.tool_input, hop), name, hop_context)
     return None
 
 
@@ -58,8 +56,6 @@ def after_tool_call(hook: Any) -> str | None:
     if call is None or call.tool_input is not hook.tool_input:
         return None  # not a call the before hook made a hop of (unknown tool, suppressed)
     leave_call(call)
-    if call.hop_context is not None:
-        context.detach(call.hop_context)
     refusal = call.refusal
     # Refused here, or CrewAI reports the refusal raised in the body as the call's error; a body that
     # caught the refusal of an agent it ran and answered itself keeps its answer.
