@@ -10,9 +10,10 @@ asks for them: at ``instrument()``, or at the start of the first agent run that 
 CrewAI also emits a ``HookDispatchedEvent`` after every tool call's before and after hooks once
 they have any hook. Where the only hooks that ran were the guard's and they changed nothing (an
 allowed call), that event says nothing CrewAI would have said unguarded, and building and emitting it
-(a pydantic event, its record in the run's state, its handlers) cost more than the rest of the
-tool hop's CrewAI side together: :func:`quiet_dispatch` leaves it out. A dispatch with any other hook,
-or in which the guard's hook blocked or changed the call (a refusal), emits it as CrewAI does.
+(a pydantic event, its record in the run's state, its handlers, and with the two of a call about 510
+type-attribute cache misses a run in the bench) is work the hop made CrewAI do: :func:`quiet_dispatch`
+leaves it out. A dispatch with any other hook, or in which the guard's hook blocked or changed the
+call (a refusal), emits it as CrewAI does.
 
 An agent's executor copies the global model-call hooks into its own lists when CrewAI builds it,
 which may be long before the run (a crew builds its agents' executors as it starts, an agent keeps
