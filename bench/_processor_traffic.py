@@ -19,10 +19,10 @@ Traffic (``MIXES``):
 Every cycle of requests gets new trace ids, so a processor cannot skip spans it has seen.
 
 Servers (run as ``python bench/_processor_traffic.py sink|passthrough ...``):
-- sink: an OTLP/gRPC TraceService that counts the spans it is sent and acknowledges them; the count
-  is read with ``COUNT`` (a method of its own on the same port, answered with the count in ASCII),
-  so that the benchmark can tell that every span it sent got through, whatever batched it on the
-  way;
+- sink: an OTLP/gRPC TraceService (on the engine's HTTP/2 server) that counts the spans it is sent
+  and acknowledges them; the count is read with ``COUNT`` (a method of its own on the same port,
+  answered with the count in ASCII), so that the benchmark can tell that every span it sent got
+  through, whatever batched it on the way;
 - passthrough: the baseline proxy: parses each request (to count its spans) and forwards the bytes.
 """
 
@@ -39,6 +39,7 @@ import grpc.aio
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otel_guard_processor._engine import GrpcServer
 from otel_guard_processor.engine import decode_counts
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -344,16 +345,12 @@ MIXES = {"guarded": guarded, "dialects": mixed, "budget": budgeted}
 # --- servers -----------------------------------------------------------------------------------
 
 
-async def _serve(port: int, handler: object, count: object = None) -> None:
+async def _serve(port: int, handler: object) -> None:
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)]
     )
     method = grpc.unary_unary_rpc_method_handler(handler)  # type: ignore[arg-type]
-    handlers = [grpc.method_handlers_generic_handler(SERVICE, {"Export": method})]
-    if count is not None:
-        counted = grpc.unary_unary_rpc_method_handler(count)  # type: ignore[arg-type]
-        handlers.append(grpc.method_handlers_generic_handler(COUNTER, {"Count": counted}))
-    server.add_generic_rpc_handlers(tuple(handlers))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": method}),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("ready", flush=True)
@@ -369,17 +366,30 @@ def _spans_in(raw: bytes) -> int:
 
 async def sink(port: int) -> None:
     """Acknowledge every request and count its spans (a Collector in front re-batches them, so
-    only a parse tells how many came)."""
-    spans = [0]
+    only a parse tells how many came).
 
-    async def export(raw: bytes, context: object) -> bytes:
-        spans[0] += _spans_in(raw)
-        return b""
+    Served by the engine's HTTP/2 server (the processor's own receiver transport, off the
+    interpreter lock), not by grpcio's: the sink shares the two cores with every arm, and a grpcio
+    sink spent as much CPU a span as the processor itself, so that the processor's spans/s were
+    the harness's. Each arm sends it the same way, over a gRPC channel.
+    """
+    server = GrpcServer(["127.0.0.1"], port, 64 * 1024 * 1024, [EXPORT, COUNT])
+    spans = 0
 
-    async def count(raw: bytes, context: object) -> bytes:
-        return str(spans[0]).encode()
+    def take() -> None:
+        nonlocal spans
+        calls, _ = server.take()
+        for _, method, raw, reply in calls:
+            if method == 0:
+                spans += _spans_in(raw)
+                reply.ok(b"")
+            else:
+                reply.ok(str(spans).encode())
 
-    await _serve(port, export, count)
+    server.start()
+    asyncio.get_running_loop().add_reader(server.wake_fd(), take)
+    print("ready", flush=True)
+    await asyncio.Event().wait()  # until the benchmark stops the process
 
 
 async def passthrough(port: int, forward: str) -> None:

@@ -35,10 +35,11 @@ has the spans, so it needs no such bound and its sender does not poll the sink. 
 sink when the load ends is shown as a backlog, which the rate does not count.
 
 On this 2-core machine the load generator and the sink spend about as much CPU a span as the
-processor, so with every process free to run anywhere (the default) spans/s ratios are of the sums
-of arm and harness. ``--pin`` gives each arm one core and the harness the other: with
-``--concurrency`` high enough that each arm keeps its core busy (each round prints the cores it kept
-busy), an arm's spans/s is what it carries alone on one core.
+processor (the sink runs on the engine's HTTP/2 server, a grpcio sink spent more), so with every
+process free to run anywhere (the default) spans/s ratios are of the sums of arm and harness.
+``--pin`` gives each arm one core and the harness the other: with ``--concurrency`` high enough
+that each arm keeps its core busy (each round prints the cores it kept busy; 64 for the figures in
+docs/processor.md), an arm's spans/s is what it carries alone on one core.
 
 Then fairness: for ``--fairness-seconds`` per proxy, one client sends one-trace requests one after
 another, alone and then while another sends large requests (1,500 traces, ~6 MB) back to back; the

@@ -18,10 +18,11 @@ use crate::grpc::{self, Outcome, Reply, Server};
 /// A call taken from the server: (id, method index, request bytes, reply).
 type TakenCall = (u64, usize, Py<PyBytes>, PyReply);
 
-/// GrpcServer(hosts, port, max_message_bytes)
+/// GrpcServer(hosts, port, max_message_bytes, methods=METHODS)
 ///
-/// OTLP's three Export methods over HTTP/2 on `port` of each address in `hosts` (IP literals;
-/// port 0: the port the first one gets). Raises OSError when none can be bound.
+/// Unary gRPC `methods` (paths; by default OTLP's three Export methods) over HTTP/2 on `port` of
+/// each address in `hosts` (IP literals; port 0: the port the first one gets). Raises OSError
+/// when none can be bound.
 #[pyclass(name = "GrpcServer", module = "otel_guard_processor._engine", frozen)]
 pub struct PyGrpcServer {
     server: Server,
@@ -30,7 +31,13 @@ pub struct PyGrpcServer {
 #[pymethods]
 impl PyGrpcServer {
     #[new]
-    fn new(hosts: Vec<String>, port: u16, max_message_bytes: usize) -> PyResult<Self> {
+    #[pyo3(signature = (hosts, port, max_message_bytes, methods=None))]
+    fn new(
+        hosts: Vec<String>,
+        port: u16,
+        max_message_bytes: usize,
+        methods: Option<Vec<String>>,
+    ) -> PyResult<Self> {
         guarded(|| {
             let hosts = hosts
                 .iter()
@@ -40,7 +47,10 @@ impl PyGrpcServer {
                     })
                 })
                 .collect::<PyResult<Vec<_>>>()?;
-            let server = Server::bind(&hosts, port, max_message_bytes).map_err(os_error)?;
+            let methods = methods.unwrap_or_else(|| grpc::METHODS.map(str::to_owned).to_vec());
+            let methods: Vec<&str> = methods.iter().map(String::as_str).collect();
+            let server =
+                Server::bind(&hosts, port, max_message_bytes, &methods).map_err(os_error)?;
             Ok(PyGrpcServer { server })
         })
     }
@@ -66,7 +76,7 @@ impl PyGrpcServer {
 
     /// take() -> ([(id, method, request, reply)], [cancelled id])
     ///
-    /// The calls that arrived since the last take (method: an index in METHODS), and the ids
+    /// The calls that arrived since the last take (method: an index in its methods), and the ids
     /// of calls whose client reset them before they were answered.
     fn take(&self, py: Python<'_>) -> PyResult<(Vec<TakenCall>, Vec<u64>)> {
         guarded(|| {

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 const TRACES: &str = METHODS[0];
 
 fn server(max: usize) -> Server {
-    let server = Server::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], 0, max).unwrap();
+    let server = Server::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], 0, max, &METHODS).unwrap();
     server.start().unwrap();
     server
 }

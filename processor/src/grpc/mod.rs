@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use message::{Body, Message};
 pub use message::{Encoding, Outcome, code};
 
-/// The methods served, in the order of [`Call::method`].
+/// The methods an OTLP receiver serves (the default of [`Server::bind`]).
 pub const METHODS: [&str; 3] = [
     "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
     "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
@@ -51,7 +51,7 @@ const MAX_HEADERS: u32 = 64 << 10;
 #[derive(Debug)]
 pub struct Call {
     pub id: u64,
-    /// Its index in [`METHODS`].
+    /// Its index in the methods the server was bound with.
     pub method: usize,
     pub message: Message,
     pub reply: Reply,
@@ -115,17 +115,24 @@ pub struct Server {
     inbox: Arc<Inbox>,
     woken: UnixStream,
     addresses: Vec<SocketAddr>,
-    max_message_bytes: usize,
+    serving: Arc<Serving>,
     state: Mutex<State>,
 }
 
+/// What every call is read against: the methods served and the largest message.
+struct Serving {
+    methods: Vec<String>,
+    max: usize,
+}
+
 impl Server {
-    /// Bind `port` on each of `hosts` (with port 0, the port the first one got on the others);
-    /// the first error when none can be bound.
+    /// Bind `port` on each of `hosts` (with port 0, the port the first one got on the others), to
+    /// serve `methods` (paths, as [`METHODS`]); the first error when none can be bound.
     pub fn bind(
         hosts: &[std::net::IpAddr],
         port: u16,
         max_message_bytes: usize,
+        methods: &[&str],
     ) -> io::Result<Self> {
         let mut listeners = Vec::new();
         let mut first_error = None;
@@ -161,7 +168,10 @@ impl Server {
             }),
             woken,
             addresses,
-            max_message_bytes,
+            serving: Arc::new(Serving {
+                methods: methods.iter().map(|method| (*method).to_owned()).collect(),
+                max: max_message_bytes,
+            }),
             state: Mutex::new(State::Bound(listeners)),
         })
     }
@@ -192,10 +202,10 @@ impl Server {
             .build()?;
         let (stop, stopped) = watch::channel(None);
         let inbox = Arc::clone(&self.inbox);
-        let max = self.max_message_bytes;
+        let serving = Arc::clone(&self.serving);
         let thread = std::thread::Builder::new()
             .name("otel-guard-grpc".into())
-            .spawn(move || runtime.block_on(serve(listeners, inbox, max, stopped)))?;
+            .spawn(move || runtime.block_on(serve(listeners, inbox, serving, stopped)))?;
         *state = State::Running { thread, stop };
         Ok(())
     }
@@ -229,7 +239,7 @@ impl Drop for Server {
 async fn serve(
     listeners: Vec<StdListener>,
     inbox: Arc<Inbox>,
-    max: usize,
+    serving: Arc<Serving>,
     mut stop: watch::Receiver<Option<Duration>>,
 ) {
     let (accepted, mut sockets) = mpsc::channel::<TcpStream>(64);
@@ -263,7 +273,12 @@ async fn serve(
         tokio::select! {
             socket = sockets.recv(), if listening => match socket {
                 Some(socket) => {
-                    connections.spawn(connection(socket, Arc::clone(&inbox), max, stop.clone()));
+                    connections.spawn(connection(
+                        socket,
+                        Arc::clone(&inbox),
+                        Arc::clone(&serving),
+                        stop.clone(),
+                    ));
                 }
                 None => listening = false,
             },
@@ -291,7 +306,7 @@ async fn serve(
 async fn connection(
     socket: TcpStream,
     inbox: Arc<Inbox>,
-    max: usize,
+    serving: Arc<Serving>,
     mut stop: watch::Receiver<Option<Duration>>,
 ) {
     let _ = socket.set_nodelay(true);
@@ -324,7 +339,12 @@ async fn connection(
         };
         match next {
             Some(Ok((request, respond))) => {
-                tokio::spawn(call(request, respond, Arc::clone(&inbox), max));
+                tokio::spawn(call(
+                    request,
+                    respond,
+                    Arc::clone(&inbox),
+                    Arc::clone(&serving),
+                ));
             }
             Some(Err(_)) | None => return,
         }
@@ -335,9 +355,9 @@ async fn call(
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     inbox: Arc<Inbox>,
-    max: usize,
+    serving: Arc<Serving>,
 ) {
-    let outcome = match read(request, max).await {
+    let outcome = match read(request, &serving).await {
         Err(refused) => refused,
         Ok((method, message)) => {
             let (answer, mut answered) = oneshot::channel();
@@ -365,9 +385,12 @@ async fn call(
 }
 
 /// The call's method and message, or the outcome that refuses it.
-async fn read(request: Request<RecvStream>, max: usize) -> Result<(usize, Message), Outcome> {
+async fn read(
+    request: Request<RecvStream>,
+    serving: &Serving,
+) -> Result<(usize, Message), Outcome> {
     let path = request.uri().path();
-    let Some(method) = METHODS.iter().position(|method| *method == path) else {
+    let Some(method) = serving.methods.iter().position(|method| method == path) else {
         return Err(Outcome::error(
             code::UNIMPLEMENTED,
             format!("no method {path} here: this is an OTLP receiver"),
@@ -385,7 +408,7 @@ async fn read(request: Request<RecvStream>, max: usize) -> Result<(usize, Messag
     }
     let encoding = Encoding::of(headers.get("grpc-encoding").map(HeaderValue::as_bytes))?;
     let mut stream = request.into_body();
-    let mut body = Body::new(max);
+    let mut body = Body::new(serving.max);
     while let Some(chunk) = stream.data().await {
         let chunk = chunk.map_err(|error| {
             Outcome::error(
