@@ -16,13 +16,14 @@ from typing import Any, NoReturn
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
-from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.instrumentation._base import call_in_hop, unless_suppressed
 from otel_guard.instrumentation.crewai._hooks import need_model_hooks
 from otel_guard.instrumentation.crewai._names import agent_name
 from otel_guard.instrumentation.crewai._scope import (
     AgentRun,
     current_scope,
     enter_run,
+    in_run,
     leave_run,
     note_refusal,
 )
@@ -43,11 +44,6 @@ def _hop_of(agent: Any) -> tuple[AgentRun, Delegation | None]:
     return run, None if scope.joinable == run.name else delegate(run.name)
 
 
-# The two wrappers below make the hop inline (no call_in_hop, no closure, no context manager): the
-# async one is the only coroutine between CrewAI's caller and its own, and CrewAI raises thousands of
-# exceptions a run (attribute look-ups with a default), each of which walks the coroutines running.
-
-
 @unless_suppressed
 def guard_run(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -60,20 +56,9 @@ def guard_run(
             return wrapped(*args, **kwargs)
         finally:
             leave_run(entered)
-    try:
-        ctx = hop.start()
-    except DelegationRefused as err:
-        _refused(err)
-    entered = enter_run(run, ctx)
-    try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        leave_run(entered)
-        hop.finish(exc)
-        raise
-    leave_run(entered)
-    hop.finish()
-    return result
+    return call_in_hop(
+        hop, lambda: wrapped(*args, **kwargs), enter=lambda: in_run(run, hop.start()), refused=_refused
+    )
 
 
 def guard_kickoff(
@@ -90,7 +75,11 @@ def guard_kickoff(
 async def guard_run_async(
     wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Agent.aexecute_task`` and ``Agent.kickoff_async``: the run is one hop."""
+    """``Agent.aexecute_task`` and ``Agent.kickoff_async``: the run is one hop.
+
+    The hop is made here, not with ``acall_in_hop``: this is then the only coroutine between
+    CrewAI's caller and its own, and CrewAI raises thousands of exceptions a run (attribute look-ups
+    with a default), each of which walks the coroutines running."""
     run, hop = _hop_of(instance)
     if hop is None:
         entered = enter_run(run)

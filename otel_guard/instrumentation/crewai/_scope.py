@@ -87,16 +87,21 @@ def current_call() -> ToolCall | None:
     return current_scope().call
 
 
-def _attach(scope: Scope, ctx: Context | None) -> Token[Context]:
-    """Attach ``ctx`` (default: the current context) with ``scope`` in it."""
+def _with(scope: Scope, ctx: Context | None) -> Context:
+    """``ctx`` (default: the current context) with ``scope`` in it."""
     base = context.get_current() if ctx is None else ctx
-    return context.attach(Context({**base, _KEY: scope}))
+    return Context({**base, _KEY: scope})
+
+
+def in_run(run: AgentRun, ctx: Context | None = None) -> Context:
+    """``ctx`` (its hop's context; default: the current one, for a run that joins the hop it is in)
+    with ``run`` the innermost run and no tool call in progress inside it yet."""
+    return _with(Scope(run, None, run.name), ctx)
 
 
 def enter_run(run: AgentRun, ctx: Context | None = None) -> Token[Context]:
-    """Make ``run`` the innermost run, with no tool call in progress inside it yet, in ``ctx`` (its
-    hop's context; default: the current one, for a run that joins the hop it is in)."""
-    return _attach(Scope(run, None, run.name), ctx)
+    """Attach :func:`in_run`'s context."""
+    return context.attach(in_run(run, ctx))
 
 
 def leave_run(token: Token[Context]) -> None:
@@ -107,7 +112,7 @@ def leave_run(token: Token[Context]) -> None:
 def enter_call(call: ToolCall, name: str | None, ctx: Context | None = None) -> None:
     """Make ``call`` the tool call in progress (``name``: its hop's, for the runs it joins), in
     ``ctx`` (its hop's context; default: the current one, for a call refused before its body)."""
-    call.token = _attach(current_scope()._replace(call=call, joinable=name), ctx)
+    call.token = context.attach(_with(current_scope()._replace(call=call, joinable=name), ctx))
 
 
 def leave_call(call: ToolCall) -> None:
