@@ -70,7 +70,7 @@ class GrpcReceiver:
         if self._loop is not None:
             self._loop.remove_reader(self._server.wake_fd())
             self._loop = None
-        self._take()  # what arrived last: cancelled below, as the server has closed
+        # Calls still in the server's queue are let go of with it: their replies can no longer be sent.
         unanswered = list(self._calls.values())
         for task in unanswered:
             task.cancel()
@@ -80,7 +80,7 @@ class GrpcReceiver:
         calls, cancelled = self._server.take()
         if calls:
             started = time.perf_counter()
-            loop = self._loop or asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()  # a reader callback of the loop start() registered
             for call_id, method, raw, reply in calls:
                 task = loop.create_task(self._export(_SIGNALS[method], raw, reply, started))
                 self._calls[call_id] = task

@@ -3,6 +3,7 @@
 #![cfg(feature = "grpc")]
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -13,10 +14,10 @@ use tokio::net::TcpStream;
 
 const TRACES: &str = METHODS[0];
 
-fn server(max: usize) -> Server {
+fn server(max: usize) -> Arc<Server> {
     let server = Server::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], 0, max, &METHODS).unwrap();
     server.start().unwrap();
-    server
+    Arc::new(server)
 }
 
 async fn client(server: &Server) -> SendRequest<Bytes> {
@@ -97,8 +98,9 @@ async fn call(
     }
 }
 
-/// What `take()` has within five seconds (polled; the tests do not watch the wake-up socket).
-fn taken(server: &Server, calls: usize, cancelled: usize) -> Arrived {
+/// What `take()` has within five seconds (polled, the clients' tasks running meanwhile; the tests
+/// do not watch the wake-up socket).
+async fn taken(server: &Server, calls: usize, cancelled: usize) -> Arrived {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut all = Arrived::default();
     while (all.calls.len() < calls || all.cancelled.len() < cancelled) && Instant::now() < deadline
@@ -106,7 +108,7 @@ fn taken(server: &Server, calls: usize, cancelled: usize) -> Arrived {
         let arrived = server.take();
         all.calls.extend(arrived.calls);
         all.cancelled.extend(arrived.cancelled);
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     all
 }
@@ -121,13 +123,7 @@ async fn a_call_reaches_take_whole_and_is_answered_with_its_reply() {
         .map(Bytes::copy_from_slice)
         .collect();
     let answering = tokio::spawn(async move { call(&mut client, TRACES, &[], &chunks).await });
-    let mut arrived = tokio::task::spawn_blocking({
-        let server = std::sync::Arc::new(server);
-        move || (taken(&server, 1, 0), server)
-    })
-    .await
-    .unwrap();
-    let call_taken = arrived.0.calls.pop().unwrap();
+    let call_taken = taken(&server, 1, 0).await.calls.pop().unwrap();
     assert_eq!(
         (call_taken.method, call_taken.message.as_slice()),
         (0, &message[..])
@@ -138,19 +134,16 @@ async fn a_call_reaches_take_whole_and_is_answered_with_its_reply() {
         (answer.status, answer.body),
         (code::OK, framed(0, b"response").to_vec())
     );
-    arrived.1.shutdown(Duration::ZERO);
+    server.shutdown(Duration::ZERO);
 }
 
 #[tokio::test]
 async fn an_error_is_answered_with_its_status_message_and_details() {
-    let server = std::sync::Arc::new(server(1 << 20));
+    let server = server(1 << 20);
     let mut client = client(&server).await;
     let answering =
         tokio::spawn(async move { call(&mut client, METHODS[2], &[], &[framed(0, b"")]).await });
-    let taken_server = std::sync::Arc::clone(&server);
-    let mut arrived = tokio::task::spawn_blocking(move || taken(&taken_server, 1, 0))
-        .await
-        .unwrap();
+    let mut arrived = taken(&server, 1, 0).await;
     let call_taken = arrived.calls.pop().unwrap();
     assert_eq!(call_taken.method, 2);
     let mut busy = Outcome::error(code::RESOURCE_EXHAUSTED, "busy: 100% full");
@@ -233,7 +226,7 @@ async fn malformed_calls_are_answered_without_reaching_take() {
 
 #[tokio::test]
 async fn a_call_its_client_resets_is_reported_cancelled() {
-    let server = std::sync::Arc::new(server(1 << 20));
+    let server = server(1 << 20);
     let client = client(&server).await;
     let request = Request::post(format!("http://localhost{TRACES}"))
         .header("content-type", "application/grpc")
@@ -246,22 +239,16 @@ async fn a_call_its_client_resets_is_reported_cancelled() {
         .send_request(request, false)
         .unwrap();
     stream.send_data(framed(0, b"spans"), true).unwrap();
-    let waiting = std::sync::Arc::clone(&server);
-    let first = tokio::task::spawn_blocking(move || taken(&waiting, 1, 0))
-        .await
-        .unwrap();
+    let first = taken(&server, 1, 0).await;
     let id = first.calls[0].id;
     stream.send_reset(h2::Reason::CANCEL);
-    let waiting = std::sync::Arc::clone(&server);
-    let then = tokio::task::spawn_blocking(move || taken(&waiting, 0, 1))
-        .await
-        .unwrap();
+    let then = taken(&server, 0, 1).await;
     assert_eq!(then.cancelled, vec![id]);
 }
 
 #[tokio::test]
 async fn shutdown_lets_a_call_in_flight_finish_then_answers_the_rest_unavailable() {
-    let server = std::sync::Arc::new(server(1 << 20));
+    let server = server(1 << 20);
     let mut first_client = client(&server).await;
     let mut second_client = client(&server).await;
     let first =
@@ -270,14 +257,11 @@ async fn shutdown_lets_a_call_in_flight_finish_then_answers_the_rest_unavailable
         tokio::spawn(
             async move { call(&mut second_client, TRACES, &[], &[framed(0, b"2")]).await },
         );
-    let waiting = std::sync::Arc::clone(&server);
-    let mut arrived = tokio::task::spawn_blocking(move || taken(&waiting, 2, 0))
-        .await
-        .unwrap();
+    let mut arrived = taken(&server, 2, 0).await;
     // One is answered while the shutdown waits; the other is never answered, and the grace ends.
     let answered = arrived.calls.remove(0);
     let unanswered = arrived.calls.remove(0);
-    let stopping = std::sync::Arc::clone(&server);
+    let stopping = Arc::clone(&server);
     let started = Instant::now();
     let shutdown =
         tokio::task::spawn_blocking(move || stopping.shutdown(Duration::from_millis(300)));
@@ -297,14 +281,11 @@ async fn shutdown_lets_a_call_in_flight_finish_then_answers_the_rest_unavailable
 
 #[tokio::test]
 async fn a_call_whose_reply_is_dropped_unanswered_is_answered_unavailable() {
-    let server = std::sync::Arc::new(server(1 << 20));
+    let server = server(1 << 20);
     let mut client = client(&server).await;
     let answering =
         tokio::spawn(async move { call(&mut client, TRACES, &[], &[framed(0, b"")]).await });
-    let waiting = std::sync::Arc::clone(&server);
-    let arrived = tokio::task::spawn_blocking(move || taken(&waiting, 1, 0))
-        .await
-        .unwrap();
+    let arrived = taken(&server, 1, 0).await;
     drop(arrived);
     let answer = answering.await.unwrap();
     assert_eq!(answer.status, code::UNAVAILABLE, "{answer:?}");

@@ -36,6 +36,16 @@ async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def forwarding_only(sink: Sink, drain_timeout: float) -> Processor:
+    """A started processor with only its gRPC receiver, forwarding to ``sink``; the test stops it
+    (its stop is what these tests watch)."""
+    config = replace(ProcessorConfig(), listen="127.0.0.1:0", http_listen=None, prometheus=None,
+                     forward=sink.address, drain_timeout=drain_timeout, count_wait=0.0)  # fmt: skip
+    processor = Processor(config)
+    await processor.start()
+    return processor
+
+
 async def test_a_method_it_does_not_serve_is_unimplemented(start_processor: ProcessorFactory) -> None:
     processor = await start_processor()
     async with grpc.aio.insecure_channel(grpc_address(processor)) as channel:
@@ -62,10 +72,7 @@ async def test_a_client_that_gives_up_cancels_its_call(start_processor: Processo
 
 async def test_stop_answers_the_calls_in_flight_and_takes_no_new_ones(sink: Sink) -> None:
     sink.delay = 0.5
-    config = replace(ProcessorConfig(), listen="127.0.0.1:0", http_listen=None, prometheus=None,
-                     forward=sink.address, drain_timeout=5.0, count_wait=0.0)  # fmt: skip
-    processor = Processor(config)
-    await processor.start()
+    processor = await forwarding_only(sink, drain_timeout=5.0)
     address = grpc_address(processor)
     in_flight = asyncio.create_task(export(processor, small_request()))
     await asyncio.wait_for(sink.arrived.wait(), 5)
@@ -83,10 +90,7 @@ async def test_stop_answers_the_calls_in_flight_and_takes_no_new_ones(sink: Sink
 async def test_a_call_the_drain_does_not_wait_for_is_answered_unavailable(sink: Sink) -> None:
     """Past ``drain_timeout`` the call still waiting is answered with a status the client retries."""
     sink.delay = 5.0
-    config = replace(ProcessorConfig(), listen="127.0.0.1:0", http_listen=None, prometheus=None,
-                     forward=sink.address, drain_timeout=0.3, count_wait=0.0)  # fmt: skip
-    processor = Processor(config)
-    await processor.start()
+    processor = await forwarding_only(sink, drain_timeout=0.3)
     in_flight = asyncio.create_task(export(processor, small_request()))
     await asyncio.wait_for(sink.arrived.wait(), 5)
     started = time.monotonic()
