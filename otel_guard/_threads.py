@@ -4,7 +4,9 @@ A new thread starts with an empty context: a hop handed to one would start a new
 through it would never be refused. From the guard's first start (see :func:`carry_context`),
 ``threading.Thread.start`` and ``ThreadPoolExecutor.submit`` take the context they are called in
 with them: the thread's ``run`` and each submitted call run in it, so a thread or task started
-outside any hop runs in an empty one (parallel branches never share a chain).
+outside any hop runs in an empty one (parallel branches never share a chain). A pool's worker thread
+is no branch of the call that happened to start it: it starts in an empty context, and the other
+pools (processes included) are otel_guard/_pools.py's.
 
 What a reader would not guess: ``run`` is wrapped on the thread itself when it starts, not on the
 class, so a ``Thread`` subclass with a ``run`` of its own (``Timer`` is one) is carried too.
@@ -15,6 +17,7 @@ starts, this module leaves threads to it; turned on later, its wrappers go aroun
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
@@ -64,13 +67,17 @@ def _carry() -> None:
     global _interpreter_pool
     if _disabled():
         _log.debug(
-            "otel-guard: %s names threading; threads do not carry the context", DISABLED_INSTRUMENTATIONS
+            "otel-guard: %s names threading; threads and pools do not carry the context",
+            DISABLED_INSTRUMENTATIONS,
         )
         return
+    # Imported here, not on import: `import otel_guard` patches nothing and loads no more.
+    from otel_guard._pools import carry_into_pools
+
+    carry_into_pools()  # no OpenTelemetry instrumentation carries the context into these
     if _carried_by_threading_instrumentor():
         _log.debug("otel-guard: ThreadingInstrumentor carries the context into threads")
         return
-    # Imported here, not on import: `import otel_guard` patches nothing and loads no more.
     from concurrent import futures
 
     import wrapt
@@ -127,14 +134,20 @@ def _submit(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> futures.Future[Any]:
-    """``ThreadPoolExecutor.submit``: the call runs in the context it was submitted in."""
+    """``ThreadPoolExecutor.submit``: the call runs in the context it was submitted in; a worker
+    thread it starts begins in no context (it would otherwise keep this one for all its later work)."""
     pool = _interpreter_pool
     if not args or (pool is not None and isinstance(executor, pool)):
         return submit(*args, **kwargs)
-    return submit(functools.partial(_call_in, context.get_current(), args[0]), *args[1:], **kwargs)
+    ctx = context.get_current()
+    work = functools.partial(call_in, ctx, args[0])
+    if not ctx:
+        return submit(work, *args[1:], **kwargs)
+    return contextvars.Context().run(submit, work, *args[1:], **kwargs)
 
 
-def _call_in(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+def call_in(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` in ``ctx`` (the work handed to a thread pool, wrapped)."""
     token = context.attach(ctx)
     try:
         return fn(*args, **kwargs)
