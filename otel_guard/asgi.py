@@ -22,6 +22,14 @@ For every HTTP request the middleware
 3. runs the app inside that hop, so the app's own outgoing calls carry the extended chain (any
    OpenTelemetry propagator injects it), and ends the ``invoke_agent {agent}`` span when the app is done.
 
+What a reader would not guess: the agent named ``agent`` that the app runs (a pydantic-ai or
+OpenAI Agents agent, an ``@agentic`` function) *is* this hop, not a second one: its run joins the
+request's hop (:func:`otel_guard.guard.joinable`), so a service costs one place in the chain. And a
+:class:`~otel_guard.DelegationRefused` that escapes the app (a hop inside it refused, or another
+service's refusal raised by an instrumented HTTP client) is answered 409 as below, never 500,
+unless the app had already started its response. Requests whose path matches ``excluded_urls``
+(``OTEL_GUARD_EXCLUDED_URLS``: health checks, metrics) pass through as no hop.
+
 That span is the agent's run in this process (kind INTERNAL, as the GenAI conventions define
 ``invoke_agent`` for an agent in the process); the request's SERVER span is the HTTP
 instrumentation's (an OpenTelemetry ASGI middleware outside this one), whose child it then is.
@@ -30,7 +38,8 @@ A refused hop never reaches the app. The caller gets ``409 Conflict`` and a JSON
 
     {"error": "a2a_delegation_cycle",
      "reason": "cycle",
-     "message": "Delegation cycle: agent planner is already in chain planner → budget"}
+     "message": "Delegation cycle: agent planner is already in chain planner → budget",
+     "agent": "planner", "skill": "plan"}
 
 ``error`` is the contract's code (``a2a_delegation_cycle``, ``a2a_delegation_depth`` or
 ``a2a_delegation_invalid``); 409 means the same call will be refused again, so the caller should
@@ -53,7 +62,8 @@ from opentelemetry import context as otel_context
 from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
 from otel_guard._start import settings_at_start
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import delegate
+from otel_guard.guard import delegate, joinable
+from otel_guard.settings import current_settings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -66,8 +76,12 @@ __all__ = ["GuardMiddleware", "refusal_body"]
 
 
 def refusal_body(err: DelegationRefused) -> dict[str, str]:
-    """The JSON body of a refused HTTP hop: the contract's code, the reason and the message."""
-    return {"error": err.code, "reason": err.reason, "message": str(err)}
+    """The JSON body of a refused HTTP hop: the contract's code, the reason, the message, and the
+    refused hop's agent (and skill, when it has one), which an instrumented client raises again."""
+    body = {"error": err.code, "reason": err.reason, "message": str(err), "agent": err.hop.agent}
+    if err.hop.skill is not None:
+        body["skill"] = err.hop.skill
+    return body
 
 
 class GuardMiddleware:
@@ -92,7 +106,7 @@ class GuardMiddleware:
         return skill or None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or _excluded(scope):
             await self.app(scope, receive, send)
             return
         token = attach_caller_context(carrier_from_headers(scope.get("headers") or ()))
@@ -103,9 +117,17 @@ class GuardMiddleware:
             except DelegationRefused as err:
                 await _send_refusal(send, err)
                 return
-            hop_token = otel_context.attach(hop_context)
+            reply = _Reply(send)
+            hop_token = otel_context.attach(joinable(hop, hop_context))
             try:
-                await self.app(scope, receive, _reply_without_chain(send))
+                await self.app(scope, receive, reply)
+            except DelegationRefused as err:  # a hop inside refused, and the app let it through
+                otel_context.detach(hop_token)
+                hop.finish(err)
+                if reply.started:
+                    raise  # too late for a 409: the server ends the response as for any error
+                await _send_refusal(send, err)
+                return
             except BaseException as exc:
                 otel_context.detach(hop_token)
                 hop.finish(exc)
@@ -117,15 +139,29 @@ class GuardMiddleware:
                 otel_context.detach(token)
 
 
-def _reply_without_chain(send: Send) -> Send:
-    async def send_without_chain(message: Message) -> None:
+def _excluded(scope: Scope) -> bool:
+    """Whether the request's path is one of ``excluded_urls`` (no hop: health checks, metrics)."""
+    excluded = current_settings().excluded_urls
+    return bool(excluded) and excluded.excludes(scope.get("path") or "")
+
+
+class _Reply:
+    """The app's ``send``, with the chain taken out of the reply's ``baggage`` headers, and noting
+    whether the response has started (after that a refusal can no longer be answered 409)."""
+
+    __slots__ = ("send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
+            self.started = True
             headers = message.get("headers")
             if headers and any(name.lower() == b"baggage" for name, _ in headers):
                 message = {**message, "headers": headers_without_chain(headers)}
-        await send(message)
-
-    return send_without_chain
+        await self.send(message)
 
 
 async def _send_refusal(send: Send, err: DelegationRefused) -> None:

@@ -34,21 +34,33 @@ class DelegationRefused(RecursionError):
     """A delegation hop was refused before its body ran.
 
     Retrying cannot help: the same chain is refused the same way every time, so the caller should
-    answer with what it has. ``str(err)`` names the agent and the path that led to it.
+    answer with what it has. ``str(err)`` names the agent and the path that led to it. ``remote``
+    says whether another process refused the hop (its answer arrived here): a remote refusal names
+    the refused hop but carries no chain, which travels only as the signed token.
     """
 
     status: Final = 409
     retryable: Final = False
 
-    def __init__(self, reason: str, message: str, hop: Hop, chain: Chain | None) -> None:
+    def __init__(
+        self, reason: str, message: str, hop: Hop, chain: Chain | None, *, remote: bool = False
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.hop = hop
         self.chain = chain
+        self.remote = remote
 
     @property
     def code(self) -> str:
         return REASON_CODES.get(self.reason, "a2a_delegation_invalid")
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.reason, str(self), self.hop, self.chain))
+        return (_rebuilt, (type(self), self.reason, str(self), self.hop, self.chain, self.remote))
+
+
+def _rebuilt(
+    cls: type[DelegationRefused], reason: str, message: str, hop: Hop, chain: Chain | None, remote: bool
+) -> DelegationRefused:
+    """A pickled refusal made again (a refusal crosses a process pool as any exception does)."""
+    return cls(reason, message, hop, chain, remote=remote)

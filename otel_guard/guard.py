@@ -85,6 +85,10 @@ def _baggage_of(ctx: Context) -> Mapping[str, object] | None:
     return baggage.get_all(ctx)
 
 
+baggage_of = _baggage_of
+"""The baggage of a context, read as a hop reads it (for the guard's own carriers)."""
+
+
 def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
     """The chain a baggage value carries; raises :class:`InvalidToken` for one that fails verification."""
     if value is None or type(value) is ChainToken:
@@ -132,6 +136,21 @@ def _warn_unsigned_once() -> None:
         )
 
 
+JOINABLE: str = context.create_key("otel_guard.joinable")
+"""Context key of a hop that the first agent hop of its own name inside it joins (see :func:`joinable`)."""
+
+
+def joinable(hop: Delegation, ctx: Context) -> Context:
+    """``ctx`` (``hop``'s context) marked so that an agent hop named like ``hop`` made directly in it
+    is ``hop`` itself, not a second place in the chain.
+
+    A service guarded as agent ``X`` (:class:`otel_guard.asgi.GuardMiddleware`) that runs the agent
+    ``X`` is one call: the run joins the request's hop. "Directly" means the chain in force is still
+    ``hop``'s: after any hop between, the run is a hop of its own (and a cycle, when it is one).
+    """
+    return Context({**ctx, JOINABLE: hop})
+
+
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
 """What a hop's budget check gave it: a verdict that replaces the plan's (observe mode, a spent
 budget) and the attributes its span gets; ``None`` when it had nothing to count."""
@@ -150,6 +169,7 @@ class Delegation:
     _token: object = None
     _decided_in: Context | None = None
     _spent: _Spent = None
+    _joined = False
     span: trace.Span = trace.INVALID_SPAN
     context: Context | None = None
     decision: str | None = None
@@ -206,6 +226,8 @@ class Delegation:
         Raises :class:`DelegationRefused` (after recording the refused span) when the hop is refused.
         """
         parent = context.get_current()
+        if JOINABLE in parent and (joined := self._join(parent)) is not None:
+            return joined
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
@@ -221,6 +243,8 @@ class Delegation:
         the current span left as it is. Raises :class:`DelegationRefused` as :meth:`start` does.
         """
         parent = context.get_current()
+        if JOINABLE in parent and (joined := self._join(parent)) is not None:
+            return joined
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
@@ -234,6 +258,8 @@ class Delegation:
         """:meth:`decide` for async code: a budget store with an asyncio API is awaited, as in
         :meth:`astart`."""
         parent = context.get_current()
+        if JOINABLE in parent and (joined := self._join(parent)) is not None:
+            return joined
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
@@ -253,6 +279,9 @@ class Delegation:
         The baggage is the hop's either way: ``span_parent`` chooses the parent span only. Calling it
         again returns the hop's context unchanged.
         """
+        if self._joined:
+            assert self.context is not None
+            return self.context
         plan = self._plan
         decided_in = self._decided_in
         if plan is None or decided_in is None:
@@ -314,8 +343,11 @@ class Delegation:
         """End the hop's span, recording ``exc`` if the body raised it.
 
         A hop decided but never opened (the runtime's call never began) gets its span now, under the
-        span it was decided under, so no allowed hop goes unrecorded.
+        span it was decided under, so no allowed hop goes unrecorded. A hop that joined the one it
+        runs in (:func:`joinable`) ends nothing: that hop's span is its owner's to end.
         """
+        if self._joined:
+            return
         if self._decided_in is not None and self.span is trace.INVALID_SPAN:
             self.open()
         span = self.span
@@ -348,6 +380,8 @@ class Delegation:
         """:meth:`start` for async code: a budget store with an asyncio API (Redis) is awaited, so
         the event loop never waits on its round trip."""
         parent = context.get_current()
+        if JOINABLE in parent and (joined := self._join(parent)) is not None:
+            return joined
         parent_baggage = _baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
@@ -366,6 +400,30 @@ class Delegation:
         self.__exit__(exc_type, exc, tb)
 
     # Internals ----------------------------------------------------------------------------------
+
+    def _join(self, parent: Context) -> Context | None:
+        """Join the hop ``parent`` is marked joinable by, when this is an agent hop of its name made
+        directly in it (:func:`joinable`); return the context to run the body in, or ``None``."""
+        host = parent.get(JOINABLE)
+        if (
+            not isinstance(host, Delegation)
+            or host._agent != self._agent
+            or self.kind != "agent"
+            or self._receiving
+            or host._plan is None
+        ):
+            return None
+        plan = host._plan
+        members = _baggage_of(parent)
+        if (members.get(_BAGGAGE_KEY) if members else None) is not (plan.token if plan.carried else None):
+            return None  # a hop came between: this one is a hop of its own
+        self._joined = True
+        self._plan = plan
+        self.decision = host.decision
+        self.span = host.span
+        # The mark is used up: the same name once more inside is a re-entry, and decided as one.
+        self.context = ctx = Context({key: value for key, value in parent.items() if key != JOINABLE})
+        return ctx
 
     def _decide(self, value: object, in_force: Settings, parent: Context) -> Plan:
         """Verify the chain that arrived in ``value``, decide the hop and build its plan.

@@ -203,6 +203,8 @@ async def test_a_cycle_is_answered_with_409_before_the_app_runs(
         "error": "a2a_delegation_cycle",
         "reason": "cycle",
         "message": "Delegation cycle: agent budget is already in chain budget → planner",
+        "agent": "budget",
+        "skill": "price",
     }
     assert served.budget.seen == []  # the app never ran
     (span,) = await ended_hops(spans)

@@ -14,6 +14,7 @@ from instrumentors import OWN_ENVIRONMENT, our_entry_points
 from packaging.requirements import Requirement
 
 from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, resolve
+from otel_guard.instrumentation.http import HTTPClientsInstrumentor
 
 # The runtimes installed here; the others check their patch targets in tests/instrumentation/<runtime>.
 OURS = our_entry_points()
@@ -25,6 +26,7 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
         "otel_guard_agent_framework",
         "otel_guard_crewai",
         "otel_guard_google_adk",
+        "otel_guard_http",
         "otel_guard_langgraph",
         "otel_guard_llama_index",
         "otel_guard_mcp",
@@ -39,7 +41,8 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
 @pytest.mark.parametrize("entry_point", OURS, ids=lambda ep: ep.name)
 def test_patch_targets_exist_in_the_installed_runtime(entry_point: object) -> None:
     instrumentor_class = entry_point.load()  # type: ignore[attr-defined]
-    assert issubclass(instrumentor_class, GuardInstrumentor)
+    # The HTTP clients' instrumentor guards three optional libraries (each installed here), not one runtime.
+    assert issubclass(instrumentor_class, (GuardInstrumentor, HTTPClientsInstrumentor))
     module = importlib.import_module(instrumentor_class.__module__)
     targets: tuple[PatchTarget, ...] = module.PATCH_TARGETS
     assert targets, f"{module.__name__} lists no PATCH_TARGETS"

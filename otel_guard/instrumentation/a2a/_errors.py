@@ -50,11 +50,10 @@ class A2ADelegationRefused(DelegationRefused, A2AClientError):
     def __init__(
         self, reason: str, message: str, hop: Hop, chain: Chain | None, *, remote: bool = False
     ) -> None:
-        DelegationRefused.__init__(self, reason, message, hop, chain)
+        DelegationRefused.__init__(self, reason, message, hop, chain, remote=remote)
         # A2AError's own fields (its __init__ is not on this MRO path).
         self.message = message
         self.data = error_metadata(self)
-        self.remote = remote
 
     @classmethod
     def from_refusal(cls, err: DelegationRefused) -> A2ADelegationRefused:
