@@ -295,3 +295,26 @@ def test_a_healthy_four_service_pipeline_is_allowed_with_the_default_depth(
     assert max(len(chain) for _, _, chain in hops(spans)) == 7
     assert {decision for _, decision, _ in hops(spans)} == {"allow"}
     assert all(outcome == "success" for s in (concierge, pricing, fx) for outcome, _ in s.tool_results)
+
+
+# -- health checks: no hop -----------------------------------------------------------------------
+
+
+def test_excluded_urls_pass_through_as_no_hop(spans: Any, services: Callable[..., list[Service]]) -> None:
+    (concierge,) = services("concierge")
+    health = f"{concierge.url}/health"
+    assert httpx.get(health, timeout=CALL_SECONDS).status_code == 200
+    assert [name for name, _, _ in hops(spans)] == ["invoke_agent concierge"]  # a hop without it
+    spans.clear()
+
+    otel_guard.configure(excluded_urls="^/health$")
+    for _ in range(3):
+        assert httpx.get(health, timeout=CALL_SECONDS).json() == {"status": "ok"}
+    # A chain that would be refused here arrives with a health check all the same: still no hop.
+    with otel_guard.delegate("concierge"), otel_guard.delegate("ask_concierge", kind="tool"):
+        assert httpx.get(health, timeout=CALL_SECONDS).status_code == 200
+    spans.clear()
+    assert hops(spans) == []
+    # Every other path is guarded as before.
+    assert ask(concierge).status_code == 200
+    assert [name for name, _, _ in hops(spans)] == ["invoke_agent concierge"]
