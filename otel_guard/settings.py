@@ -23,6 +23,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, cast
 
+from otel_guard._excluded_urls import ExcludedUrls
 from otel_guard._threads import carry_context
 from otel_guard.chain import Keyring
 
@@ -172,6 +173,16 @@ def _keys(name: str, value: object) -> Keyring | None:
     raise ValueError("keys: expected 'kid:secret,...' or a mapping of key id to secret bytes")
 
 
+def _excluded_urls(name: str, value: object) -> ExcludedUrls:
+    if isinstance(value, ExcludedUrls):
+        return value
+    if isinstance(value, str):
+        return ExcludedUrls.parse(value)
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return ExcludedUrls(value)
+    raise ValueError(f"{name}: {value!r} is not comma-separated regular expressions or a list of them")
+
+
 def _override(agent: str, value: object) -> AgentOverride:
     if isinstance(value, AgentOverride):
         return value
@@ -271,6 +282,12 @@ class Settings:
         "OTEL_GUARD_SITUATIONAL_PROMPT",
         _bool,
         "tell an agent that can see its call path where it runs",
+    )
+    excluded_urls: ExcludedUrls = setting(
+        ExcludedUrls(),
+        "OTEL_GUARD_EXCLUDED_URLS",
+        _excluded_urls,
+        "regular expressions: a request whose path has one is no hop (ASGI middleware)",
     )
     max_hops: int = setting(
         DEFAULT_MAX_HOPS, "OTEL_GUARD_MAX_HOPS", integer(0), "the most hops one tree may make (0: off)"

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
+from otel_guard._excluded_urls import ExcludedUrls
 from otel_guard.settings import ENV, SETTINGS, Settings, configure, settings_from_env
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text(encoding="utf-8")
@@ -22,7 +23,7 @@ def documented() -> list[tuple[str, str, str]]:
 
 def shown(default: object) -> str:
     """A default as the page writes it: the value in backticks, `none` for no value."""
-    if default is None or default == MappingProxyType({}):
+    if default is None or default == MappingProxyType({}) or default == ExcludedUrls():
         return "none"
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
