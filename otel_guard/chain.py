@@ -660,6 +660,21 @@ def decode(token: object, keyring: Keyring | None) -> Chain:
         raise InvalidToken(f"token could not be read ({type(exc).__name__})") from None
 
 
+def decode_unsigned(token: object) -> Chain:
+    """The chain of an unsigned token (header ``alg`` ``none``, empty signature: what a process without
+    keys sends), read as such a process reads it; raises :class:`InvalidToken` for any other token, a
+    signed one (however badly) included. For ``accept_unsigned``: the caller has keys, and decides
+    what an unsigned chain gets."""
+    if type(token) is not str or token.count(".") != 2:
+        raise InvalidToken("token is not a JWS compact serialization (header.claims.signature)")
+    header, _, signature = token.split(".")
+    if signature or (
+        header != _UNSIGNED_HEADER and _json_object(_b64decode(header), "header").get("alg") != "none"
+    ):
+        raise InvalidToken("token is not an unsigned token")
+    return decode(token, None)
+
+
 def _decode(token: object, keyring: Keyring | None) -> Chain:
     if type(token) is not str:
         raise InvalidToken("token is not a string")

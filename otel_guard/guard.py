@@ -38,6 +38,7 @@ from otel_guard.chain import (
     InvalidToken,
     Keyring,
     check_hop,
+    decode_unsigned,
     normal_name,
     start_chain,
     verified_tokens,
@@ -98,6 +99,18 @@ def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
     return verified_tokens.verify(value, keyring)
 
 
+def _unsigned_arrival(value: object, settings: Settings) -> ChainToken | None:
+    """With keys and ``accept_unsigned`` (a key rollout), the unsigned chain a baggage value carries,
+    taken as it arrived; ``None`` for any other value (a signed, altered or unreadable token among
+    them), and without keys or ``accept_unsigned``. Its hops then decide it as any chain's."""
+    if not settings.accept_unsigned or settings.keys is None or not isinstance(value, str):
+        return None
+    try:
+        return ChainToken(decode_unsigned(value), None, value)
+    except InvalidToken:
+        return None
+
+
 def current_chain() -> Chain | None:
     """The verified chain in force in the current context, or ``None`` outside any hop."""
     return chain_in(context.get_current())
@@ -109,10 +122,11 @@ def chain_in(ctx: Context) -> Chain | None:
     value = members.get(_BAGGAGE_KEY) if members else None
     if value is None or type(value) is ChainToken:  # the usual cases: no settings to read
         return value.chain if value is not None else None
+    settings = current_settings()
     try:
-        token = _arrival(value, current_settings().keys)
+        token = _arrival(value, settings.keys)
     except InvalidToken:
-        return None
+        token = _unsigned_arrival(value, settings)
     return token.chain if token is not None else None
 
 
@@ -454,10 +468,17 @@ class Delegation:
         if keyring is None:
             _warn_unsigned_once()
         now = time.time()
+        unsigned = None  # an unsigned chain accept_unsigned takes: why enforce would refuse it
         try:
             arrived = _arrival(value, keyring)
         except InvalidToken as exc:
-            if settings.mode != "off":
+            arrived = _unsigned_arrival(value, settings)  # None: refused, or in off mode a new chain
+            if arrived is not None:
+                unsigned = (
+                    f"Delegation chain failed verification: {exc}; agent {hop.agent} would be refused "
+                    "(accept_unsigned took the chain as it arrived)"
+                )
+            elif settings.mode != "off":
                 message = f"Delegation chain failed verification: {exc}; agent {hop.agent} refused"
                 verdict = Verdict("refuse", "bad_signature", message)
                 self._refuse(
@@ -467,7 +488,6 @@ class Delegation:
                     parent,
                     settings,
                 )
-            arrived = None  # off mode: no checks; the hop starts a new chain
         arrival = arrived.chain if arrived is not None else None
         memo = None
         counted_by_caller = False
@@ -499,6 +519,12 @@ class Delegation:
                 f"{token.length} bytes, over the W3C baggage limit of {MAX_TOKEN_LENGTH}",
             )
             self._refuse(verdict, arrival, token, parent, settings)
+        budgeted = verdict.outcome == "allow" and settings.mode != "off" and in_force.budgets_on
+        if unsigned is not None and verdict.outcome == "allow" and settings.mode != "off":
+            # Taken, and counted, as it arrived; recorded as what it would be without accept_unsigned
+            # (a policy would-refuse, a cycle in observe mode, keeps its own reason). Never ALLOW,
+            # so never a shared plan.
+            verdict = Verdict("would_refuse", "bad_signature", unsigned)
         plan = Plan(
             hop,
             verdict,
@@ -510,7 +536,7 @@ class Delegation:
             self._tally_key(verdict, len(token.agents)),
             arrival.expires_at if arrival is not None else now,
             arrival,
-            budgeted=verdict.outcome == "allow" and settings.mode != "off" and in_force.budgets_on,
+            budgeted=budgeted,
             received=counted_by_caller,
         )
         if memo is not None:

@@ -273,6 +273,12 @@ class Settings:
     keys: Keyring | None = setting(
         None, "OTEL_GUARD_KEYS", _keys, "kid:secret pairs; the first signs, every one verifies"
     )
+    accept_unsigned: bool = setting(
+        False,
+        "OTEL_GUARD_ACCEPT_UNSIGNED",
+        _bool,
+        "with keys, take an unsigned chain as it arrived, as a would-refuse (a key rollout)",
+    )
     workspace: str = setting("default", "OTEL_GUARD_WORKSPACE", _workspace, "a chain from another is refused")
     overrides: Mapping[str, AgentOverride] = setting(
         lambda: MappingProxyType({}), "OTEL_GUARD_OVERRIDES", _overrides, "per-agent settings, JSON"
