@@ -13,7 +13,9 @@ Per-agent overrides relax or tighten the policy for one agent, e.g. a summarizer
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 import re
 import sys
@@ -40,6 +42,15 @@ handful) and of a planner fanning out to 20 workers that fan out to 20 (420)."""
 DEFAULT_OBSERVE_MAX_DEPTH: Final = 32
 """Observe mode's hard stop: a loop it lets through ends at this depth. A 32-hop chain whose agent
 names and skills run to 20 characters each signs to 2.3 KB, inside the 4 KB a baggage member may hold."""
+
+PREFIX: Final = "OTEL_GUARD_"
+NOT_SETTINGS: Final = ("OTEL_GUARD_PROCESSOR_",)
+"""Prefixes of the ``OTEL_GUARD_*`` variables that name no setting and are no mistake: the
+collector-side processor's options (``OTEL_GUARD_PROCESSOR_<OPTION>``, ``otel_guard_processor.config``),
+which a fleet may set in the same environment as its agents'. The only ones: every other
+``OTEL_GUARD_*`` name is a setting's variable (:data:`ENV`) or is warned of at start."""
+
+_log = logging.getLogger("otel_guard")
 
 Parse = Callable[[str, object], Any]
 """A setting's parser: (setting name, value as given or as its variable's text) -> the value, or a
@@ -395,14 +406,59 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         raise ValueError(f"{ENV['observe_max_depth']}: {exc}") from None
 
 
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """Each ``OTEL_GUARD_*`` variable of ``environ`` that names no setting (nor :data:`NOT_SETTINGS`),
+    sorted, with the variable of the setting closest to it (or ``None`` when none is close).
+
+    A name is compared with each setting's variable and with its setting's name (the setting ``ttl``
+    for ``OTEL_GUARD_TTL_SECONDS``), without the common prefix, which would make every name look
+    close to every other.
+    """
+    environ = os.environ if environ is None else environ
+    known = set(ENV.values())
+    candidates: dict[str, str] = {}
+    for name, variable in ENV.items():
+        candidates[variable[len(PREFIX) :]] = variable
+        candidates.setdefault(name.upper(), variable)
+    unknown = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if variable in known or not upper.startswith(PREFIX) or upper.startswith(NOT_SETTINGS):
+            continue
+        close = difflib.get_close_matches(upper[len(PREFIX) :], list(candidates), n=1)
+        unknown.append((variable, candidates[close[0]] if close else None))
+    return unknown
+
+
 _lock = threading.Lock()
 _current: Settings | None = None
+_unknown_reported = False
+
+
+def report_unknown_variables() -> None:
+    """Warn, once in the process, of each ``OTEL_GUARD_*`` variable that names no setting: where the
+    guard starts (:func:`otel_guard._start.settings_at_start`, the first :func:`configure` that reads
+    the environment, the first :func:`current_settings`). Not :func:`reset_settings` itself: the demo
+    and the tests reset to the environment without starting anything."""
+    global _unknown_reported
+    with _lock:
+        if _unknown_reported:
+            return
+        _unknown_reported = True
+    for variable, closest in unknown_variables():
+        hint = f"did you mean {closest}?" if closest else "no setting's variable is close to it"
+        # On the otel_guard logger: with no logging configured, Python's last-resort handler writes
+        # it to stderr (as the guard's other one-time warnings).
+        _log.warning("otel-guard: %s names no setting and is ignored; %s", variable, hint)
 
 
 def current_settings() -> Settings:
     """The settings in force (read from the environment the first time)."""
     settings = _current
-    return settings if settings is not None else reset_settings()
+    if settings is not None:
+        return settings
+    report_unknown_variables()  # the first read: the guard starts (a first hop, the CLI)
+    return reset_settings()
 
 
 def checked_settings() -> Settings:
@@ -451,6 +507,8 @@ def configure(**settings: Any) -> Settings:
     if unknown:
         raise ValueError(f"unknown setting {', '.join(sorted(unknown))}; settings are {', '.join(ENV)}")
     validated = {name: _PARSE[name](name, value) for name, value in settings.items()}
+    if _current is None and len(validated) < len(_PARSE):  # the environment is read: the guard starts
+        report_unknown_variables()
     with _lock:
         if _current is not None:
             base = _current
