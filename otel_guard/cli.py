@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="verify a chain token with the configured keys and print it",
         description="Verify TOKEN as the guard does, with the settings in the environment "
-        "(OTEL_GUARD_KEYS, OTEL_GUARD_WORKSPACE, OTEL_GUARD_TTL), and print its root, workspace, "
+        f"({ENV['keys']}, {ENV['workspace']}, {ENV['ttl']}), and print its root, workspace, "
         "times and hops. Exit status 1 and the reason on stderr for a token the guard would refuse.",
     )
     inspect.add_argument(
