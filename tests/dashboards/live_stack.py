@@ -33,6 +33,7 @@ AGENTS_JOB = "travel-agents"  # the scrape job of the guarded program
 TEMPLATE_VALUES = {
     "service": ".*",
     "processor": ".*",
+    "cycle": ".*",
     "max_depth": "8",
     "__range": "10m",
     "__rate_interval": "1m",

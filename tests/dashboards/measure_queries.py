@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 CYCLES = 10_000  # the processor's cap of label sets a metric (MAX_SERIES)
 EDGES = 5_000
 SPAN_DECISIONS = 3_000
-AGENTS = 1_000  # guard decision series: agents x (allow, refuse)
+AGENTS = 1_000  # guard decision series: agents x (allow, refuse, would_refuse)
 SCRAPE_SECONDS = 120
 SCRAPE_INTERVAL = "2s"
 
@@ -55,7 +55,13 @@ class SyntheticLoad(Collector):
         self.edges: Tally = {(f"a{i}", f"b{i}"): 1 for i in range(EDGES)}
         self.cycle_edges: Tally = {(f"a{i}", f"b{i}"): 1 for i in range(0, EDGES, 2)}
         self.decisions: Tally = {("would_refuse", "cycle", f"agent{i}"): 1 for i in range(SPAN_DECISIONS)}
-        self.guard: Tally = {(d, f"agent{i}"): 1 for i in range(AGENTS) for d in ("allow", "refuse")}
+        # The would-refuse decisions name agents the span decisions name too: the would-refuse
+        # alerts' joins between the two sources match.
+        self.guard: Tally = {
+            (decision, reason, f"agent{i}"): 1
+            for i in range(AGENTS)
+            for decision, reason in (("allow", ""), ("refuse", "cycle"), ("would_refuse", "cycle"))
+        }
 
     def _grow(self, tally: Tally) -> None:
         keys = list(tally)
@@ -73,7 +79,11 @@ class SyntheticLoad(Collector):
         yield _counter("otel_guard_delegations", ("caller", "callee"), self.edges)
         yield _counter("otel_guard_cycle_edges", ("caller", "callee"), self.cycle_edges)
         yield _counter("otel_guard_span_decisions", ("decision", "reason", "agent"), self.decisions)
-        yield _counter("otel_guard_decisions", ("otel_guard_decision", "gen_ai_agent_name"), self.guard)
+        yield _counter(
+            "otel_guard_decisions",
+            ("otel_guard_decision", "otel_guard_reason", "gen_ai_agent_name"),
+            self.guard,
+        )
         depth = HistogramMetricFamily("otel_guard_chain_depth", "depth")
         n = self.scrapes * 100
         buckets = [(f"{b}.0", n * min(b, 6) // 6) for b in (1, 2, 3, 4, 5, 6, 8)] + [("+Inf", n)]
@@ -143,6 +153,7 @@ def main() -> None:
             values = {
                 "service": ".*",
                 "processor": ".*",
+                "cycle": ".*",
                 "max_depth": "8",
                 "__range": "2m",
                 "__rate_interval": "2m",

@@ -3,6 +3,8 @@ processor fed the guarded program's loops, scraped by a real Prometheus with exe
 
 - The cycle panel's query, sent to ``/api/v1/query_exemplars`` as Grafana sends it, returns each
   loop's exemplar with the trace id of the trace the loop ran in (the guarded program prints it).
+- Each loop's firing alert links (``dashboard_url``) to the dashboard with the Cycle variable set to
+  its loop: the cycle panel's query, so substituted, returns that loop's exemplar and no other.
 - The decision counter's refusal and would-refuse series carry the span of their decision as an
   exemplar: the trace the loop ran in.
 - The processor wrote one log line for each loop, naming the same trace.
@@ -13,12 +15,14 @@ processor fed the guarded program's loops, scraped by a real Prometheus with exe
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from dashboard_files import load_dashboard, panel, substitute
-from live_stack import TEMPLATE_VALUES, Stack, eventually
+from live_stack import TEMPLATE_VALUES, Stack, eventually, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -68,6 +72,40 @@ def test_each_loop_is_an_exemplar_on_the_cycle_panel_with_its_trace_id(stack: St
             assert set(exemplar) == {"trace_id", "span_id"}
 
     eventually(check, timeout=30)
+
+
+def _cycle_alert_links(stack: Stack) -> dict[str, str] | None:
+    """Cycle label -> dashboard_url of its firing OtelGuardCycleDetected, once every loop's fires."""
+    links = {
+        alert["labels"]["cycle"]: alert["annotations"]["dashboard_url"]
+        for alert in stack.prometheus.alerts()
+        if alert["labels"]["alertname"] == "OtelGuardCycleDetected" and alert["state"] == "firing"
+    }
+    return links if set(links) == set(LOOPS) else None
+
+
+def test_each_cycle_alert_links_to_the_exemplar_of_its_loop(stack: Stack) -> None:
+    """The link Prometheus sends with the alert opens the dashboard on that loop alone: its cycle
+    panel then holds one exemplar, whose trace id is the trace the loop ran in."""
+    traces = _loop_traces(stack)
+    dashboard = load_dashboard()
+    (target,) = panel(dashboard, "Cycles by kind and cycle")["targets"]
+    links = wait_for("every loop's cycle alert", lambda: _cycle_alert_links(stack), timeout=60)
+    for cycle, link in links.items():
+        url = urlsplit(link)
+        assert url.path == f"/d/{dashboard['uid']}", link
+        (chosen,) = parse_qs(url.query)["var-cycle"]
+        assert chosen == cycle
+        # Grafana puts a variable's value into a regex matcher with its metacharacters escaped.
+        expr = substitute(target["expr"], {**TEMPLATE_VALUES, "cycle": re.escape(chosen)})
+
+        def check(cycle: str = cycle, expr: str = expr) -> None:
+            found = _exemplars(stack, expr)
+            assert {c: [e["trace_id"] for e in exemplars] for c, exemplars in found.items()} == {
+                cycle: [traces[cycle]]
+            }, found
+
+        eventually(check, timeout=30)
 
 
 def test_each_refusal_is_an_exemplar_on_the_decision_counter_with_its_trace_id(stack: Stack) -> None:
@@ -164,10 +202,10 @@ def test_the_node_graph_queries_give_the_fields_the_panel_reads(stack: Stack) ->
             colors[(edge["source"], edge["target"])] = edge["color"]
         assert len(colors) == len(edges)
         # The loops' edges are marked; the calls around them are not.
-        for edge in [("planner", "budget"), ("budget", "planner"), ("summarize", "summarize")]:
-            assert colors[edge] == ON_A_LOOP, colors
-        for edge in [("planner", "search"), ("step1", "step2"), ("dispatcher", "researcher")]:
-            assert colors[edge] == OFF_A_LOOP, colors
+        for pair in [("planner", "budget"), ("budget", "planner"), ("summarize", "summarize")]:
+            assert colors[pair] == ON_A_LOOP, colors
+        for pair in [("planner", "search"), ("step1", "step2"), ("dispatcher", "researcher")]:
+            assert colors[pair] == OFF_A_LOOP, colors
         by_edge = {(e["source"], e["target"]): e for e in edges}
         assert by_edge[("planner", "budget")]["mainstat"] == 1
         assert by_edge[("planner", "budget")]["detail__on_a_counted_cycle"] == "yes"
