@@ -22,7 +22,8 @@ from otel_guard.settings import Settings
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
 
 PlanKey = tuple[str, str | None, str]
-"""A hop's (agent, skill, kind): what its plans and shared hops are kept under."""
+"""A hop's (agent, skill, kind): what its plans and shared hops are kept under. The kind is
+``agent``, ``tool`` or ``transfer`` (an agent hop of kind transfer: its decision is not a call's)."""
 
 
 class Plan:

@@ -6,7 +6,11 @@ compact token (RFC 7515), ``HS256`` with the key id in the header, so any JWT li
 
     header  {"alg":"HS256","kid":"k1","typ":"JWT"}
     claims  {"v":1,"root":"<32 hex>","ws":"default","iat":1764450000.5,"exp":1764450300.5,
-             "hops":[["planner","plan"],["budget",null]]}
+             "hops":[["planner","plan"],["budget",null],["faq",null,"transfer"]]}
+
+A hop is a call (``[agent, skill]``: the caller waits for its answer) or a transfer (``[agent, skill,
+"transfer"]``: a handoff, after which the agent handing off waits for nothing); a token written before
+transfers existed holds calls only, and reads as it always did.
 
 Without keys the header is ``{"alg":"none"}`` and the signature empty (an unsecured JWS).
 
@@ -28,7 +32,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
@@ -52,15 +56,38 @@ class InvalidToken(ValueError):
     """A token that is not a valid delegation chain; the message says what is wrong with it."""
 
 
+HopKind = Literal["call", "transfer"]
+"""What a hop is: a call (its caller waits for the answer) or a transfer (a handoff: it does not)."""
+
+
 class Hop(NamedTuple):
     """One call in a delegation chain: the agent (or tool) called, and the job it was asked for.
 
     An immutable pair, as on the wire (``[agent, skill]``); a tuple so that comparing and hashing
-    hops, which every decision does, runs at C speed.
+    hops, which every decision does, runs at C speed. A transfer is a :class:`TransferHop`: the
+    same pair, so two hops into the same (agent, skill) are equal whatever their kind (what the
+    cycle rule compares); :attr:`kind` tells them apart.
     """
 
     agent: str
     skill: str | None = None
+
+    @property
+    def kind(self) -> HopKind:
+        """``"call"``: the agent before this hop waits for its answer."""
+        return "call"
+
+
+class TransferHop(Hop):
+    """A hop of kind transfer: control passed to ``agent`` and the agent handing off no longer
+    waits for an answer (an OpenAI Agents handoff, ADK's ``transfer_to_agent``, a LangGraph
+    ``Command(goto=...)`` handoff tool). On the wire ``[agent, skill, "transfer"]``."""
+
+    __slots__ = ()
+
+    @property
+    def kind(self) -> HopKind:
+        return "transfer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +122,15 @@ class Chain:
         return Chain((*self.hops, hop), self.root, self.workspace, self.issued_at, self.expires_at)
 
     def path(self) -> str:
-        """The agents joined by arrows, for messages: ``planner → budget``."""
-        return " → ".join(hop.agent for hop in self.hops)
+        """The agents joined by arrows, for messages: ``planner → budget``; a transfer's arrow is
+        ``⇒`` (``triage ⇒ faq``: triage handed off to faq)."""
+        hops = self.hops
+        if all(type(hop) is Hop for hop in hops):
+            return " → ".join([hop.agent for hop in hops])
+        parts = [hops[0].agent]
+        for hop in hops[1:]:
+            parts.append(f"{' ⇒ ' if type(hop) is TransferHop else ' → '}{hop.agent}")
+        return "".join(parts)
 
 
 def new_root() -> str:
@@ -256,10 +290,11 @@ def generate_key(kid: str | None = None) -> tuple[str, str]:
 # -- encoding -----------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)  # typed: a call and a transfer into one name are equal tuples
 def _hop_json(hop: Hop) -> tuple[str, int]:
     """A hop as JSON, and its length in UTF-8 bytes."""
-    text = json.dumps([hop.agent, hop.skill], separators=_COMPACT, ensure_ascii=False)
+    fields = [hop.agent, hop.skill] if type(hop) is Hop else [hop.agent, hop.skill, hop.kind]
+    text = json.dumps(fields, separators=_COMPACT, ensure_ascii=False)
     return text, len(text.encode())
 
 
@@ -295,8 +330,12 @@ _PREFIX_BOUND: Final = len('{"v":1,"root":"","ws":"","iat":,"exp":,"hops":[') + 
 _CLAIMS_END: Final = len("]}")
 
 
+_TRANSFER_MARK: Final = len(',"transfer"')
+
+
 def _hop_bound(hop: Hop) -> int:
-    return 6 * (len(hop[0]) + len(hop[1] or "")) + len('["",null]')
+    bound = 6 * (len(hop[0]) + len(hop[1] or "")) + len('["",null]')
+    return bound if type(hop) is Hop else bound + _TRANSFER_MARK
 
 
 def _claims_bound(chain: Chain) -> int:
@@ -573,6 +612,7 @@ def _check_header(fields: Mapping[str, Any]) -> None:
 
 
 _new_hop = tuple.__new__  # builds a Hop straight from a checked [agent, skill] pair
+_HOP_SHAPE: Final = 'token hop must be [non-empty string, string or null] or [..., ..., "transfer"]'
 
 
 def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
@@ -589,12 +629,18 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
     if type(raw_hops) is not list or not raw_hops:
         raise InvalidToken("token claim 'hops' must be a non-empty list")
     hops = []
-    for item in raw_hops:
+    for raw in raw_hops:
+        kind: type[Hop] = Hop
+        item = raw
         if type(item) is not list or len(item) != 2:
-            raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
+            # A transfer is [agent, skill, "transfer"]; no other third element is known (fail closed).
+            if type(raw) is not list or len(raw) != 3 or raw[2] != "transfer":
+                raise InvalidToken(_HOP_SHAPE)
+            kind = TransferHop
+            item = raw[:2]
         agent, skill = item
         if type(agent) is not str or not agent or not (skill is None or type(skill) is str):
-            raise InvalidToken("token hop must be a pair [non-empty string, string or null]")
+            raise InvalidToken(_HOP_SHAPE)
         # JSON escapes can spell anything, a lone surrogate included. Printable ASCII (nearly every
         # name) is the test inline; anything else gets name_problem's full check.
         for name in (agent, skill):
@@ -602,7 +648,7 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
                 problem = name_problem(name)
                 if problem is not None:
                     raise InvalidToken(f"token hop name {quoted(name)} {problem}")
-        hops.append(_new_hop(Hop, item))
+        hops.append(_new_hop(kind, item))
     issued_at, expires_at = _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
     if expires_at < issued_at:
         raise InvalidToken("token claim 'exp' is before its 'iat'")

@@ -52,7 +52,8 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"hops:       {chain.depth}")
     for number, hop in enumerate(chain.hops, start=1):
         skill = f"  (skill {hop.skill})" if hop.skill is not None else ""
-        print(f"  {number}. {hop.agent}{skill}")
+        kind = "  (transfer)" if hop.kind == "transfer" else ""
+        print(f"  {number}. {hop.agent}{skill}{kind}")
     problem = integrity(chain, settings, time.time())
     if problem is not None:
         reason, message = problem

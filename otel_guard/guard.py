@@ -26,7 +26,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
-from otel_guard._plans import Plan, SharedHop, first_hops
+from otel_guard._plans import Plan, PlanKey, SharedHop, first_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
 from otel_guard._steps import AsyncEnter, Done, Enter, async_generator_in_context, generator_in_context
 from otel_guard.budget import Meter, store_failure, store_for
@@ -37,6 +37,7 @@ from otel_guard.chain import (
     Hop,
     InvalidToken,
     Keyring,
+    TransferHop,
     check_hop,
     decode_unsigned,
     normal_name,
@@ -184,6 +185,7 @@ class Delegation:
     _decided_in: Context | None = None
     _spent: _Spent = None
     _joined = False
+    _transfer = False
     span: trace.Span = trace.INVALID_SPAN
     context: Context | None = None
     decision: str | None = None
@@ -196,6 +198,7 @@ class Delegation:
         span_kind: SpanKind,
         receiving: bool,
         attributes: Mapping[str, AttributeValue] | None,
+        transfer: bool = False,
     ) -> None:
         if not isinstance(agent, str) or not agent:
             raise ValueError(f"delegate: agent must be a non-empty string, not {agent!r}")
@@ -209,7 +212,12 @@ class Delegation:
             raise ValueError(f"delegate: kind must be 'agent' or 'tool', not {kind!r}")
         self._agent = agent
         self._skill = skill
-        self._key = (agent, skill, kind)
+        self._key: PlanKey = (agent, skill, kind)
+        if transfer:
+            if kind != "agent":
+                raise ValueError(f"delegate: a transfer hands control to an agent, not a {kind!r}")
+            self._transfer = True
+            self._key = (agent, skill, "transfer")  # its plans are not a call's
         self.kind = kind
         self._span_kind = span_kind
         self._receiving = receiving
@@ -223,7 +231,7 @@ class Delegation:
             return plan.hop
         hop = self._hop
         if hop is None:
-            hop = self._hop = Hop(self._agent, self._skill)
+            hop = self._hop = (TransferHop if self._transfer else Hop)(self._agent, self._skill)
         return hop
 
     @property
@@ -623,7 +631,10 @@ class Delegation:
             names.NAME_DEPTH: agents.count(hop.agent),
             names.DECISION: verdict.outcome,
             names.MODE: settings.mode,
+            names.HOP_KIND: hop.kind,
         }
+        if type(hop) is TransferHop:
+            attributes[names.GEN_AI_TRANSFER_MODE] = names.PASS_CONTROL
         if token.root:
             attributes[names.CHAIN_ROOT] = token.root
         if hop.skill is not None:
@@ -711,6 +722,7 @@ def delegate(
     span_kind: SpanKind = SpanKind.INTERNAL,
     receiving: bool = False,
     attributes: Mapping[str, AttributeValue] | None = None,
+    transfer: bool = False,
 ) -> Delegation:
     """One guarded hop into ``agent`` (for ``skill``), as a ``with`` or ``async with`` block.
 
@@ -718,8 +730,15 @@ def delegate(
     the body never runs. ``kind="tool"`` makes an ``execute_tool`` span. ``receiving=True`` is the
     server side of a remote hop: when the chain that arrived already ends with this agent, that hop is
     checked again instead of being added twice.
+
+    ``transfer=True`` makes the hop a transfer (a handoff: the agent in the current hop passes control
+    to ``agent`` and waits for no answer): control may later come back to the agent that handed off
+    without a cycle, and the hop still counts toward ``max_name_depth``, ``max_depth`` and the
+    budgets. Its span carries ``otel_guard.hop.kind`` ``transfer`` and ``gen_ai.transfer.mode``
+    ``pass_control``. Mark a transfer only where the runtime itself says that control passes (its
+    handoff API), never from a tool's name.
     """
-    return Delegation(agent, skill, kind, span_kind, receiving, attributes)
+    return Delegation(agent, skill, kind, span_kind, receiving, attributes, transfer)
 
 
 # -- @agentic -----------------------------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 :func:`decide` is a pure function of (chain on arrival, hop, settings, now): no I/O, no environment,
 no globals. The rules are those of docs/spec.md §3; the settings come from :mod:`otel_guard.settings`.
+
+The cycle rule looks only at the agents still *waiting* in the chain (:func:`waiting`): an agent
+that handed off (a transfer, :class:`~otel_guard.chain.TransferHop`) waits for nothing, so control
+coming back to it is no cycle. The depth limits count every place, transfers included.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from otel_guard.chain import Chain, Hop, quoted
+from otel_guard.chain import Chain, Hop, TransferHop, quoted
 from otel_guard.settings import Settings
 
 Outcome = Literal["allow", "refuse", "would_refuse"]
@@ -101,6 +105,20 @@ def integrity(
     return reason, message
 
 
+def waiting(hops: tuple[Hop, ...], hop: Hop) -> tuple[Hop, ...]:
+    """The places of ``hops`` whose agents still wait for an answer when ``hop`` arrives.
+
+    In a chain ``h0 … hn`` arriving at a new hop ``h``, the agent of place i is waiting unless place
+    i+1 is a transfer (it handed off), and the agent of the last place is waiting unless ``h``
+    itself is a transfer. A chain of calls only (every chain before transfers existed) waits
+    whole: ``waiting(hops, call) is hops``.
+    """
+    following = (*hops[1:], hop)
+    if type(hop) is Hop and all(type(h) is Hop for h in following):
+        return hops
+    return tuple([h for h, after in zip(hops, following, strict=True) if type(after) is not TransferHop])
+
+
 def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> tuple[str, str] | None:
     if arrival is None:
         return None  # a first hop: nothing to repeat, depth 1
@@ -108,12 +126,15 @@ def _check(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> t
     if problem is not None:
         return problem
     hops = arrival.hops
+    # Every place counts for the name depth; only waiting ones for the cycle rule (see waiting()).
     standing = [h[0] for h in hops].count(hop.agent)
-    if settings.cycle_rule == "agent" and standing:
-        return "cycle", f"Delegation cycle: agent {hop.agent} is already in chain {arrival.path()}"
-    if settings.cycle_rule == "agent_skill" and standing and hop in hops:
-        skill = f" with skill {hop.skill}" if hop.skill is not None else ""
-        return "cycle", f"Delegation cycle: agent {hop.agent}{skill} is already in chain {arrival.path()}"
+    if standing and settings.cycle_rule != "none":
+        waits = waiting(hops, hop)
+        if settings.cycle_rule == "agent" and hop.agent in [h[0] for h in waits]:
+            return "cycle", f"Delegation cycle: agent {hop.agent} is already in chain {arrival.path()}"
+        if settings.cycle_rule == "agent_skill" and hop in waits:
+            skill = f" with skill {hop.skill}" if hop.skill is not None else ""
+            return "cycle", f"Delegation cycle: agent {hop.agent}{skill} is already in chain {arrival.path()}"
     if standing >= settings.max_name_depth:
         return (
             "name_depth",

@@ -47,6 +47,7 @@ def test_agent_hop_span_has_exactly_the_contract_attributes_with_their_types(spa
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,  # the tree's hops so far, this one included (max_hops is on)
     }
     for name in ("otel_guard.chain.agents", "otel_guard.chain.skills"):
@@ -79,6 +80,7 @@ def test_tool_hop_span_uses_the_tool_conventions(spans: Any) -> None:
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,
     }
 
@@ -110,6 +112,7 @@ def test_refused_span_has_the_reason_the_event_and_an_error_status(spans: Any) -
         "otel_guard.decision": "refuse",
         "otel_guard.reason": "cycle",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
     }
     assert refused_span.status.status_code is StatusCode.ERROR
     [event] = refused_span.events
