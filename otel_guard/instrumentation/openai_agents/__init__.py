@@ -1,8 +1,9 @@
 """Guard OpenAI Agents SDK runs, tool calls, agents-as-tools and handoffs: each one is a hop.
 
 Switch it on with ``opentelemetry-instrument`` (extra ``openai-agents``), or in code before the first
-run: ``OpenAIAgentsInstrumentor().instrument()``. A handoff's hop stays open for the rest of the run
-(:mod:`._scope`), and a refusal reaches the model as the output of the call it made. What is a hop,
+run: ``OpenAIAgentsInstrumentor().instrument()``. A handoff's hop is a transfer (a hand-back is no
+cycle) and stays open for the rest of the run (:mod:`._scope`); a refusal reaches the model as the
+output of the call it made. What is a hop,
 what the model sees, what is left out: docs/runtimes/openai-agents.md.
 """
 
@@ -163,7 +164,7 @@ def _open_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Delegation
     scope = _run_scope(ctx, kwargs)
     resumed = _resumed_agent(args, kwargs, hop)
     if resumed is not None:
-        handoff = delegate(resumed, attributes=_conversation(kwargs))
+        handoff = delegate(resumed, attributes=_conversation(kwargs), transfer=True)
         token = otel_context.attach(ctx)
         try:
             handoff.start()
@@ -183,7 +184,7 @@ async def _aopen_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Del
     scope = _run_scope(ctx, kwargs)
     resumed = _resumed_agent(args, kwargs, hop)
     if resumed is not None:
-        handoff = delegate(resumed, attributes=_conversation(kwargs))
+        handoff = delegate(resumed, attributes=_conversation(kwargs), transfer=True)
         token = otel_context.attach(ctx)
         try:
             await handoff.astart()
@@ -382,12 +383,17 @@ async def _guard_handoff(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """``execute_handoffs(**call)``: a hop into the target agent, open for the rest of the run."""
+    """``execute_handoffs(**call)``: a transfer into the target agent, open for the rest of the run.
+
+    A handoff passes control (the agent handing off answers no more in this run): the hop is of kind
+    transfer, so handing the conversation back to an agent that handed off is no cycle; a ping-pong
+    of handoffs stops at ``max_name_depth`` (or ``max_depth``), its refusal the handoff call's output.
+    """
     run_handoffs = kwargs.get("run_handoffs")
     target = getattr(getattr(run_handoffs[0], "handoff", None), "agent_name", None) if run_handoffs else None
     if not isinstance(target, str) or not target:
         return await wrapped(*args, **kwargs)
-    hop = delegate(target)
+    hop = delegate(target, transfer=True)
     try:
         ctx = await hop.astart()
     except DelegationRefused as err:

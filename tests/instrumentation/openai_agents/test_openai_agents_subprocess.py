@@ -77,12 +77,18 @@ def test_loop_of_agents_as_tools_is_stopped_under_opentelemetry_instrument() -> 
 
 
 def test_observe_mode_from_the_environment_lets_handoffs_loop() -> None:
-    result, spans = run_app("handoffs", OTEL_GUARD_CYCLE_RULE="agent", OTEL_GUARD_MODE="observe")
+    result, spans = run_app(
+        "handoffs", OTEL_GUARD_CYCLE_RULE="agent", OTEL_GUARD_MODE="observe", OTEL_GUARD_MAX_NAME_DEPTH="2"
+    )
 
     assert result["calls"] == 6  # only the test model's budget ended the loop
     decisions = [s["attributes"]["otel_guard.decision"] for s in guard_spans(spans)]
-    assert decisions.count("would_refuse") == 5  # every handoff after the first
+    # Handoffs are transfers (a hand-back is no cycle): the places past max_name_depth would be
+    # refused, planner's third and fourth and budget's third of seven.
+    assert decisions.count("would_refuse") == 3
     assert "refuse" not in decisions
+    kinds = [s["attributes"]["otel_guard.hop.kind"] for s in guard_spans(spans)]
+    assert kinds.count("transfer") == 6
 
 
 def test_disabling_the_instrumentation_leaves_the_program_unguarded() -> None:
