@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from concurrent import futures
 
 _BAGGAGE_ONLY = W3CBaggagePropagator()
+_thread_pool: type[Any] = type(None)  # multiprocessing.pool.ThreadPool, from the start of carrying
 
 # The Pool methods that hand work (their first argument, ``func``) to the queue; ``apply`` is not
 # one of them: it calls ``apply_async``, and its work would be wrapped twice.
@@ -40,11 +41,13 @@ _POOL_METHODS = ("apply_async", "map", "map_async", "starmap", "starmap_async", 
 
 def carry_into_pools() -> None:
     """Wrap the pools' constructors and the calls that hand them work (once, from _threads)."""
+    global _thread_pool
     import multiprocessing.pool
     from concurrent import futures
 
     import wrapt
 
+    _thread_pool = multiprocessing.pool.ThreadPool
     pool = multiprocessing.pool.Pool
     wrapt.wrap_function_wrapper(pool, "__init__", _started_empty)
     for name in _POOL_METHODS:
@@ -68,12 +71,10 @@ def _pool_work(
     ctx = context.get_current()
     if not ctx:
         return method(*args, **kwargs)  # the workers' own context is empty: nothing to carry
-    import multiprocessing.pool
-
     work = args[0] if args else kwargs.get("func")
     if work is None:
         return method(*args, **kwargs)  # no work given: the pool's own error
-    if isinstance(pool, multiprocessing.pool.ThreadPool):
+    if isinstance(pool, _thread_pool):
         carried = functools.partial(call_in, ctx, work)
     else:
         carrier = carrier_of(ctx)
@@ -101,15 +102,30 @@ def _process_submit(
     return contextvars.Context().run(submit, fn, *args[1:], **kwargs)
 
 
+# The context last made into a carrier, the propagator that made it, and the carrier: work handed over
+# in a loop, or an executor's map (a submit per chunk), comes from one context.
+_last_carrier: tuple[Context | None, object, dict[str, str]] = (None, None, {})
+
+
 def carrier_of(ctx: Context) -> dict[str, str]:
     """``ctx`` as W3C context: the global propagator's fields, and the chain's baggage member even
-    where ``OTEL_PROPAGATORS`` leaves baggage out (a loop through the pool would go unseen)."""
-    carrier: dict[str, str] = {}
+    where ``OTEL_PROPAGATORS`` leaves baggage out (a loop through the pool would go unseen).
+
+    The carrier is only read (pickled) afterwards: the one made last is handed out again for the
+    same context.
+    """
+    global _last_carrier
+    textmap = propagate.get_global_textmap()
+    known, made_by, carrier = _last_carrier
+    if known is ctx and made_by is textmap:
+        return carrier
+    carrier = {}
     propagate.inject(carrier, context=ctx)
     if not propagator_reads_baggage():
         chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, ctx)
         if chain is not None:
             _BAGGAGE_ONLY.inject(carrier, context=baggage.set_baggage(CHAIN_BAGGAGE_KEY, chain, Context()))
+    _last_carrier = (ctx, textmap, carrier)
     return carrier
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("otel_guard")
 
 DISABLED_INSTRUMENTATIONS: Final = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
-"""OpenTelemetry's variable: ``threading`` (or ``*``) in it leaves threads as they are."""
+"""OpenTelemetry's variable: ``threading`` (or ``*``) in it leaves threads and pools as they are."""
 
 _CONTRIB: Final = "opentelemetry.instrumentation.threading"
 
@@ -47,12 +47,12 @@ _interpreter_pool: type[futures.Executor] | None = None
 
 
 def carry_context() -> None:
-    """Start carrying the context into threads, once per process; later calls return at once.
+    """Start carrying the context into threads and pools, once per process; later calls return at once.
 
     Called where the guard's settings come into force (the first hop, :func:`~otel_guard.configure`,
     an instrumentor's ``instrument()``), never on import. Does nothing when
-    ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` names ``threading`` (or is ``*``) at that moment, or when
-    OpenTelemetry's ``ThreadingInstrumentor`` already carries the context.
+    ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` names ``threading`` (or is ``*``) at that moment; leaves
+    threads (not pools) to OpenTelemetry's ``ThreadingInstrumentor`` when it already carries the context.
     """
     global _started
     if _started:

@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from otel_guard import DelegationRefused, current_chain, delegate
+from otel_guard import DelegationRefused, agentic, current_chain, delegate
 
 initialized_in: dict[str, Any] = {}
 
@@ -50,3 +50,14 @@ def initialize() -> None:
 def initialized(tag: object = None) -> dict[str, Any]:
     """What :func:`initialize` noted in this worker."""
     return dict(initialized_in)
+
+
+@agentic
+def planner(task: str) -> str:
+    """The planner a budget in the worker calls back: refused there, at the loop's first bounce."""
+    return f"planned {task}"
+
+
+@agentic
+def budget(task: str) -> str:
+    return planner(task)

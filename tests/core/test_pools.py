@@ -25,7 +25,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from pool_work import seen
 
 import otel_guard
-from otel_guard import DelegationRefused, delegate
+from otel_guard import DelegationRefused, agentic, delegate
 from otel_guard.guard import Delegation
 
 pytestmark = pytest.mark.integration
@@ -82,7 +82,7 @@ POOL_WAYS: dict[str, Callable[[multiprocessing.pool.Pool], Report]] = {
 
 
 def ways(pool: AnyPool) -> dict[str, Callable[[Any], Report]]:
-    return EXECUTOR_WAYS if isinstance(pool, Executor) else POOL_WAYS  # type: ignore[return-value]
+    return EXECUTOR_WAYS if isinstance(pool, Executor) else POOL_WAYS
 
 
 def handed_over(pool: AnyPool) -> dict[str, Report]:
@@ -228,6 +228,25 @@ def test_a_pools_workers_and_its_own_threads_start_in_no_chain(kind: str) -> Non
 # -- across the process boundary ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kind", ["ProcessPoolExecutor-spawn", "Pool-fork"])
+def test_a_loop_through_a_process_pool_is_refused_at_its_first_bounce(kind: str) -> None:
+    """planner → budget (in the worker) → planner: refused in the worker, raised where it was handed over."""
+    with opened(kind) as pool:
+
+        @agentic
+        def planner(task: str) -> str:
+            if isinstance(pool, Executor):
+                return pool.submit(pool_work.budget, task).result(timeout=WAIT)
+            return pool.apply(pool_work.budget, (task,))  # type: ignore[no-any-return]
+
+        with pytest.raises(DelegationRefused) as refused:
+            planner("a trip")
+
+    assert refused.value.reason == "cycle"
+    assert refused.value.chain is not None
+    assert refused.value.chain.agents == ("planner", "budget")
+
+
 def test_a_signed_chain_is_verified_with_the_workers_keys(
     key: Any, make_key: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -280,3 +299,31 @@ def test_loop_run_in_executor_with_a_process_pool_carries_the_chain() -> None:
 
     assert (inside["before"], inside["agents"]) == (root, ["starter", "worker"])
     assert (outside["before"], outside["agents"]) == (None, ["worker"])
+
+
+# -- from the guard's start ------------------------------------------------------------------------------
+
+NOT_WRAPPED: dict[str, list[str]] = {"init": [], "apply_async": [], "submit": []}
+WRAPPED_ONCE = {name: ["otel_guard._pools"] for name in NOT_WRAPPED}
+
+
+@pytest.mark.parametrize("steps", [[], ["configure"]], ids=["the first hop", "configure"])
+def test_nothing_is_patched_on_import_and_the_guards_start_turns_pools_on(
+    steps: list[str], run_program: Callable[..., Any]
+) -> None:
+    result = run_program("pool_start.py", {"start": steps})
+
+    assert result["after_import"] == NOT_WRAPPED
+    assert result["before_hop"] == (WRAPPED_ONCE if steps else NOT_WRAPPED)
+    assert result["after_hop"] == WRAPPED_ONCE
+    assert result["carried"] is True  # a pool made before the guard started carries too
+
+
+@pytest.mark.parametrize("disabled", ["threading", "*"])
+def test_otel_python_disabled_instrumentations_leaves_pools_alone(
+    disabled: str, run_program: Callable[..., Any]
+) -> None:
+    result = run_program("pool_start.py", {"start": []}, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=disabled)
+
+    assert result["after_hop"] == NOT_WRAPPED
+    assert result["carried"] is False

@@ -9,6 +9,8 @@ way the guard starts, the off switch) run ``programs/thread_loop.py``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -200,6 +202,30 @@ def test_a_pool_thread_started_inside_a_hop_does_not_keep_its_chain() -> None:
 
         assert planner().agents == ("planner",)
         assert pool.submit(current_chain).result(timeout=30) is None
+
+
+@pytest.mark.parametrize("start", ["start", "contextvars.Context().run(start)"])
+def test_a_long_lived_worker_started_inside_a_hop_keeps_its_chain_unless_started_empty(start: str) -> None:
+    """A thread is a branch of the hop that starts it; one started in an empty context is not."""
+    work: queue.Queue[int | None] = queue.Queue()
+    seen: list[tuple[str, ...] | None] = []
+
+    def serve() -> None:
+        while work.get(timeout=30) is not None:
+            chain = current_chain()
+            seen.append(chain.agents if chain is not None else None)
+
+    with delegate("planner"):
+        worker = threading.Thread(target=serve)
+        if start == "start":
+            worker.start()
+        else:
+            contextvars.Context().run(worker.start)
+    for item in (1, 2, None):
+        work.put(item)
+    worker.join(timeout=30)
+
+    assert seen == ([("planner",)] * 2 if start == "start" else [None, None])
 
 
 def test_a_thread_that_has_run_holds_no_context() -> None:
