@@ -185,6 +185,7 @@ async def test_a_first_request_is_a_new_chain_into_the_agent(
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 1,
     }
 

@@ -308,6 +308,7 @@ async def test_spans_carry_the_contract_attributes(
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,  # the tree's count, which the caller's hop made 2 (not added to)
     }
     refused = next(

@@ -64,6 +64,7 @@ def test_spans_carry_the_contract_attributes_and_nest_in_one_trace(instrumented:
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,
     }
     assert run.name == "invoke_agent planner"

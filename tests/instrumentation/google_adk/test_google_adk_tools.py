@@ -207,6 +207,7 @@ async def test_a_function_tool_call_is_a_hop_inside_adks_own_tool_span(
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,
     }
     # ADK opens its own span of the call before the plugin's callback: ours is its direct child.

@@ -126,6 +126,7 @@ def test_spans_carry_the_contract_attributes(instrumented: Any, spans: Any, metr
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 1,
     }
     budget_attrs = attrs(budget)

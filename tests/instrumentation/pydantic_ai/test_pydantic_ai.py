@@ -179,6 +179,7 @@ async def test_spans_carry_the_contract_attributes_and_nest(
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,
     }
     assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"

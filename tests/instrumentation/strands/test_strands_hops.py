@@ -198,6 +198,7 @@ async def test_spans_carry_the_contract_attributes_and_sit_under_strands_own(
         "otel_guard.name_depth": 1,
         "otel_guard.decision": "allow",
         "otel_guard.mode": "enforce",
+        "otel_guard.hop.kind": "call",
         "otel_guard.budget.hops": 2,
     }
     agent_hop = by_name["invoke_agent budget"]
