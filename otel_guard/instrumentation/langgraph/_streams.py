@@ -6,8 +6,10 @@ only, and it ends when the stream ends, fails or is closed (see :mod:`otel_guard
 every generator hop of the package). The consumer never sees the hop's context.
 
 ``enter`` decides where the run stands (a new hop, a hop it joins, a hop that arrived from another
-process) and returns the context to run the steps in, with the :class:`~otel_guard.guard.Delegation`
-to finish at the end (``None`` when the run joined a hop that someone else finishes).
+process, a transfer a handoff decided) and returns the context to run the steps in, with the
+:class:`~otel_guard.guard.Delegation` to finish at the end (``None`` when the run joined a hop that
+someone else finishes, or is no hop: an unnamed graph). Every run's steps also hold its
+:class:`~._handoffs.Handoffs`, ended with it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from opentelemetry import context
 
 from otel_guard._steps import Done, async_generator_in_context, generator_in_context
 from otel_guard.guard import Delegation
+from otel_guard.instrumentation.langgraph._handoffs import Handoffs, in_run
 from otel_guard.instrumentation.langgraph._waiting import finish
 
 Y = TypeVar("Y")
@@ -63,12 +66,12 @@ class _Moving:
 
     def _entered(self, step_context: StepContext) -> tuple[context.Context, Done]:
         ctx, hop = step_context
+        ctx, handoffs = in_run(ctx)
         if hop is None:
-            return ctx, _joined
+            return ctx, handoffs.close
         if not hop.opened:  # decided only: its span waits for the graph's run
             self._hop = hop
-            return ctx, functools.partial(finish, hop)
-        return ctx, hop.finish
+        return ctx, functools.partial(_finish, handoffs, hop)
 
     def moved(self) -> context.Context | None:
         hop = self._hop
@@ -104,5 +107,7 @@ class _AsyncSteps(_Moving):
         return self._entered(await self._enter())
 
 
-def _joined(exc: BaseException | None) -> None:
-    """A joined hop is finished by whoever opened it."""
+def _finish(handoffs: Handoffs, hop: Delegation, exc: BaseException | None) -> None:
+    """End the run's transfers that no node took, then its hop (their spans' parent, if opened)."""
+    handoffs.close()
+    finish(hop, exc)

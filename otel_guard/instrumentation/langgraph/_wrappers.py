@@ -20,7 +20,8 @@ opened the hop's span (the run joins it).
 
 A refused tool call, or a refusal raised anywhere inside a tool, becomes what the tool returns: a
 ``ToolMessage`` with ``status="error"`` and :func:`refusal_text` when the call came from a model, so
-``ToolNode`` hands it to the model and the graph goes on.
+``ToolNode`` hands it to the model and the graph goes on. So does a refused handoff: a tool's
+``Command(goto=..., graph=Command.PARENT)`` is a transfer into the node it names (:mod:`._handoffs`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from urllib.parse import quote
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.types import Command
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
@@ -40,6 +42,13 @@ from otel_guard.chain import Chain
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, chain_in, delegate
 from otel_guard.instrumentation._base import acall_in_hop, refusal_text, unless_suppressed
+from otel_guard.instrumentation.langgraph._handoffs import (
+    HANDOFFS,
+    Handoffs,
+    ahand_over,
+    hand_over,
+    with_chain_of,
+)
 from otel_guard.instrumentation.langgraph._streams import (
     StepContext,
     astream_in_hop,
@@ -277,10 +286,15 @@ def _run_span_comes_after() -> bool:
 
 
 def _graph_step_context(
-    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None,
+    span_kind: SpanKind,
+    remote: bool,
+    node: str | None = None,
 ) -> StepContext:
-    """Open (or join) the hop of a graph run named ``name``; called at the stream's first step."""
-    found = _graph_hop(name, attributes, span_kind, remote)
+    """Open (or join) the hop of a graph run named ``name`` (the run of ``node`` in the graph that
+    runs it, if any); called at the stream's first step."""
+    found = _graph_hop(name, attributes, span_kind, remote, node)
     if not isinstance(found, Delegation):
         return found
     decided = _decided_first(remote)
@@ -288,10 +302,14 @@ def _graph_step_context(
 
 
 async def _agraph_step_context(
-    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None,
+    span_kind: SpanKind,
+    remote: bool,
+    node: str | None = None,
 ) -> StepContext:
     """:func:`_graph_step_context` for an async stream: the hop's budget store is awaited."""
-    found = _graph_hop(name, attributes, span_kind, remote)
+    found = _graph_hop(name, attributes, span_kind, remote, node)
     if not isinstance(found, Delegation):
         return found
     decided = _decided_first(remote)
@@ -300,10 +318,18 @@ async def _agraph_step_context(
 
 
 def _graph_hop(
-    name: str, attributes: Mapping[str, AttributeValue] | None, span_kind: SpanKind, remote: bool
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None,
+    span_kind: SpanKind,
+    remote: bool,
+    node: str | None = None,
 ) -> StepContext | Delegation:
     """The hop a graph run named ``name`` joins (its step context), or the new hop it makes."""
     parent = context.get_current()
+    handoffs = parent.get(HANDOFFS)
+    if type(handoffs) is Handoffs and not remote and (handed := handoffs.take(node, name)) is not None:
+        # A handoff tool of the agent before decided this run: the transfer is its hop.
+        return _transferred(name, handed, parent)
     opened = parent.get(_OPEN_HOP)
     chain = chain_in(parent)
     ours = isinstance(opened, _OpenHop) and opened.chain == chain
@@ -319,6 +345,15 @@ def _graph_hop(
         # By the caller's process, which sent the chain: check the hop again, do not add it twice.
         receiving = not remote
     return delegate(name, kind="agent", span_kind=span_kind, receiving=receiving, attributes=attributes)
+
+
+def _transferred(name: str, hop: Delegation, parent: context.Context) -> StepContext:
+    """The step context of a graph run that a handoff's transfer (``hop``, decided in the agent that
+    handed off) starts: that agent's chain, this run's place; the span opens as a graph hop's does."""
+    ctx = with_chain_of(parent, hop)
+    if _decided_first(remote=False):
+        return _with_open_hop(ctx, "graph", name, hop.chain, wait("chain", hop)), hop
+    return _with_open_hop(hop.open(ctx), "graph", name, hop.chain), hop
 
 
 def _decided_first(remote: bool) -> bool:
@@ -345,13 +380,14 @@ def _entering(
     """
     parent = context.get_current()
     attributes = _conversation_attributes(args, kwargs)
+    node = _node_name(args, kwargs)
 
     def enter() -> StepContext:
         if context.get_current() is parent:  # consumed where it was called (the usual case)
-            return _graph_step_context(name, attributes, span_kind, remote)
+            return _graph_step_context(name, attributes, span_kind, remote, node)
         token = context.attach(parent)
         try:
-            return _graph_step_context(name, attributes, span_kind, remote)
+            return _graph_step_context(name, attributes, span_kind, remote, node)
         finally:
             context.detach(token)
 
@@ -364,17 +400,27 @@ def _aentering(
     """:func:`_entering` for an async stream (``astream``, and ``astream_events`` through it)."""
     parent = context.get_current()
     attributes = _conversation_attributes(args, kwargs)
+    node = _node_name(args, kwargs)
 
     async def enter() -> StepContext:
         if context.get_current() is parent:
-            return await _agraph_step_context(name, attributes, span_kind, remote)
+            return await _agraph_step_context(name, attributes, span_kind, remote, node)
         token = context.attach(parent)
         try:
-            return await _agraph_step_context(name, attributes, span_kind, remote)
+            return await _agraph_step_context(name, attributes, span_kind, remote, node)
         finally:
             context.detach(token)
 
     return enter
+
+
+def _node_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The node a graph runs as, in the graph that runs it (LangGraph's ``langgraph_node`` in the
+    run's config), or ``None`` for a graph run by other code."""
+    config = kwargs.get("config", args[1] if len(args) > 1 else None)
+    metadata = config.get("metadata") if isinstance(config, Mapping) else None
+    node = metadata.get("langgraph_node") if isinstance(metadata, Mapping) else None
+    return node if isinstance(node, str) else None
 
 
 def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -390,6 +436,15 @@ def _conversation_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> d
 # -- graphs -------------------------------------------------------------------------------------
 
 
+def _no_hop() -> StepContext:
+    """The step context of a graph run that is no agent's: the consumer's context, no hop."""
+    return context.get_current(), None
+
+
+async def _ano_hop() -> StepContext:
+    return context.get_current(), None
+
+
 def _agent_name(instance: object) -> str | None:
     """The name a graph, remote graph or tool stands under in the chain (``None``: no name, no hop)."""
     name = getattr(instance, "name", None)
@@ -401,7 +456,8 @@ def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs:
     """``Pregel.stream``: the run is one ``invoke_agent`` hop, from first chunk to last."""
     name = _agent_name(instance)
     if name is None or name == DEFAULT_GRAPH_NAME:
-        return wrapped(*args, **kwargs)
+        # No agent, no hop; its steps still keep the handoffs its nodes' tools make (._handoffs).
+        return stream_in_hop(_no_hop, lambda: wrapped(*args, **kwargs))
     return stream_in_hop(
         _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),
@@ -413,7 +469,7 @@ def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
     """``Pregel.astream``: as :func:`graph_stream`."""
     name = _agent_name(instance)
     if name is None or name == DEFAULT_GRAPH_NAME:
-        return wrapped(*args, **kwargs)
+        return astream_in_hop(_ano_hop, lambda: wrapped(*args, **kwargs))
     return astream_in_hop(
         _aentering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),
@@ -508,6 +564,7 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
     if _agent_name(instance) is None:
         return wrapped(*args, **kwargs)
     hop, tool_call_id = _tool_hop(instance, kwargs)
+    arrival = context.get_current()  # the calling agent's: where a handoff it makes is decided
     # As call_in_hop, without its closures (a tool call is the hop a graph makes most).
     try:
         token = context.attach(_tool_context(hop, instance.name))
@@ -523,6 +580,11 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
         raise
     context.detach(token)
     finish(hop)
+    if isinstance(result, Command):  # a handoff tool's command: a transfer, decided now
+        try:
+            hand_over(result, arrival)
+        except DelegationRefused as err:
+            return refusal_output(err, instance.name, tool_call_id)
     return result
 
 
@@ -534,9 +596,13 @@ def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwarg
 
     async def run() -> Any:
         hop, tool_call_id = _tool_hop(instance, kwargs)
+        arrival = context.get_current()
         try:
             ctx = await _atool_context(hop, instance.name)  # a budget store is awaited
-            return await acall_in_hop(hop, lambda: wrapped(*args, **kwargs), enter=lambda: ctx)
+            result = await acall_in_hop(hop, lambda: wrapped(*args, **kwargs), enter=lambda: ctx)
+            if isinstance(result, Command):
+                await ahand_over(result, arrival)
+            return result
         except DelegationRefused as err:
             return refusal_output(err, instance.name, tool_call_id)
         finally:
