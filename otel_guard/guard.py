@@ -731,12 +731,8 @@ def delegate(
     server side of a remote hop: when the chain that arrived already ends with this agent, that hop is
     checked again instead of being added twice.
 
-    ``transfer=True`` makes the hop a transfer (a handoff: the agent in the current hop passes control
-    to ``agent`` and waits for no answer): control may later come back to the agent that handed off
-    without a cycle, and the hop still counts toward ``max_name_depth``, ``max_depth`` and the
-    budgets. Its span carries ``otel_guard.hop.kind`` ``transfer`` and ``gen_ai.transfer.mode``
-    ``pass_control``. Mark a transfer only where the runtime itself says that control passes (its
-    handoff API), never from a tool's name.
+    ``transfer=True``: a handoff (the current agent passes control and waits for no answer; a return
+    to it is no cycle: policy.waiting), only where the runtime's own handoff API says so.
     """
     return Delegation(agent, skill, kind, span_kind, receiving, attributes, transfer)
 
