@@ -2,8 +2,9 @@
 
 Switch it on with ``opentelemetry-instrument`` (extra ``strands``), or in code before the agents are
 built: ``StrandsInstrumentor().instrument()``. The guard is Strands' own hooks, added to every
-``Agent`` and ``Swarm`` as it is built, so agents built before ``instrument()`` are not guarded. What
-is a hop, what the model sees, what is left out: docs/runtimes/strands.md.
+``Agent`` and ``Swarm`` as it is built, so agents built before ``instrument()`` are not guarded. A
+swarm handoff is a transfer (a hand-back is no cycle: :mod:`._swarm`). What is a hop, what the model
+sees, what is left out: docs/runtimes/strands.md.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Which hop a call is (:func:`hop_of`):
 
 * an agent offered as a tool (``agent.as_tool()``, or an ``Agent`` in another agent's ``tools``) is a
   hop into that agent, ``invoke_agent {agent.name}``, and the agent's run inside it joins that hop;
-* a swarm's ``handoff_to_agent`` call is a hop into the target node's agent, kept open until the
-  target has run (see :mod:`._swarm`);
+* a swarm's ``handoff_to_agent`` call is a transfer into the target node's agent (its caller waits
+  for nothing), kept open until the target has run (see :mod:`._swarm`);
 * any other tool is ``execute_tool {tool name}``; an agent run of the same name inside it joins it.
 
 What a refusal looks like (:func:`refused_result`): the refused call's body never runs; the call

@@ -1,19 +1,25 @@
-"""Swarm handoffs as hops: a handoff is a hop into the node it hands off to.
+"""Swarm handoffs as hops: a handoff is a transfer into the node it hands off to.
 
-A Strands ``Swarm`` gives each node's agent a ``handoff_to_agent`` tool. The tool only records the
-target; when the node's run ends, the swarm runs the target node next, from the swarm's own loop, so
-nothing in the call stack links the target's run to the node that chose it. The guard links them:
+A Strands ``Swarm`` gives each node's agent a ``handoff_to_agent`` tool ("Transfer control to another
+agent"). The tool only records the target; when the node's run ends, the swarm runs the target node
+next, from the swarm's own loop, so nothing in the call stack links the target's run to the node that
+chose it. The guard links them:
 
-* the handoff call is a hop ``invoke_agent {target}``, decided in the handing-off node's run
-  (:mod:`._calls`): the chain is then ``… → planner → budget``. A refused handoff is the
+* the handoff call is a hop ``invoke_agent {target}`` of kind transfer, decided in the handing-off
+  node's run (:mod:`._calls`): the chain is then ``… → planner ⇒ budget``. A refused handoff is the
   tool's error result, so the swarm does not take it, the model reads the refusal and answers, and
   the swarm ends with that node;
 * an allowed handoff stays open, kept on the swarm invocation (:class:`SwarmRun`, in the
   invocation state Strands passes to every node and tool of one swarm invocation), until the target
   node's agent runs: its run takes the handoff's chain (the target already ends it, so the run adds
-  no hop of its own) and the handoff's hop ends with that run. So ``budget`` handing back to ``planner`` is
-  a cycle, the ping-pong that ``max_handoffs`` would otherwise let run 20 times and that repetitive
-  handoff detection (off by default) is meant to catch.
+  no hop of its own) and the handoff's hop ends with that run.
+
+The node handing off waits for nothing (its run is over once the swarm takes the handoff), so
+``budget`` handing back to ``planner`` is no cycle (triage ⇒ faq ⇒ triage runs), but every handoff
+is a place in one chain: a ping-pong stops at ``max_name_depth`` / ``max_depth`` (with the defaults,
+at the eighth handoff, before the swarm's own ``max_handoffs`` of 20), or at ``max_handoffs`` where a
+swarm sets it lower. A handoff to an agent that still waits (one that called, as a tool, whatever
+runs this swarm) is a cycle.
 
 The swarm's own hooks (added to every ``Swarm`` as it is built) open the :class:`SwarmRun` when an
 invocation starts and end what is left of it (a handoff whose target never ran) when it ends.

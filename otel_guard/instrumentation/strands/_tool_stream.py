@@ -4,9 +4,9 @@ Strands' ``ExecuteToolStage`` terminal opens Strands' ``execute_tool {name}`` sp
 and iterates ``tool.stream(...)``, stopping at the first ``ToolResultEvent`` (or
 ``ToolInterruptEvent``) without resuming the stream again. The stream of :class:`ToolInHop`:
 
-* at its first step, decides the call's hop (:func:`~._calls.hop_of`): its span starts under
-  Strands' span, current then. A refused call's stream gives the refusal as the tool's failed result
-  and ends; the tool never runs;
+* at its first step, decides the call's hop (:func:`~._calls.hop_of`; a handoff's is a transfer):
+  its span starts under Strands' span, current then. A refused call's stream gives the refusal as the
+  tool's failed result and ends; the tool never runs;
 * runs each step of the tool's own stream with the hop's context attached, and detaches it before
   the step's event goes back to Strands: the hop's context never stays attached in the executor's
   context between steps, and never has to be detached from a finalizer in another one;
@@ -111,7 +111,8 @@ class _StreamInHop:
         )
         if target is not None:
             name, kind, self._swarm_run = target
-            hop = delegate(name, kind=kind)
+            # A handoff passes control (the node handing off waits for nothing): a transfer.
+            hop = delegate(name, kind=kind, transfer=self._swarm_run is not None)
             try:
                 ctx = await hop.astart()
             except DelegationRefused as err:

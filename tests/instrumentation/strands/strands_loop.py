@@ -108,10 +108,10 @@ class ScriptedModel(Model):
     @property
     def runs(self) -> int:
         """How many runs reached this model (a run's first request ends with the user's text)."""
-        return sum(1 for request in self.requests if not _tool_results_of(request.messages[-1]))
+        return sum(1 for request in self.requests if not tool_results_of(request.messages[-1]))
 
     def _respond(self, messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        returned = _tool_results_of(messages[-1])
+        returned = tool_results_of(messages[-1])
         if returned:
             self.tool_results.extend(returned)
             seen = "; ".join(f"{result['status']}: {_text(result)}" for result in returned)
@@ -124,7 +124,8 @@ class ScriptedModel(Model):
         return _tool_use_response(calls, arguments, self.tokens)
 
 
-def _tool_results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+def tool_results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool results a message carries (a model request whose newest message has some answers them)."""
     return [block["toolResult"] for block in message.get("content", []) if "toolResult" in block]
 
 
