@@ -26,8 +26,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import pytest
@@ -84,9 +86,18 @@ def environment(extra: str) -> dict[str, str]:
 def run(
     command: list[str], env: dict[str, str], timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        command, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    # A session of its own: past the time bound, the example goes with every process it started
+    # (the services example's servers), not the example alone.
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     for bad in NOT_IN_STDERR:
         assert bad not in result.stderr, f"{command}: {bad!r} on stderr:\n{result.stderr[-3000:]}"
