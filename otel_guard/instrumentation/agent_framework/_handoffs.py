@@ -1,4 +1,4 @@
-"""Handoffs as hops: a handoff is a hop into the agent it hands off to, open until that agent has run.
+"""Handoffs as hops: a handoff is a transfer into the agent it hands off to, open until that agent has run.
 
 ``HandoffBuilder`` (agent-framework-orchestrations) gives each participant a tool
 ``handoff_to_{target}`` per target. The call never reaches a tool body: a function middleware of the
@@ -8,15 +8,23 @@ superstep, from the workflow's loop: nothing in the call stack links the target'
 that chose it. No middleware of the guard's reaches either place (the handoff middleware is the
 agent's own, and comes before the guard's), so two patches link them:
 
-* ``_AutoHandoffMiddleware.process``: a handoff call is a hop ``invoke_agent {target}``, decided
-  there, in the handing-off agent's run: the chain is ``… → planner → budget``. A refused handoff
-  is not taken: the call's result is the refusal's text (the handoff middleware is not called), the
-  model reads it and answers, and the workflow goes on as after any answer (it asks the user, or
-  ends on its termination condition);
+* ``_AutoHandoffMiddleware.process``: a handoff call is a hop ``invoke_agent {target}`` of kind
+  transfer, decided there, in the handing-off agent's run: the chain is ``… → planner ⇒ budget``.
+  A refused handoff is not taken: the call's result is the refusal's text (the handoff middleware
+  is not called), the model reads it and answers, and the workflow goes on as after any answer (it
+  asks the user, or ends on its termination condition);
 * ``HandoffAgentExecutor._run_agent_and_emit``, an executor's turn: an allowed handoff waits (by the
   workflow's ``State`` and the target's id) for its target's next turn, which runs inside it. The
-  target's run joins that hop (the chain already ends with it), so ``budget`` handing back to
-  ``planner`` is a cycle; the hop ends with the turn (its autonomous-mode continuations included).
+  target's run joins that hop (the chain already ends with it); the hop ends with the turn (its
+  autonomous-mode continuations included).
+
+What a reader would not guess: the workflow's own words say so. A handoff passes control (the
+agent handing off has ended its turn and waits for no answer: ``HandoffBuilder``'s agents "transfer
+control to each other"), so it is a transfer: ``budget`` handing the conversation back to
+``planner`` is no cycle (the customer-support shape, triage → specialist → triage), and a ping-pong
+of handoffs, which neither the per-agent ``autonomous_mode_turn_limit`` (reset at every handoff) nor
+anything short of the workflow's superstep limit bounds, stops at ``max_name_depth`` or
+``max_depth``. An agent that still waits (one whose tool runs the workflow) is a cycle all the same.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ class Turn:
 async def guard_handoff(
     wrapped: Callable[..., Awaitable[None]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
-    """``_AutoHandoffMiddleware.process``: the handoff is a hop into its target, or not taken."""
+    """``_AutoHandoffMiddleware.process``: the handoff is a transfer into its target, or not taken."""
     context = args[0] if args else kwargs["context"]
     targets = getattr(instance, "_handoff_functions", None)
     function = getattr(context, "function", None)
@@ -74,7 +82,7 @@ async def guard_handoff(
     if not (guarding() and isinstance(target, str) and target):
         await wrapped(*args, **kwargs)
         return
-    hop = delegate(target)
+    hop = delegate(target, transfer=True)
     try:
         await hop.astart()
     except DelegationRefused as err:

@@ -8,7 +8,12 @@ a real model reacts to its input:
 - a fresh user turn: call the configured tool, while the shared :class:`CallBudget` lasts; after
   that, answer in text;
 - a tool result (a refusal included): answer in text, naming the result, so the model "reads" it
-  and answers.
+  and answers;
+- the result of its own handoff, when a handoff workflow hands the conversation back to it: a fresh
+  turn (it calls its tool again), so two agents handing off to each other ping-pong.
+
+:class:`StepsClient` plays a script instead, one step a request (a tool call or an answer), as the
+OpenAI Agents SDK's ``ScriptedModel`` does: the shape of a runtime's own example, step by step.
 
 :func:`build_loop` makes the "tool that runs an agent" pattern: each agent has a ``@tool`` that runs the
 other agent and returns its answer. Left alone, planner and budget bounce until the budget of tool
@@ -137,7 +142,7 @@ class ScriptedClient(
 
     def _respond(self, messages: Sequence[Message], options: dict[str, Any]) -> Message:
         last = messages[-1]
-        returned = [c for c in last.contents if c.type == "function_result"]
+        returned = [c for c in last.contents if c.type == "function_result" and not handed_off(c)]
         if returned:
             self.tool_results.extend(returned)
             seen = "; ".join(str(result.result) for result in returned)
@@ -157,6 +162,48 @@ class ScriptedClient(
                 Content.from_function_call(f"call_{next(_call_ids)}", name, arguments=arguments)
                 for name in calls
             ],
+        )
+
+
+def handed_off(result: Content) -> bool:
+    """Whether a function result is a handoff workflow's answer to a handoff call (``{"handoff_to":
+    target}``, which ``HandoffBuilder``'s handoff middleware gives): no result a model answers from."""
+    try:
+        payload = json.loads(str(result.result))
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and "handoff_to" in payload
+
+
+Step = str | tuple[str, dict[str, Any]]
+"""One response of a :class:`StepsClient`: a call ``(tool, arguments)``, or an answer whose
+``{result}`` is the text of the function results it received."""
+
+
+def call(tool: str, **arguments: Any) -> Step:
+    return tool, arguments
+
+
+class StepsClient(ScriptedClient):
+    """A model that plays ``steps``, one a request; a request past its script fails the run."""
+
+    def __init__(self, me: str, steps: Sequence[Step]) -> None:
+        super().__init__(me, None, CallBudget(0))
+        self.steps = list(steps)
+
+    def _respond(self, messages: Sequence[Message], options: dict[str, Any]) -> Message:
+        returned = [c for c in messages[-1].contents if c.type == "function_result" and not handed_off(c)]
+        self.tool_results.extend(returned)
+        if not self.steps:
+            raise AssertionError(f"{self.me}'s model was asked once more than its script says")
+        step = self.steps.pop(0)
+        if isinstance(step, str):
+            seen = "; ".join(str(result.result) for result in returned)
+            return Message(role="assistant", contents=[step.format(result=seen)])
+        name, arguments = step
+        return Message(
+            role="assistant",
+            contents=[Content.from_function_call(f"call_{next(_call_ids)}", name, arguments=arguments)],
         )
 
 
@@ -211,8 +258,9 @@ def build_loop(
 
 class Handoffs:
     """Planner and budget in one ``HandoffBuilder`` workflow: each model hands off to the other (or,
-    given no tool, answers at once). Interactive mode (the builder's default): after an answer that
-    hands off to no one, the workflow asks the user and its run ends."""
+    given no tool, answers at once), and hands off again when the conversation comes back to it, until
+    the calls run out. Interactive mode (the builder's default): after an answer that hands off to no
+    one, the workflow asks the user and its run ends."""
 
     def __init__(
         self,
@@ -223,6 +271,7 @@ class Handoffs:
         context_provider: bool = False,
         budget_tools: list[Any] | None = None,
         planner_middleware: list[Any] | None = None,
+        start: str = "planner",
     ) -> None:
         self.calls = CallBudget(max_tool_calls)
         self.planner_client = ScriptedClient("planner", planner_tool, self.calls)
@@ -245,7 +294,10 @@ class Handoffs:
         )
         from agent_framework_orchestrations import HandoffBuilder  # not needed by the other tests
 
-        self.workflow = HandoffBuilder(participants=[planner, budget]).with_start_agent(planner).build()
+        self.agents = {"planner": planner, "budget": budget}  # the participants (the workflow clones them)
+        self.workflow = (
+            HandoffBuilder(participants=[planner, budget]).with_start_agent(self.agents[start]).build()
+        )
 
     async def run(self, text: str, *, streamed: bool = False) -> list[WorkflowEvent[Any]]:
         if streamed:

@@ -66,17 +66,25 @@ def test_observe_mode_from_the_environment_records_would_refuse() -> None:
     assert_observe_mode_let_it_through(spans)
 
 
-def test_the_handoffs_are_stopped_under_opentelemetry_instrument() -> None:
-    result, spans = run_app("handoffs", OTEL_GUARD_CYCLE_RULE="agent")
+def test_a_ping_pong_of_handoffs_is_stopped_under_opentelemetry_instrument() -> None:
+    result, spans = run_app("handoffs", OTEL_GUARD_MAX_NAME_DEPTH="2")
 
-    # Budget's handoff back was refused and not taken; budget's model read why and answered, and the
-    # workflow's run ended asking the user.
-    assert result["handoffs"] == [["planner", "budget"]]
-    assert result["tool_calls"] == 2
+    # Handoffs are transfers, so the hand-back to planner was taken; budget's next one, which would
+    # make planner stand a third time, was refused and not taken: budget's model read why as the
+    # handoff call's result and answered, and the workflow's run ended asking the user.
+    assert result["handoffs"] == [["planner", "budget"], ["budget", "planner"], ["planner", "budget"]]
+    assert result["tool_calls"] == 4
     (text,) = result["budget_saw"]
-    assert text.startswith("Refused by otel-guard (a2a_delegation_cycle, reason: cycle)")
-    assert "agent planner is already in chain planner → budget." in text
-    assert "".join(result["answers"]).startswith("budget answers after Refused by otel-guard")
+    assert text.startswith(
+        "Refused by otel-guard (a2a_delegation_depth, reason: name_depth): Delegation name depth: agent "
+        "planner already stands 2 times in chain planner ⇒ budget ⇒ planner ⇒ budget"
+    )
+    assert result["answers"] == [f"budget answers after {text}"]
     assert result["asks_the_user"] is True
-    assert_planner_refused(spans, ("planner", "budget", "planner"))
+    refused = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
+    assert [(s["name"], s["attributes"]["otel_guard.reason"]) for s in refused] == [
+        ("invoke_agent planner", "name_depth")
+    ]
+    kinds = [s["attributes"]["otel_guard.hop.kind"] for s in hops(spans)]
+    assert sorted(kinds) == ["call"] + ["transfer"] * 4
     assert len({s["context"]["trace_id"] for s in hops(spans)}) == 1
