@@ -425,13 +425,15 @@ class Delegation:
 
     def _join(self, parent: Context) -> Context | None:
         """Join the hop ``parent`` is marked joinable by, when this is an agent hop of its name made
-        directly in it (:func:`joinable`); return the context to run the body in, or ``None``."""
+        directly in it (:func:`joinable`); return the context to run the body in, or ``None``.
+
+        A receiving hop joins too: an adapter that took the chain for one its caller sent (LangGraph
+        does, when a span of another library's stands between) is inside the same request's hop."""
         host = parent.get(JOINABLE)
         if (
             not isinstance(host, Delegation)
             or host._agent != self._agent
             or self.kind != "agent"
-            or self._receiving
             or host._plan is None
         ):
             return None

@@ -10,16 +10,21 @@ in-memory SDK.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import httpx
 import pytest
 import requests
 from fastapi import FastAPI
-from opentelemetry.sdk.trace import ReadableSpan
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.graph import START, MessagesState, StateGraph
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from pydantic import BaseModel
 from pydantic_ai import Agent, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -28,6 +33,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 import otel_guard
 from otel_guard.asgi import GuardMiddleware
 from otel_guard.instrumentation.http import HTTPClientsInstrumentor
+from otel_guard.instrumentation.langgraph import LangGraphInstrumentor
 from otel_guard.instrumentation.pydantic_ai import PydanticAIInstrumentor
 from tests.core.asgi_server import serving
 from tests.instrumentation.instrumentors import instrumentor_fixture
@@ -158,7 +164,35 @@ def ask(service: Service, question: str = "Plan the offsite") -> httpx.Response:
     return httpx.post(f"{service.url}/ask", json={"question": question}, timeout=CALL_SECONDS)
 
 
+class OpenHops(SpanProcessor):
+    """Counts the guard's hop spans started and not ended yet (their attributes are set at start)."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+        self.lock = threading.Lock()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if span.attributes and DECISION in span.attributes:
+            with self.lock:
+                self.open.add(span.context.span_id)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None:
+            with self.lock:
+                self.open.discard(span.context.span_id)
+
+
+OPEN_HOPS = OpenHops()
+cast(TracerProvider, trace.get_tracer_provider()).add_span_processor(OPEN_HOPS)
+
+
 def hop_spans(spans: Any) -> list[ReadableSpan]:
+    """The guard's hop spans, in the order they started, once none is still open: the middleware
+    ends its span after the response is sent, so the client may get its answer a moment before."""
+    deadline = time.monotonic() + CALL_SECONDS
+    while OPEN_HOPS.open and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not OPEN_HOPS.open, "a hop span stayed open"
     return sorted(
         (s for s in spans.all() if s.attributes and DECISION in s.attributes), key=lambda s: s.start_time or 0
     )
@@ -318,3 +352,36 @@ def test_excluded_urls_pass_through_as_no_hop(spans: Any, services: Callable[...
     # Every other path is guarded as before.
     assert ask(concierge).status_code == 200
     assert [name for name, _, _ in hops(spans)] == ["invoke_agent concierge"]
+
+
+# -- a runtime whose run reads the arriving chain itself (LangGraph) ------------------------------
+
+langgraph_guarded = instrumentor_fixture(LangGraphInstrumentor)
+
+
+def test_a_langgraph_run_joins_the_request_under_fastapis_own_spans(
+    spans: Any, serve_asgi: Callable[[Any], str], langgraph_guarded: LangGraphInstrumentor
+) -> None:
+    """FastAPI's own telemetry puts its endpoint span between the middleware's hop and the graph
+    run; LangGraph's adapter takes the chain for one its caller sent and makes a receiving hop, which
+    joins the request's hop all the same: one span, one place."""
+
+    def answer(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [AIMessage(f"fx: {otel_guard.current_chain().path()}")]}  # type: ignore[union-attr]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    fx = builder.compile(name="fx")
+    app = FastAPI()
+
+    @app.post("/ask")
+    def ask_fx() -> dict[str, str]:
+        state = fx.invoke({"messages": [HumanMessage("a rate")]})
+        return {"answer": str(state["messages"][-1].content)}
+
+    app.add_middleware(GuardMiddleware, agent="fx")
+    response = httpx.post(f"{serve_asgi(app)}/ask", timeout=CALL_SECONDS)
+
+    assert response.json() == {"answer": "fx: fx"}
+    assert hops(spans) == [("invoke_agent fx", "allow", ("fx",))]
