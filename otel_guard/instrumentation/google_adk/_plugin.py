@@ -18,7 +18,9 @@ answer a call the guard would refuse, nor skip the callback that ends a hop.
   happens) and the model reads why. Allowed, the hop is handed over to the agent's run
   (:mod:`._calls`). Any other tool that asks for a transfer
   (``tool_context.actions.transfer_to_agent``) gets the same decision after it ran; refused, the
-  transfer is withdrawn and the tool's response is the refusal.
+  transfer is withdrawn and the tool's response is the refusal. A transfer's hop is of kind transfer
+  (ADK's ``EventActions.transfer_to_agent`` passes control: a transfer back to the parent or root
+  agent is no cycle); a sub-agent's call, single-turn or task, is a call (its caller waits).
 * ``before_model_callback``: the situational guidance (:mod:`._guidance`).
   ``after_model_callback``: the task delegations the response asks for are decided (ADK dispatches
   them without calling the tool callbacks) and handed over, refused ones as refusals; the response's
@@ -99,7 +101,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         if planned is None:
             return None
         if isinstance(planned, HandOver):
-            return await _hand_over(planned.agent, tool_context)
+            return await _hand_over(planned.agent, tool_context, transfer=planned.transfer)
         hop = delegate(planned.name, kind=planned.kind)
         try:
             hop_context = await hop.astart()
@@ -120,7 +122,7 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         if not isinstance(target, str) or not target or is_transfer(tool) or not _guarding():
             return None
         # A tool of its own that asked for a transfer: decided now, in the agent's context again.
-        refused = await _hand_over(target, tool_context)
+        refused = await _hand_over(target, tool_context, transfer=True)
         if refused is not None:
             actions.transfer_to_agent = None
         return refused
@@ -169,14 +171,14 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         calls.end_invocation(invocation_context.invocation_id, error)
 
 
-async def _hand_over(agent: str, tool_context: ToolContext) -> dict[str, Any] | None:
-    """Decide the hop into ``agent``, which the call hands control to: the refusal response, or
-    ``None`` (the hop is handed over to the agent's run)."""
+async def _hand_over(agent: str, tool_context: ToolContext, *, transfer: bool) -> dict[str, Any] | None:
+    """Decide the hop into ``agent``, which the call hands control to (for good: a ``transfer``): the
+    refusal response, or ``None`` (the hop is handed over to the agent's run)."""
     caller = calling_agent(tool_context)
     root = getattr(caller, "root_agent", None)
     if hopped_by_a2a(root.find_agent(agent) if root is not None else None):
         return None  # the remote agent's A2A send decides
-    hop = delegate(agent, attributes=conversation(tool_context))
+    hop = delegate(agent, attributes=conversation(tool_context), transfer=transfer)
     try:
         await hop.adecide()  # a budget store is awaited, never the event loop held
     except DelegationRefused as err:

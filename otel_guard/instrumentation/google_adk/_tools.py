@@ -9,10 +9,12 @@ Imported only where ADK is installed (the instrumentor imports it when it patche
   hop, so one call is one hop whatever the tool is named.
 * A call that hands control to an agent ADK runs elsewhere (:class:`HandOver`) is a hop into that
   agent, decided before the call runs, in the calling agent's context, and opened when the agent's run
-  starts: ``transfer_to_agent`` (the target runs after the transferring agent's run) and the tool ADK
+  starts: ``transfer_to_agent`` (the target runs after the transferring agent's run), a *transfer*
+  (the transferring agent waits for nothing, so a transfer back to it is no cycle), and the tool ADK
   makes of a ``mode="single_turn"`` sub-agent (ADK runs it as a node, in the context it captured when
-  it prepared the call, not the tool's). ``transfer_to_agent`` itself is no hop: a tool in the chain
-  for every transfer would make the second transfer of any tree a false cycle.
+  it prepared the call, not the tool's), a call (the caller waits for its answer).
+  ``transfer_to_agent`` itself is no hop, the transfer is: a tool hop too would take a second place
+  of the chain for every transfer.
 * A ``mode="task"`` sub-agent's call never reaches the tool callbacks (ADK 2's node runtime dispatches
   the task agent itself): the guard plugin decides it from the model's response (:func:`task_calls`).
 * Not hops, because nothing is delegated: a call of a tool the agent does not have (ADK answers it
@@ -58,16 +60,19 @@ class ToolHop:
 
 @dataclass(frozen=True)
 class HandOver:
-    """The call hands control to ``agent``: a hop decided now and opened by that agent's run."""
+    """The call hands control to ``agent``: a hop decided now and opened by that agent's run. A
+    ``transfer`` passes control for good (the calling agent waits for nothing); otherwise the agent
+    answers the caller, which waits (a call)."""
 
     agent: str
+    transfer: bool
 
 
 def hop_of(tool: Any, tool_args: dict[str, Any]) -> ToolHop | HandOver | None:
     """The hop a call of ``tool`` with ``tool_args`` makes, or ``None`` for none."""
     if is_transfer(tool):
         target = tool_args.get("agent_name")
-        return HandOver(target) if isinstance(target, str) and target else None
+        return HandOver(target, transfer=True) if isinstance(target, str) and target else None
     # ADK answers a call of a tool it does not know with a bare BaseTool placeholder.
     if type(tool) is BaseTool or isinstance(tool, (SetModelResponseTool, FinishTaskTool, _TaskAgentTool)):
         return None
@@ -76,7 +81,9 @@ def hop_of(tool: Any, tool_args: dict[str, Any]) -> ToolHop | HandOver | None:
         if hopped_by_a2a(agent):
             return None
         return (
-            HandOver(agent.name) if isinstance(tool, _SingleTurnAgentTool) else ToolHop(agent.name, "agent")
+            HandOver(agent.name, transfer=False)
+            if isinstance(tool, _SingleTurnAgentTool)
+            else ToolHop(agent.name, "agent")
         )
     name = getattr(tool, "name", None)
     return ToolHop(name, "tool") if isinstance(name, str) and name else None

@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from google.adk.agents import BaseAgent, LlmAgent
+from google.adk.agents import BaseAgent, LlmAgent, RunConfig
 from google.adk.events.event import Event
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
@@ -120,6 +120,32 @@ class ScriptedModel(BaseLlm):
         ]
 
 
+class StepsModel(ScriptedModel):
+    """Makes the next call of ``steps`` (tool name, arguments) on each request that answers no call,
+    and answers in text once they are done; from a function response it answers with the response
+    itself (``"{agent} answers after {name}: {response}"``), so what a tool returned reaches the end."""
+
+    steps: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.requests.append(Seen.of(llm_request))
+        newest = llm_request.contents[-1] if llm_request.contents else None
+        returned = (
+            [p.function_response for p in (newest.parts or []) if p.function_response] if newest else []
+        )
+        if returned:
+            self.function_responses.extend(returned)
+            said = "; ".join(f"{r.name}: {r.response}" for r in returned)
+            yield _response(types.Part.from_text(text=f"{self.agent} answers after {said}"))
+        elif self.steps:
+            name, args = self.steps.pop(0)
+            yield _response(types.Part.from_function_call(name=name, args=dict(args)))
+        else:
+            yield _response(types.Part.from_text(text=f"{self.agent} answers without tools"))
+
+
 def _response(*parts: types.Part) -> LlmResponse:
     usage = types.GenerateContentResponseUsageMetadata(
         prompt_token_count=TOKENS_PER_RESPONSE,
@@ -193,13 +219,19 @@ def transferring_agents(max_tool_calls: int = 6) -> Pair:
     return Pair(planner, budget, tool_calls)
 
 
-async def run(agent: BaseAgent, text: str = USER_TURN, **runner: Any) -> list[Event]:
-    """Run ``agent`` on one user turn in a fresh ``InMemoryRunner``; its events."""
+async def run(
+    agent: BaseAgent, text: str = USER_TURN, *, run_config: RunConfig | None = None, **runner: Any
+) -> list[Event]:
+    """Run ``agent`` on one user turn in a fresh ``InMemoryRunner`` (under ``run_config``, if given);
+    its events."""
     runner_ = InMemoryRunner(agent=agent, app_name="offsite", **runner)
     session = await runner_.session_service.create_session(app_name="offsite", user_id="user")
     message = types.Content(role="user", parts=[types.Part.from_text(text=text)])
     events = [
-        event async for event in runner_.run_async(user_id="user", session_id=session.id, new_message=message)
+        event
+        async for event in runner_.run_async(
+            user_id="user", session_id=session.id, new_message=message, run_config=run_config
+        )
     ]
     await runner_.close()
     return events

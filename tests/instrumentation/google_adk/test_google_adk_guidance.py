@@ -3,7 +3,9 @@ the start of its user turn, never in its instructions; an agent with no such too
 
 from __future__ import annotations
 
-from google_adk_models import USER_TURN, agents_as_tools, run, transferring_agents
+from google.adk.agents import LlmAgent
+from google.adk.tools.agent_tool import AgentTool
+from google_adk_models import USER_TURN, ScriptedModel, ToolCalls, agents_as_tools, run, transferring_agents
 
 import otel_guard
 from otel_guard.instrumentation.google_adk import GoogleADKInstrumentor
@@ -44,7 +46,7 @@ async def test_an_agent_with_itself_as_a_tool_is_warned_off_it(instrumented: Goo
     assert pair.planner_model.user_texts == [[expected, USER_TURN]] * 2
 
 
-async def test_a_transferred_to_agent_is_warned_off_transferring_back(
+async def test_a_transferred_to_agent_is_not_warned_off_handing_back(
     instrumented: GoogleADKInstrumentor,
 ) -> None:
     otel_guard.configure(situational_prompt=True)
@@ -52,11 +54,33 @@ async def test_a_transferred_to_agent_is_warned_off_transferring_back(
 
     await run(pair.planner)
 
-    # Budget may transfer to planner, which is on its path: the newest user message it is sent (ADK
-    # gives a transferred-to agent the conversation so far) starts with the guidance.
+    # Budget may transfer to planner, which is on its path but handed off (it waits for nothing): a
+    # transfer back is allowed, so nothing warns budget off it.
     (texts,) = pair.budget_model.user_texts
-    assert texts[0] == situational_prefix("budget", "", path=["planner", "budget"])
+    assert texts
+    assert not any("Execution context" in text for text in texts)
     assert pair.planner_model.user_texts == [[USER_TURN]]
+
+
+async def test_an_agent_that_could_transfer_to_an_agent_waiting_for_it_is_warned_off(
+    instrumented: GoogleADKInstrumentor,
+) -> None:
+    otel_guard.configure(situational_prompt=True)
+    # planner asks budget as an AgentTool; budget may transfer to its sub-agent named planner, but the
+    # planner on its path waits for budget's answer: that transfer would be a cycle.
+    inner = LlmAgent(name="planner", model=ScriptedModel(agent="inner planner"))
+    budget = LlmAgent(name="budget", model=ScriptedModel(agent="budget"), sub_agents=[inner])
+    planner = LlmAgent(
+        name="planner",
+        model=ScriptedModel(agent="planner", tool="budget", tool_calls=ToolCalls(1)),
+        tools=[AgentTool(budget)],
+    )
+
+    await run(planner)
+
+    budget_model: ScriptedModel = budget.model  # type: ignore[assignment]
+    expected = situational_prefix("budget", "", path=["planner", "budget"])
+    assert budget_model.user_texts == [[expected, "what does it cost?"]]
 
 
 async def test_no_guidance_unless_it_is_asked_for(instrumented: GoogleADKInstrumentor) -> None:

@@ -28,28 +28,55 @@ def run_app(*args: str, **guard_env: str) -> tuple[dict[str, Any], list[dict[str
     return run_instrumented(APP, *args, service="google-adk-app", **guard_env)
 
 
-@pytest.mark.parametrize("how", ["agents-as-tools", "transfer"])
-def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument(how: str) -> None:
-    result, spans = run_app(*(["--transfer"] if how == "transfer" else []), OTEL_GUARD_CYCLE_RULE="agent")
+def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument() -> None:
+    result, spans = run_app(OTEL_GUARD_CYCLE_RULE="agent")
 
     assert result["tool_calls"] == 2
-    assert result["planner_requests"] == (1 if how == "transfer" else 2)
+    assert result["planner_requests"] == 2
     (error,) = result["budget_errors"]
     assert "reason: cycle" in error
     assert "planner → budget" in error
-    assert result["answer"] == (
-        "budget answers after transfer_to_agent error"
-        if how == "transfer"
-        else "planner answers after budget ok"
-    )
+    assert result["answer"] == "planner answers after budget ok"
     assert_planner_refused(spans, ("planner", "budget", "planner"))
-    # ADK's own spans of the calls nest under the guard's hops, in one trace.
+    assert_one_trace_with_adks_spans_inside(spans, "execute_tool budget")
+
+
+def test_a_ping_pong_of_transfers_is_stopped_at_max_name_depth_under_opentelemetry_instrument() -> None:
+    result, spans = run_app("--transfer", OTEL_GUARD_MAX_NAME_DEPTH="2")
+
+    # planner => budget => planner => budget: the hand-backs are allowed (transfers), the fourth
+    # transfer would make planner stand a third time. Budget stays in charge and answers.
+    assert result["tool_calls"] == 4
+    assert result["planner_requests"] == 2
+    (error,) = result["budget_errors"]
+    assert "reason: name_depth" in error
+    assert "chain planner ⇒ budget ⇒ planner ⇒ budget;" in error
+    assert result["answer"] == "budget answers after transfer_to_agent error"
+    decided = [
+        (s["name"], s["attributes"]["otel_guard.decision"], s["attributes"]["otel_guard.hop.kind"])
+        for s in sorted(hops(spans), key=lambda s: s["start_time"])
+    ]
+    assert decided == [
+        ("invoke_agent planner", "allow", "call"),
+        ("invoke_agent budget", "allow", "transfer"),
+        ("invoke_agent planner", "allow", "transfer"),
+        ("invoke_agent budget", "allow", "transfer"),
+        ("invoke_agent planner", "refuse", "transfer"),
+    ]
+    assert_one_trace_with_adks_spans_inside(spans, "execute_tool transfer_to_agent")
+
+
+def assert_one_trace_with_adks_spans_inside(spans: list[dict[str, Any]], call: str) -> None:
+    """ADK's own spans of the calls nest under the guard's hops, in one trace; the (first) hop into
+    budget is a child of ADK's span ``call`` of the call that asked for it."""
     assert len({s["context"]["trace_id"] for s in spans}) == 1
     by_id = {s["context"]["span_id"]: s for s in spans}
-    budget_hop = next(s for s in hops(spans) if s["name"] == "invoke_agent budget")
+    budget_hop = min(
+        (s for s in hops(spans) if s["name"] == "invoke_agent budget"), key=lambda s: s["start_time"]
+    )
     inside = [s["name"] for s in spans if s["parent_id"] == budget_hop["context"]["span_id"]]
     assert "invoke_agent budget" in inside or "invoke_workflow budget" in inside, inside
-    assert by_id[budget_hop["parent_id"]]["name"] in ("execute_tool budget", "execute_tool transfer_to_agent")
+    assert by_id[budget_hop["parent_id"]]["name"] == call
 
 
 def test_observe_mode_and_guidance_from_the_environment() -> None:

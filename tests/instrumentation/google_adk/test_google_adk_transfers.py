@@ -1,9 +1,14 @@
-"""Google ADK under otel-guard: transfers (``transfer_to_agent``) and sub-agents called as tools
-(``mode="single_turn"``) or given tasks (``mode="task"``) are hops into the agent, decided when the
-model asks, so a bounce back to an agent on the path is refused and the model reads why.
+"""Google ADK under otel-guard: transfers (``transfer_to_agent``) are transfers, sub-agents called as
+tools (``mode="single_turn"``) or given tasks (``mode="task"``) are calls, each a hop into the agent,
+decided when the model asks, and a refusal is what the model reads.
 
-ADK 2 runs these agents outside the calling agent's run (a transfer's target after it, a sub-agent in
-the context ADK captured before the call): the chain must reach them all the same.
+A transfer passes control (the agent transferring waits for nothing), so handing the conversation back
+to the parent or root agent (which ADK allows) is no cycle, while a ping-pong of transfers stops at
+``max_depth`` / ``max_name_depth`` (ADK's own bound is ``RunConfig.max_llm_calls``, 500 by default).
+A return that is no transfer (an ``AgentTool`` calling back the agent that called it, a sub-agent call
+back into its caller) is a cycle. ADK 2 runs these agents outside the calling agent's run (a
+transfer's target after it, a sub-agent in the context ADK captured before the call): the chain must
+reach them all the same.
 """
 
 from __future__ import annotations
@@ -12,13 +17,22 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
-from google.adk.agents import LlmAgent
+from google.adk.agents import LlmAgent, RunConfig
+from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
-from google_adk_models import ScriptedModel, Seen, ToolCalls, final_text, run, transferring_agents
+from google_adk_models import (
+    ScriptedModel,
+    Seen,
+    StepsModel,
+    ToolCalls,
+    final_text,
+    run,
+    transferring_agents,
+)
 from google_adk_spans import decisions, guard_spans, parent_of
 from opentelemetry.trace import StatusCode
 
@@ -28,29 +42,90 @@ from tests.instrumentation.instrumentors import instrumentor_fixture
 
 instrumented = instrumentor_fixture(GoogleADKInstrumentor)
 
+TRANSFER = "transfer_to_agent"
 
-# -- transfers ----------------------------------------------------------------------------------
+
+def attrs(span: Any) -> dict[str, Any]:
+    return dict(span.attributes or {})
 
 
-async def test_a_transfer_back_to_an_agent_on_the_path_is_refused_and_the_agent_answers(
+def to(agent: str) -> tuple[str, dict[str, Any]]:
+    """A step of a script: transfer to ``agent``."""
+    return TRANSFER, {"agent_name": agent}
+
+
+def customer_service() -> tuple[LlmAgent, LlmAgent, LlmAgent]:
+    """The OpenAI Agents SDK's customer-service example in ADK's shape: the root agent triage transfers
+    to its sub-agent faq, which hands the customer back to triage (its parent), which transfers to
+    seat_booking, which books the seat and answers."""
+
+    def update_seat(confirmation_number: str, new_seat: str) -> str:
+        """Update the seat for a given confirmation number."""
+        chain = otel_guard.current_chain()
+        assert chain is not None
+        return f"Seat {new_seat} booked along {chain.path()}"
+
+    faq = LlmAgent(
+        name="faq", description="Answers questions.", model=StepsModel(agent="faq", steps=[to("triage")])
+    )
+    seat_booking = LlmAgent(
+        name="seat_booking",
+        description="Books seats.",
+        model=StepsModel(
+            agent="seat_booking", steps=[("update_seat", {"confirmation_number": "LX42", "new_seat": "12A"})]
+        ),
+        tools=[update_seat],
+    )
+    triage = LlmAgent(
+        name="triage",
+        model=StepsModel(agent="triage", steps=[to("faq"), to("seat_booking")]),
+        sub_agents=[faq, seat_booking],
+    )
+    return triage, faq, seat_booking
+
+
+# -- a hand-back is no cycle --------------------------------------------------------------------
+
+
+async def test_the_customer_service_shape_hands_back_to_the_root_and_runs_to_its_answer(
     instrumented: GoogleADKInstrumentor, spans: Any
 ) -> None:
-    pair = transferring_agents()
+    triage, faq, seat_booking = customer_service()
 
-    events = await run(pair.planner)
+    events = await run(triage, "How many bags may I bring, and can I have seat 12A?")
 
-    assert pair.tool_calls.left == 6 - 2  # planner -> budget, then budget -> planner: refused
-    assert decisions(spans) == [
-        ("invoke_agent planner", "allow", ("planner",)),
-        ("invoke_agent budget", "allow", ("planner", "budget")),
-        ("invoke_agent planner", "refuse", ("planner", "budget", "planner")),
+    assert final_text(events) == (
+        "seat_booking answers after update_seat: "
+        "{'result': 'Seat 12A booked along triage ⇒ faq ⇒ triage ⇒ seat_booking → update_seat'}"
+    )
+    assert [
+        e.author for e in events if e.content and e.content.parts and e.content.parts[0].function_call
+    ] == [
+        "triage",
+        "faq",
+        "triage",
+        "seat_booking",
     ]
-    (error,) = pair.budget_model.errors
-    assert "Delegation cycle: agent planner is already in chain planner → budget" in error
-    # No transfer happened: budget stayed in charge, read the refusal as its tool error, answered.
-    assert len(pair.planner_model.requests) == 1
-    assert final_text(events) == "budget answers after transfer_to_agent error"
-    assert events[-1].author == "budget"
+    for agent in (triage, faq, seat_booking):
+        model: StepsModel = agent.model  # type: ignore[assignment]
+        assert model.steps == []
+        assert model.errors == []
+    assert decisions(spans) == [
+        ("invoke_agent triage", "allow", ("triage",)),
+        ("invoke_agent faq", "allow", ("triage", "faq")),
+        ("invoke_agent triage", "allow", ("triage", "faq", "triage")),
+        ("invoke_agent seat_booking", "allow", ("triage", "faq", "triage", "seat_booking")),
+        ("execute_tool update_seat", "allow", ("triage", "faq", "triage", "seat_booking", "update_seat")),
+    ]
+    hops = guard_spans(spans)
+    assert attrs(hops[0])["otel_guard.hop.kind"] == "call"  # the root agent's run
+    assert "gen_ai.transfer.mode" not in attrs(hops[0])
+    for transfer in hops[1:4]:
+        assert attrs(transfer)["otel_guard.hop.kind"] == "transfer"
+        assert attrs(transfer)["gen_ai.transfer.mode"] == "pass_control"
+        # Decided in the transferring agent's call, under ADK's span of it.
+        assert parent_of(transfer, spans).name == f"execute_tool {TRANSFER}"
+    assert attrs(hops[4])["otel_guard.hop.kind"] == "call"
 
 
 async def test_without_the_guard_the_agents_transfer_until_the_scripts_give_up(spans: Any) -> None:
@@ -108,10 +183,10 @@ async def test_a_transfer_onward_to_a_peer_carries_the_whole_path(
     ]
 
 
-async def test_a_tool_of_its_own_that_transfers_back_is_refused_and_the_transfer_withdrawn(
+async def test_a_tool_of_its_own_that_transfers_back_hands_back_too(
     instrumented: GoogleADKInstrumentor, spans: Any
 ) -> None:
-    pair = transferring_agents()
+    pair = transferring_agents(max_tool_calls=2)  # planner -> budget, budget's tool -> planner
     bodies: list[str] = []
 
     def hand_back(tool_context: ToolContext) -> str:
@@ -121,34 +196,131 @@ async def test_a_tool_of_its_own_that_transfers_back_is_refused_and_the_transfer
         return "handing back"
 
     pair.budget.tools = [hand_back]
-    budget_model: ScriptedModel = pair.budget.model  # type: ignore[assignment]
-    budget_model.tool, budget_model.tool_args = "hand_back", {}
+    pair.budget_model.tool, pair.budget_model.tool_args = "hand_back", {}
 
     events = await run(pair.planner)
 
-    assert bodies == ["hand_back"]  # the tool ran (a hop of its own); the transfer it asked for did not
+    assert bodies == ["hand_back"]
     assert decisions(spans) == [
         ("invoke_agent planner", "allow", ("planner",)),
         ("invoke_agent budget", "allow", ("planner", "budget")),
         ("execute_tool hand_back", "allow", ("planner", "budget", "hand_back")),
-        ("invoke_agent planner", "refuse", ("planner", "budget", "planner")),
+        ("invoke_agent planner", "allow", ("planner", "budget", "planner")),
     ]
-    assert "already in chain planner → budget" in pair.budget_model.errors[0]
+    assert attrs(guard_spans(spans)[-1])["otel_guard.hop.kind"] == "transfer"
+    assert pair.budget_model.errors == []
+    assert len(pair.planner_model.requests) == 2  # planner took over again, and answered
+    assert final_text(events) == "planner answers without tools"
+
+
+async def test_a_refused_transfer_by_a_tool_of_its_own_is_withdrawn(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    otel_guard.configure(max_name_depth=1)  # planner may stand once: the hand-back is refused
+    pair = transferring_agents(max_tool_calls=2)
+    bodies: list[str] = []
+
+    def hand_back(tool_context: ToolContext) -> str:
+        """Hand the conversation back to the planner."""
+        bodies.append("hand_back")
+        tool_context.actions.transfer_to_agent = "planner"
+        return "handing back"
+
+    pair.budget.tools = [hand_back]
+    pair.budget_model.tool, pair.budget_model.tool_args = "hand_back", {}
+
+    events = await run(pair.planner)
+
+    assert bodies == ["hand_back"]  # the tool ran (a hop of its own); the transfer it asked for did not
+    assert decisions(spans)[-1] == ("invoke_agent planner", "refuse", ("planner", "budget", "planner"))
+    (error,) = pair.budget_model.errors
+    assert "reason: name_depth" in error
+    assert "agent planner already stands 1 times in chain planner ⇒ budget" in error
+    assert len(pair.planner_model.requests) == 1
     assert events[-1].author == "budget"
+
+
+# -- a ping-pong of transfers stops at a limit --------------------------------------------------
+
+
+async def test_with_the_default_limits_a_ping_pong_of_transfers_stops_at_max_depth(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    pair = transferring_agents(max_tool_calls=20)
+
+    events = await run(pair.planner)
+
+    # The root agent's run and 7 transfers fill the 8 places of max_depth: the eighth transfer (budget
+    # back to planner) is refused, long before ADK's max_llm_calls (500). Budget stays and answers.
+    assert pair.tool_calls.left == 20 - 8
+    (error,) = pair.budget_model.errors
+    assert error.startswith("Refused by otel-guard (a2a_delegation_depth, reason: depth)")
+    assert "the limit (max_depth) is 8" in error
+    assert final_text(events) == "budget answers after transfer_to_agent error"
+    assert events[-1].author == "budget"
+    refused = [s for s in guard_spans(spans) if attrs(s)["otel_guard.decision"] == "refuse"]
+    assert [(s.name, attrs(s)["otel_guard.hop.kind"]) for s in refused] == [
+        ("invoke_agent planner", "transfer")
+    ]
+
+
+async def test_a_ping_pong_of_transfers_stops_at_max_name_depth(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    otel_guard.configure(max_name_depth=3)
+    pair = transferring_agents(max_tool_calls=20)
+
+    events = await run(pair.planner)
+
+    # planner stands at places 1, 3, 5 and budget at 2, 4, 6: the sixth transfer would make planner
+    # stand a fourth time.
+    assert pair.tool_calls.left == 20 - 6
+    assert pair.planner_model.errors == []
+    (error,) = pair.budget_model.errors
+    assert error.startswith(
+        "Refused by otel-guard (a2a_delegation_depth, reason: name_depth): Delegation name depth: agent "
+        "planner already stands 3 times in chain planner ⇒ budget ⇒ planner ⇒ budget ⇒ planner ⇒ budget; "
+        "the limit (max_name_depth) is 3"
+    )
+    assert final_text(events) == "budget answers after transfer_to_agent error"
+    assert [d[:2] for d in decisions(spans)] == [
+        *[("invoke_agent planner", "allow"), ("invoke_agent budget", "allow")] * 3,
+        ("invoke_agent planner", "refuse"),
+    ]
+
+
+async def test_adks_max_llm_calls_stops_a_ping_pong_where_it_comes_first(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    pair = transferring_agents(max_tool_calls=20)
+
+    with pytest.raises(LlmCallsLimitExceededError):
+        await run(pair.planner, run_config=RunConfig(max_llm_calls=4))
+
+    # ADK's own limit: four model requests, four transfers asked for; the fifth request is ADK's error.
+    assert pair.tool_calls.left == 20 - 4
+    assert {d[1] for d in decisions(spans)} == {"allow"}
+    assert len(decisions(spans)) == 5  # the root's run and four transfers, each recorded
 
 
 async def test_observe_mode_lets_the_transfers_through_and_records_would_refuse(
     instrumented: GoogleADKInstrumentor, spans: Any
 ) -> None:
-    otel_guard.configure(mode="observe", max_depth=32, max_name_depth=32)
-    pair = transferring_agents(max_tool_calls=4)
+    otel_guard.configure(mode="observe", max_name_depth=2)
+    pair = transferring_agents(max_tool_calls=6)
 
     await run(pair.planner)
 
-    assert pair.tool_calls.left == 0
+    assert pair.tool_calls.left == 0  # only the scripts ended the loop
     assert pair.budget_model.errors == []
-    would = [d for d in decisions(spans) if d[1] == "would_refuse"]
-    assert would[0] == ("invoke_agent planner", "would_refuse", ("planner", "budget", "planner"))
+    would = [s for s in guard_spans(spans) if attrs(s)["otel_guard.decision"] == "would_refuse"]
+    # planner stands at places 1, 3, 5, 7 and budget at 2, 4, 6: from the third time on, past 2.
+    assert [(s.name, attrs(s)["otel_guard.chain.depth"]) for s in would] == [
+        ("invoke_agent planner", 5),
+        ("invoke_agent budget", 6),
+        ("invoke_agent planner", 7),
+    ]
+    assert all(attrs(s)["otel_guard.reason"] == "name_depth" for s in would)
 
 
 async def test_a_transfer_whose_target_never_runs_is_still_recorded(
@@ -172,7 +344,79 @@ async def test_a_transfer_whose_target_never_runs_is_still_recorded(
     (hop,) = [s for s in guard_spans(spans) if s.name == "invoke_agent nowhere"]
     assert hop.attributes is not None
     assert hop.attributes["otel_guard.chain.agents"] == ("planner", "nowhere")
+    assert hop.attributes["otel_guard.hop.kind"] == "transfer"
     assert hop.status.status_code == StatusCode.ERROR  # ended with the run's error
+
+
+# -- a return that is no transfer is still a cycle ----------------------------------------------
+
+
+async def test_an_agent_tool_calling_back_its_caller_is_a_cycle_after_a_transfer(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    # triage transfers to faq; faq asks lookup (an AgentTool), which asks faq back (an AgentTool):
+    # faq waits for lookup's answer, so that is a cycle.
+    calls = ToolCalls(2)
+    faq = LlmAgent(
+        name="faq",
+        model=ScriptedModel(agent="faq", tool="lookup", tool_args={"request": "bags?"}, tool_calls=calls),
+    )
+    lookup = LlmAgent(
+        name="lookup",
+        model=ScriptedModel(agent="lookup", tool="faq", tool_args={"request": "rule?"}, tool_calls=calls),
+    )
+    faq.tools.append(AgentTool(lookup))
+    lookup.tools.append(AgentTool(faq))
+    triage = LlmAgent(name="triage", model=StepsModel(agent="triage", steps=[to("faq")]), sub_agents=[faq])
+
+    events = await run(triage)
+
+    assert decisions(spans) == [
+        ("invoke_agent triage", "allow", ("triage",)),
+        ("invoke_agent faq", "allow", ("triage", "faq")),
+        ("invoke_agent lookup", "allow", ("triage", "faq", "lookup")),
+        ("invoke_agent faq", "refuse", ("triage", "faq", "lookup", "faq")),
+    ]
+    refused = guard_spans(spans)[-1]
+    assert (attrs(refused)["otel_guard.hop.kind"], attrs(refused)["otel_guard.reason"]) == ("call", "cycle")
+    (error,) = lookup.model.errors  # type: ignore[union-attr]
+    assert "Delegation cycle: agent faq is already in chain triage ⇒ faq → lookup" in error
+    assert final_text(events) == "faq answers after lookup ok"
+
+
+async def test_a_transfer_to_an_agent_that_waits_for_its_agent_tool_is_a_cycle(
+    instrumented: GoogleADKInstrumentor, spans: Any
+) -> None:
+    # planner asks budget as an AgentTool; budget transfers to its own sub-agent named planner. The
+    # planner that called budget still waits for its answer: a cycle.
+    inner = LlmAgent(name="planner", model=ScriptedModel(agent="inner planner"))
+    budget = LlmAgent(
+        name="budget", model=StepsModel(agent="budget", steps=[to("planner")]), sub_agents=[inner]
+    )
+    planner = LlmAgent(
+        name="planner",
+        model=ScriptedModel(
+            agent="planner", tool="budget", tool_args={"request": "price it"}, tool_calls=ToolCalls(1)
+        ),
+        tools=[AgentTool(budget)],
+    )
+
+    events = await run(planner)
+
+    assert decisions(spans) == [
+        ("invoke_agent planner", "allow", ("planner",)),
+        ("invoke_agent budget", "allow", ("planner", "budget")),
+        ("invoke_agent planner", "refuse", ("planner", "budget", "planner")),
+    ]
+    refused = guard_spans(spans)[-1]
+    assert (attrs(refused)["otel_guard.hop.kind"], attrs(refused)["otel_guard.reason"]) == (
+        "transfer",
+        "cycle",
+    )
+    (error,) = budget.model.errors  # type: ignore[union-attr]
+    assert "Delegation cycle: agent planner is already in chain planner → budget" in error
+    assert inner.model.requests == []  # type: ignore[union-attr]  # the transfer never happened
+    assert final_text(events) == "planner answers after budget ok"
 
 
 # -- sub-agents as tools ------------------------------------------------------------------------
@@ -205,6 +449,9 @@ async def test_a_single_turn_sub_agent_is_one_hop_and_its_call_back_is_refused(
     ]
     assert calls.left == 6 - 2
     assert final_text(events) == "planner answers after budget ok"
+    # A sub-agent called as a tool answers its caller, which waits: a call, and the call back a cycle.
+    assert [attrs(s)["otel_guard.hop.kind"] for s in guard_spans(spans)] == ["call"] * 3
+    assert attrs(guard_spans(spans)[-1])["otel_guard.reason"] == "cycle"
 
 
 class TaskModel(ScriptedModel):
@@ -256,6 +503,7 @@ async def test_a_task_agent_runs_inside_its_coordinators_chain(
     ]
     assert "already in chain planner → budget" in budget.model.errors[0]  # type: ignore[union-attr]
     assert final_text(events) == "planner answers after budget ok"
+    assert [attrs(s)["otel_guard.hop.kind"] for s in guard_spans(spans)] == ["call"] * 3  # a task is a call
 
 
 async def test_a_refused_task_delegation_answers_the_coordinator_with_the_refusal(
