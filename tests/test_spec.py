@@ -66,6 +66,8 @@ def test_every_span_attribute_event_and_metric() -> None:
         telemetry.MODE,
         telemetry.BUDGET_HOPS,
         telemetry.BUDGET_EXHAUSTED,
+        telemetry.HOP_KIND,
+        telemetry.GEN_AI_TRANSFER_MODE,
     }
     for event in (telemetry.EVENT_REFUSED, telemetry.EVENT_WOULD_REFUSE, telemetry.EVENT_MESSAGE):
         assert f"`{event}`" in text
