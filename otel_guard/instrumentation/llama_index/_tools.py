@@ -7,10 +7,13 @@ the model then reads. There (patched: the dispatcher cannot refuse or change a r
 
 * a call is a hop ``execute_tool {tool}``; a run of the agent of the same name inside it joins it,
   and a run of another agent directly in its body takes the tool's place in the chain (:mod:`._runs`);
-* an ``AgentWorkflow``'s ``handoff`` call to one of its agents is a hop ``invoke_agent {to_agent}``.
-  Taken (LlamaIndex set ``next_agent``), the hop stays open until the run ends, and the agent it put
-  in charge makes its calls in it (:attr:`~._scope.Run.in_charge`): so the agent it hands back to is
-  a cycle. Not taken (LlamaIndex's own checks said no), it ends at once;
+* an ``AgentWorkflow``'s ``handoff`` call to one of its agents is a hop ``invoke_agent {to_agent}``
+  of kind transfer: LlamaIndex's handoff tool hands "control of that chat" to that agent, and the
+  agent handing off waits for nothing. Taken (LlamaIndex set ``next_agent``), the hop stays open
+  until the run ends, and the agent it put in charge makes its calls in it
+  (:attr:`~._scope.Run.in_charge`): so handing back to an agent that handed off is no cycle (write →
+  review → write), and a ping-pong of handoffs grows one chain until ``max_name_depth`` or
+  ``max_depth`` refuses it. Not taken (LlamaIndex's own checks said no), it ends at once;
 * a refused call never runs: it gives the failed ``ToolOutput`` a failing tool gives, with
   :func:`refusal_text`, and the model reads that and answers. A call whose tool body raised a
   refusal (its sub-agent's run was refused) gives the same text in place of the bare message.
@@ -49,7 +52,7 @@ async def guard_tool_call(
     run = otel_context.get_value(RUN)
     run = run if isinstance(run, Run) else None
     target = _handoff_target(instance, name, tool_input)
-    hop = delegate(name, kind="tool") if target is None else delegate(target)
+    hop = delegate(name, kind="tool") if target is None else delegate(target, transfer=True)
     base = run.in_charge if run is not None else None
     token = otel_context.attach(base) if base is not None else None
     caller_chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY)

@@ -13,6 +13,8 @@ response from what it receives, as a real model reacts to its input:
 planner and budget bounce until the budget of tool calls runs out; LlamaIndex's own limit (20
 iterations per ``run()``) never meets a loop that starts a fresh run at every bounce.
 :func:`build_handoffs` is the same two agents in one ``AgentWorkflow``, handing off to each other.
+:class:`StepsModel` plays a script instead, one step a request (a tool call or an answer), as the
+OpenAI Agents SDK's ``ScriptedModel`` does: the shape of a runtime's own example, step by step.
 
 Run as a program (``opentelemetry-instrument python llama_index_loop.py``), it runs the planner once
 and prints one line ``RESULT {json}`` of what happened; settings come from the environment.
@@ -129,6 +131,46 @@ class ScriptedModel:
         if self.tool == "handoff":
             return {"to_agent": self.handoff_to, "reason": f"{self.me} needs {self.handoff_to}"}
         return {"question": f"from {self.me}"}
+
+
+Step = str | tuple[str, dict[str, Any]]
+"""One response of a :class:`StepsModel`: a call ``(tool, arguments)``, or an answer whose
+``{result}`` is the text of the tool result it received."""
+
+
+def call(tool: str, **arguments: Any) -> Step:
+    return tool, arguments
+
+
+class StepsModel:
+    """An agent's model that plays ``steps``, one a request; a request past its script fails the run.
+    ``tool_results`` are the tool results it read (a handoff's notice to the agent it put in charge
+    included)."""
+
+    def __init__(self, me: str, steps: Sequence[Step]) -> None:
+        self.me = me
+        self.steps = list(steps)
+        self.tool_results: list[str] = []
+
+    def llm(self) -> MockFunctionCallingLLM:
+        return MockFunctionCallingLLM(response_generator=self.respond)
+
+    def respond(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:
+        last = messages[-1]
+        result = ""
+        if last.role == MessageRole.TOOL:
+            result = last.content or ""
+            self.tool_results.append(result)
+        if not self.steps:
+            raise AssertionError(f"{self.me}'s model was asked once more than its script says")
+        step = self.steps.pop(0)
+        if isinstance(step, str):
+            return ChatMessage(role=MessageRole.ASSISTANT, content=step.format(result=result))
+        name, arguments = step
+        block = ToolCallBlock(
+            tool_call_id=f"call_{next(_tool_call_ids)}", tool_name=name, tool_kwargs=arguments
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
 
 
 class ReportingLLM(MockFunctionCallingLLM):

@@ -1,4 +1,5 @@
-"""LlamaIndex under otel-guard: runs, tool calls and handoffs are hops, and a refusal reaches the model.
+"""LlamaIndex under otel-guard: runs and tool calls are hops, and a refusal reaches the model (handoffs:
+test_llama_index_handoffs.py).
 
 The agents are real LlamaIndex ``FunctionAgent`` s and ``AgentWorkflow`` s on LlamaIndex's own offline
 ``MockFunctionCallingLLM`` (scripted in ``llama_index_loop.py``); spans and metrics go to the
@@ -21,8 +22,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context
-from llama_index.core.workflow.errors import WorkflowRuntimeError
-from llama_index_loop import CallBudget, ScriptedModel, agent, build_handoffs, build_loop
+from llama_index_loop import CallBudget, ScriptedModel, agent, build_loop
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import StatusCode
 
@@ -194,82 +194,6 @@ async def test_observe_mode_lets_the_loop_through_and_records_would_refuse(
     assert str(output).startswith("planner answers after:")
 
     assert_observe_mode_recorded_the_loop(spans, metric_reader)
-
-
-# -- handoffs -----------------------------------------------------------------------------------
-
-
-async def test_a_handoff_back_is_refused_and_the_agent_in_charge_answers(
-    instrumented: LlamaIndexInstrumentor, spans: Any
-) -> None:
-    handoffs = build_handoffs()
-
-    output = await handoffs.workflow.run(user_msg="Plan the team offsite")
-
-    # Planner handed off to budget; budget's handoff back was refused, budget read why and answered.
-    assert handoffs.calls.made == 2
-    (text,) = handoffs.budget_model.tool_results
-    assert text.startswith("Refused by otel-guard (a2a_delegation_cycle, reason: cycle):")
-    assert "agent planner is already in chain planner → budget." in text
-    assert str(output).startswith("budget answers after: Refused by otel-guard")
-    assert decisions(spans) == [
-        ("invoke_agent planner", "allow", ("planner",)),
-        ("invoke_agent budget", "allow", ("planner", "budget")),
-        ("invoke_agent planner", "refuse", ("planner", "budget", "planner")),
-    ]
-    # The handoff's hop stayed open while budget was in charge: the refusal sits under it.
-    by_name = {(s.name, s.attributes["otel_guard.decision"]): s for s in guard_spans(spans)}  # type: ignore[index]
-    handoff, back = by_name["invoke_agent budget", "allow"], by_name["invoke_agent planner", "refuse"]
-    assert back.parent is not None
-    assert back.parent.span_id == handoff.context.span_id
-    assert handoff.end_time is not None
-    assert back.end_time is not None
-    assert handoff.end_time >= back.end_time
-    assert run_ends.open_runs == 0
-
-
-async def test_without_the_guard_the_handoffs_run_into_llama_index_own_limit(
-    instrumented: LlamaIndexInstrumentor, spans: Any
-) -> None:
-    # Suppressed, the guard steps aside: the ping-pong goes on until LlamaIndex's 20 iterations.
-    handoffs = build_handoffs(max_tool_calls=50)
-
-    with suppress_instrumentation(), pytest.raises(WorkflowRuntimeError, match="Max iterations of 20"):
-        await handoffs.workflow.run(user_msg="Plan the team offsite")
-
-    assert handoffs.calls.made == 20
-    assert guard_spans(spans) == []
-
-
-async def test_a_handoff_llama_index_does_not_take_ends_at_once(
-    instrumented: LlamaIndexInstrumentor, spans: Any
-) -> None:
-    # Planner may hand off only to budget; asked for fx, LlamaIndex's handoff tool says no.
-    calls = CallBudget(1)
-    planner_model = ScriptedModel("planner", "handoff", calls, handoff_to="fx")
-    workflow = AgentWorkflow(
-        agents=[
-            agent("planner", planner_model, [], can_handoff_to=["budget"]),
-            agent("budget", ScriptedModel("budget", None, calls), []),
-            agent("fx", ScriptedModel("fx", None, calls), []),
-        ],
-        root_agent="planner",
-    )
-
-    output = await workflow.run(user_msg="Plan the team offsite")
-
-    (text,) = planner_model.tool_results
-    assert text.startswith("Agent fx cannot hand off")  # LlamaIndex's own answer, not a refusal
-    assert str(output) == f"planner answers after: {text}"
-    assert decisions(spans) == [
-        ("invoke_agent planner", "allow", ("planner",)),
-        ("invoke_agent fx", "allow", ("planner", "fx")),
-    ]
-    handoff = guard_spans(spans)[1]
-    planner_run = guard_spans(spans)[0]
-    assert handoff.end_time is not None
-    assert planner_run.end_time is not None
-    assert handoff.end_time < planner_run.end_time  # ended with the call, not kept for the run
 
 
 # -- spans --------------------------------------------------------------------------------------

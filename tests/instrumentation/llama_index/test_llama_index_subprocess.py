@@ -43,16 +43,30 @@ def test_the_loop_is_stopped_and_answered_under_opentelemetry_instrument() -> No
     assert len({s["context"]["trace_id"] for s in hops(spans)}) == 1
 
 
-def test_the_handoffs_are_stopped_under_opentelemetry_instrument() -> None:
-    result, spans = run_app("handoffs", OTEL_GUARD_CYCLE_RULE="agent")
+def test_a_ping_pong_of_handoffs_is_stopped_under_opentelemetry_instrument() -> None:
+    result, spans = run_app("handoffs", OTEL_GUARD_MAX_NAME_DEPTH="2")
 
-    assert result["handoffs"] == 2
+    # Handoffs are transfers, so the hand-back to planner was taken; budget's next one, which would
+    # make planner stand a third time, was refused: budget's model read why and answered.
+    assert result["handoffs"] == 4
     (text,) = result["budget_saw"]
-    assert "agent planner is already in chain planner → budget." in text
-    assert result["output"].startswith("budget answers after: Refused by otel-guard")
+    assert text.startswith(
+        "Refused by otel-guard (a2a_delegation_depth, reason: name_depth): Delegation name depth: agent "
+        "planner already stands 2 times in chain planner ⇒ budget ⇒ planner ⇒ budget"
+    )
+    assert result["output"] == f"budget answers after: {text}"
     (refused,) = [s for s in hops(spans) if s["attributes"]["otel_guard.decision"] == "refuse"]
     assert refused["name"] == "invoke_agent planner"
-    assert refused["attributes"]["otel_guard.chain.agents"] == ["planner", "budget", "planner"]
+    assert refused["attributes"]["otel_guard.reason"] == "name_depth"
+    assert refused["attributes"]["otel_guard.chain.agents"] == [
+        "planner",
+        "budget",
+        "planner",
+        "budget",
+        "planner",
+    ]
+    kinds = [s["attributes"]["otel_guard.hop.kind"] for s in hops(spans)]
+    assert sorted(kinds) == ["call"] + ["transfer"] * 4
 
 
 def test_observe_mode_from_the_environment_records_would_refuse() -> None:
