@@ -25,7 +25,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 
 from otel_guard._carriers import propagator_reads_baggage
-from otel_guard._threads import call_in
+from otel_guard._in_context import call_in
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 if TYPE_CHECKING:

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry import context
 from opentelemetry.context import Context
 
+from otel_guard._in_context import call_in
+
 if TYPE_CHECKING:
     from concurrent import futures
 
@@ -144,12 +146,3 @@ def _submit(
     if not ctx:
         return submit(work, *args[1:], **kwargs)
     return contextvars.Context().run(submit, work, *args[1:], **kwargs)
-
-
-def call_in(ctx: Context, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn`` in ``ctx`` (the work handed to a thread pool, wrapped)."""
-    token = context.attach(ctx)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        context.detach(token)

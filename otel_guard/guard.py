@@ -26,6 +26,17 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
+from otel_guard._in_force import (
+    BAGGAGE_SLOT,
+    FAST_CONTEXT,
+    SPAN_SLOT,
+    baggage_of,
+    chain_in,
+    current_chain,
+    name_depth,
+    unsigned_token,
+    verified_token,
+)
 from otel_guard._plans import Plan, PlanKey, SharedHop, first_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
 from otel_guard._steps import AsyncEnter, Done, Enter, async_generator_in_context, generator_in_context
@@ -36,17 +47,26 @@ from otel_guard.chain import (
     ChainToken,
     Hop,
     InvalidToken,
-    Keyring,
     TransferHop,
     check_hop,
-    decode_unsigned,
     normal_name,
     start_chain,
-    verified_tokens,
 )
 from otel_guard.errors import DelegationRefused
 from otel_guard.policy import ALLOW, Verdict, decide
 from otel_guard.settings import Settings, current_settings
+
+__all__ = [
+    "JOINABLE",
+    "Delegation",
+    "HopKind",
+    "agentic",
+    "chain_in",
+    "current_chain",
+    "delegate",
+    "joinable",
+    "name_depth",
+]
 
 HopKind = Literal["agent", "tool"]
 
@@ -59,82 +79,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Y = TypeVar("Y")
 S = TypeVar("S")
-
-
-# -- reading the chain in force -----------------------------------------------------------------
-
-
-def _context_slot(ctx: Context) -> str:
-    """The one key ``ctx`` holds (an empty context changed once through the public API), or ``""``."""
-    keys = list(ctx)
-    return keys[0] if len(keys) == 1 else ""
-
-
-# Where the context keeps the current span and the baggage, found once through the public API. With
-# both known, a hop reads the baggage with one lookup and makes its context with one copy (instead
-# of one copy for the span and one for the baggage); a test checks the result against the public API.
-_SPAN_SLOT = _context_slot(trace.set_span_in_context(trace.INVALID_SPAN, Context()))
-_BAGGAGE_PROBE = baggage.set_baggage(_BAGGAGE_KEY, "", Context())
-_BAGGAGE_SLOT = _context_slot(_BAGGAGE_PROBE)
-_FAST_CONTEXT = bool(_SPAN_SLOT and _BAGGAGE_SLOT) and type(_BAGGAGE_PROBE.get(_BAGGAGE_SLOT)) is dict
-
-
-def _baggage_of(ctx: Context) -> Mapping[str, object] | None:
-    """The baggage of ``ctx``, or ``None`` (or an empty mapping) when it has none."""
-    if _FAST_CONTEXT:
-        value = ctx.get(_BAGGAGE_SLOT)
-        return value if type(value) is dict else None
-    return baggage.get_all(ctx)
-
-
-baggage_of = _baggage_of
-"""The baggage of a context, read as a hop reads it (for the guard's own carriers)."""
-
-
-def _arrival(value: object, keyring: Keyring | None) -> ChainToken | None:
-    """The chain a baggage value carries; raises :class:`InvalidToken` for one that fails verification."""
-    if value is None or type(value) is ChainToken:
-        return value
-    if not isinstance(value, str):
-        raise InvalidToken("baggage member otel_guard.chain is not a token")
-    return verified_tokens.verify(value, keyring)
-
-
-def _unsigned_arrival(value: object, settings: Settings) -> ChainToken | None:
-    """With keys and ``accept_unsigned`` (a key rollout), the unsigned chain a baggage value carries,
-    taken as it arrived; ``None`` for any other value (a signed, altered or unreadable token among
-    them), and without keys or ``accept_unsigned``. Its hops then decide it as any chain's."""
-    if not settings.accept_unsigned or settings.keys is None or not isinstance(value, str):
-        return None
-    try:
-        return ChainToken(decode_unsigned(value), None, value)
-    except InvalidToken:
-        return None
-
-
-def current_chain() -> Chain | None:
-    """The verified chain in force in the current context, or ``None`` outside any hop."""
-    return chain_in(context.get_current())
-
-
-def chain_in(ctx: Context) -> Chain | None:
-    """The verified chain in force in ``ctx``, or ``None`` (:func:`current_chain` of a context)."""
-    members = _baggage_of(ctx)
-    value = members.get(_BAGGAGE_KEY) if members else None
-    if value is None or type(value) is ChainToken:  # the usual cases: no settings to read
-        return value.chain if value is not None else None
-    settings = current_settings()
-    try:
-        token = _arrival(value, settings.keys)
-    except InvalidToken:
-        token = _unsigned_arrival(value, settings)
-    return token.chain if token is not None else None
-
-
-def name_depth(name: str) -> int:
-    """How many times ``name`` stands in the current chain (0 outside any hop)."""
-    chain = current_chain()
-    return chain.name_depth(name) if chain is not None else 0
 
 
 # -- one hop ------------------------------------------------------------------------------------
@@ -250,7 +194,7 @@ class Delegation:
         parent = context.get_current()
         if JOINABLE in parent and (joined := self._join(parent)) is not None:
             return joined
-        parent_baggage = _baggage_of(parent)
+        parent_baggage = baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
             self._spent = self._spend(plan, parent)
@@ -267,7 +211,7 @@ class Delegation:
         parent = context.get_current()
         if JOINABLE in parent and (joined := self._join(parent)) is not None:
             return joined
-        parent_baggage = _baggage_of(parent)
+        parent_baggage = baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
             self._spent = self._spend(plan, parent)
@@ -282,7 +226,7 @@ class Delegation:
         parent = context.get_current()
         if JOINABLE in parent and (joined := self._join(parent)) is not None:
             return joined
-        parent_baggage = _baggage_of(parent)
+        parent_baggage = baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
             if plan.settings.budget_store == "memory":  # it never waits: nothing to await
@@ -312,7 +256,7 @@ class Delegation:
             assert self.context is not None
             return self.context
         base = decided_in if span_parent is None else span_parent
-        return self._opened(plan, base, _baggage_of(decided_in))
+        return self._opened(plan, base, baggage_of(decided_in))
 
     @property
     def opened(self) -> bool:
@@ -354,8 +298,8 @@ class Delegation:
                 self.decision = verdict.outcome
         self.span = span = self._open_span(plan.span_name, parent, attributes, verdict, tally)
         # The context in one copy (span and baggage together); the public API's way takes two.
-        if _FAST_CONTEXT:
-            ctx = Context({**parent, _SPAN_SLOT: span, _BAGGAGE_SLOT: plan.child_baggage(parent_baggage)})
+        if FAST_CONTEXT:
+            ctx = Context({**parent, SPAN_SLOT: span, BAGGAGE_SLOT: plan.child_baggage(parent_baggage)})
         else:
             ctx = _child_context_slowly(parent, span, plan)
         self.context = ctx
@@ -404,7 +348,7 @@ class Delegation:
         parent = context.get_current()
         if JOINABLE in parent and (joined := self._join(parent)) is not None:
             return joined
-        parent_baggage = _baggage_of(parent)
+        parent_baggage = baggage_of(parent)
         plan = self._plan_in(parent, parent_baggage)
         if plan.budgeted:
             if plan.settings.budget_store == "memory":  # it never waits: nothing to await
@@ -438,7 +382,7 @@ class Delegation:
         ):
             return None
         plan = host._plan
-        members = _baggage_of(parent)
+        members = baggage_of(parent)
         if (members.get(_BAGGAGE_KEY) if members else None) is not (plan.token if plan.carried else None):
             return None  # a hop came between: this one is a hop of its own
         self._joined = True
@@ -480,9 +424,9 @@ class Delegation:
         now = time.time()
         unsigned = None  # an unsigned chain accept_unsigned takes: why enforce would refuse it
         try:
-            arrived = _arrival(value, keyring)
+            arrived = verified_token(value, keyring)
         except InvalidToken as exc:
-            arrived = _unsigned_arrival(value, settings)  # None: refused, or in off mode a new chain
+            arrived = unsigned_token(value, settings)  # None: refused, or in off mode a new chain
             if arrived is not None:
                 unsigned = (
                     f"Delegation chain failed verification: {exc}; agent {hop.agent} would be refused "
@@ -694,8 +638,8 @@ def _record_verdict(span: trace.Span, verdict: Verdict) -> None:
 
 def _with_baggage(ctx: Context, hop_baggage: Mapping[str, object]) -> Context:
     """``ctx`` with ``hop_baggage`` as its baggage (a decided hop before its span starts)."""
-    if _FAST_CONTEXT:
-        return Context({**ctx, _BAGGAGE_SLOT: hop_baggage})
+    if FAST_CONTEXT:
+        return Context({**ctx, BAGGAGE_SLOT: hop_baggage})
     ctx = baggage.clear(ctx)
     for key, value in hop_baggage.items():
         ctx = baggage.set_baggage(key, value, ctx)
