@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from otel_guard.chain import Hop
 from otel_guard.guard import current_chain
+from otel_guard.policy import waiting
 
 _ARROW = " → "  # the same arrow as a refusal's path
 
 
-def situational_prefix(fn_name: str, fn_doc: str | None = "", *, path: Sequence[str] = ()) -> str:
+def situational_prefix(
+    fn_name: str, fn_doc: str | None = "", *, path: Sequence[str] = (), waiting: Sequence[str] | None = None
+) -> str:
     """The user-turn guidance for a model running inside ``fn_name``.
 
     ``path`` is the call path that led to ``fn_name``, oldest first (``["planner", "budget"]``); it
@@ -23,6 +27,8 @@ def situational_prefix(fn_name: str, fn_doc: str | None = "", *, path: Sequence[
 
     The warning comes first; a non-empty docstring comes last, so the description that tempts the
     model to call the function never outweighs the warning. An empty docstring adds no job line.
+    ``waiting`` names the agents of ``path`` that a call would re-enter (default: all of them); an
+    agent that handed off (a transfer) waits for nothing, and calling it is no re-entry.
     """
     text = (
         f"[Execution context] You are currently running INSIDE the agentic function `{fn_name}`. "
@@ -32,7 +38,8 @@ def situational_prefix(fn_name: str, fn_doc: str | None = "", *, path: Sequence[
     names = list(path)
     if not names or names[-1] != fn_name:
         names.append(fn_name)
-    others = list(dict.fromkeys(name for name in names if name != fn_name))
+    avoid = set(names if waiting is None else waiting)
+    others = list(dict.fromkeys(name for name in names if name != fn_name and name in avoid))
     if others:
         listed = ", ".join(f"`{name}`" for name in others)
         text += (
@@ -65,6 +72,16 @@ def guidance_for(agent: str, tool_docs: Mapping[str, str | None]) -> str | None:
     a budget agent called by a planner is warned off a ``planner`` tool as well as a ``budget`` one.
     """
     path = current_path(agent)
-    if not any(name in tool_docs for name in path):
+    waiting = _waiting_names(agent)
+    if not any(name in tool_docs for name in waiting):
         return None
-    return situational_prefix(agent, tool_docs.get(agent) or "", path=path)
+    return situational_prefix(agent, tool_docs.get(agent) or "", path=path, waiting=waiting)
+
+
+def _waiting_names(agent: str) -> list[str]:
+    """The agents on the current path that a call from ``agent`` would re-enter: every agent of the
+    chain still waiting for an answer (:func:`otel_guard.policy.waiting`), and ``agent`` itself."""
+    chain = current_chain()
+    if chain is None:
+        return [agent]
+    return [hop.agent for hop in waiting(chain.hops, Hop(agent))] + [agent]

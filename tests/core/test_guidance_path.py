@@ -67,3 +67,18 @@ def test_guidance_follows_the_chain_across_threads_of_the_same_context() -> None
     thread.join(5)
     assert seen == [situational_prefix("budget", path=["planner", "budget"])]
     assert otel_guard.current_chain() is None
+
+
+def test_an_agent_that_handed_off_is_not_warned_off() -> None:
+    """triage handed off to faq (a transfer): triage waits for nothing, so faq calling it is no
+    re-entry (the guard allows it) and the guidance does not forbid it; a caller still waiting is."""
+    with delegate("triage"), delegate("faq", transfer=True):
+        assert guidance_for("faq", {"triage": "Routes questions."}) is None
+        text = guidance_for("faq", {"triage": "", "faq": "Answers questions."})
+        assert text is not None
+        assert "do NOT call `triage`" not in text
+        assert "`faq` itself — do NOT call it" in text
+    with delegate("triage"), delegate("faq"):
+        text = guidance_for("faq", {"triage": ""})
+        assert text is not None
+        assert "do NOT call `triage` either" in text
