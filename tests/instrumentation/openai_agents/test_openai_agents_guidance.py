@@ -125,14 +125,15 @@ async def test_guidance_names_the_path_to_an_agent_that_can_call_its_caller(
     assert user_messages(planner.model)[0] == "Plan a trip to Lisbon."
 
 
-async def test_guidance_names_the_path_across_a_handoff(instrumentor: OpenAIAgentsInstrumentor) -> None:
-    """planner hands off to budget, whose handoffs include planner: budget's model is told the path."""
+async def test_no_guidance_against_handing_back_across_a_handoff(
+    instrumentor: OpenAIAgentsInstrumentor,
+) -> None:
+    """planner hands off to budget, whose handoffs include planner: planner handed off and waits for
+    nothing, so handing back to it is no re-entry (the guard allows it) and budget is not warned off."""
     otel_guard.configure(situational_prompt=True)
     planner, budget_agent = agents_handing_off_to_each_other(CallBudget(1))
 
     await Runner.run(planner, "Plan a trip to Lisbon.")
 
-    prefix = otel_guard.situational_prefix("budget", "", path=["planner", "budget"])
-    assert user_messages(budget_agent.model)[0] == f"{prefix}\n\nPlan a trip to Lisbon."
-    assert "do NOT call `planner` either" in prefix
+    assert user_messages(budget_agent.model)[0] == "Plan a trip to Lisbon."
     assert user_messages(planner.model)[0] == "Plan a trip to Lisbon."
