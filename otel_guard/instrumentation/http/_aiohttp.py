@@ -42,6 +42,8 @@ async def guard_request(
     if member is not None:
         kwargs["headers"] = _headers_with_chain(instance, kwargs.get("headers"), member)
     response = await wrapped(*args, **kwargs)
+    if response.status != 409:  # before any header look-up: nearly every response
+        return response
     length = response.headers.get("Content-Length")
     if length is not None and may_be_refusal(response.status, response.headers.get("Content-Type"), length):
         refusal = remote_refusal(await response.read(), lambda: response.url.host or "")

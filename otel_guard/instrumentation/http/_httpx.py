@@ -22,7 +22,9 @@ def _add_chain(request: httpx.Request) -> None:
 
 def _refusal_read(response: httpx.Response, streamed: bool) -> bool:
     """Whether ``response`` may be a refusal whose body can be read here (a streamed response only
-    when its length is known and small)."""
+    when its length is known and small). The status first: httpx's header look-ups scan every header."""
+    if response.status_code != 409:
+        return False
     headers = response.headers
     length = headers.get("content-length")
     if streamed and length is None:

@@ -30,6 +30,8 @@ def guard_send(
         if header is not None:
             request.headers["baggage"] = header
     response = wrapped(*args, **kwargs)
+    if response.status_code != 409:  # before any header look-up: nearly every response
+        return response
     headers = response.headers
     length = headers.get("content-length")
     if (length is not None or not kwargs.get("stream")) and may_be_refusal(
