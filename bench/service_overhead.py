@@ -65,7 +65,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -316,16 +315,15 @@ def _seed_ids() -> None:
     uuid.uuid4 = lambda: uuid.UUID(int=random.getrandbits(128), version=4)
 
 
-def child(row: Row, arm: str, count: int, downstream: str) -> None:
-    """``count`` requests of one arm after a setup and a warm-up that do not depend on it; prints the
-    guard's spans a request."""
+def child(row: Row, arm: str, count: int, setup_count: int, downstream: str) -> None:
+    """``count`` requests of one arm after a setup and a warm-up that do not depend on it (its
+    requests' headers made for ``setup_count``, the pair's count); prints the guard's spans a request."""
     sys.path.insert(0, str(HERE))
     _seed_ids()
     guarded = arm == "guarded"
     provider, exporter = setup_sdk()
     instrument_client(row, guarded)
-    # One list of requests for every count (its setup the same in the 0 and the --count child).
-    headers = request_headers(WARMUP + COUNT_FOR_SETUP[0], row.chain)
+    headers = request_headers(WARMUP + setup_count, row.chain)
 
     async def run() -> None:
         call, close = await open_client(row, downstream)
@@ -354,9 +352,6 @@ def child(row: Row, arm: str, count: int, downstream: str) -> None:
 
     asyncio.run(run())
     provider.shutdown()
-
-
-COUNT_FOR_SETUP = [0]  # the --count of the pair of children: both make that many requests' headers
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -423,8 +418,7 @@ def main() -> None:
     parser.add_argument("--downstream", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        COUNT_FOR_SETUP[0] = args.setup_count
-        child(ROWS[args.child], args.arm, args.count, args.downstream)
+        child(ROWS[args.child], args.arm, args.count, args.setup_count, args.downstream)
         return
     if args.count < 1 or args.jobs < 1:
         parser.error("--count and --jobs must be >= 1")
@@ -450,7 +444,6 @@ def main() -> None:
     print(
         f"Python {sys.version.split()[0]}; {args.count} requests an arm; instructions a request (callgrind)"
     )
-    lock = threading.Lock()
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
             futures = {
@@ -461,14 +454,13 @@ def main() -> None:
             for row in rows:
                 (bare, bare_spans), (guarded, spans) = (futures[(row.name, arm)].result() for arm in ARMS)
                 ratio = guarded / bare
-                with lock:
-                    print(
-                        f"{row.name:10s} bare {bare / 1e3:7.0f} k   guarded {guarded / 1e3:7.0f} k   "
-                        f"added {(guarded - bare) / 1e3:6.0f} k   ratio {ratio:.3f} "
-                        f"(goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})   "
-                        f"guard spans a request {bare_spans:g} / {spans:g}   [{row.label}]",
-                        flush=True,
-                    )
+                print(
+                    f"{row.name:10s} bare {bare / 1e3:7.0f} k   guarded {guarded / 1e3:7.0f} k   "
+                    f"added {(guarded - bare) / 1e3:6.0f} k   ratio {ratio:.3f} "
+                    f"(goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})   "
+                    f"guard spans a request {bare_spans:g} / {spans:g}   [{row.label}]",
+                    flush=True,
+                )
     finally:
         if server is not None:
             server.terminate()
