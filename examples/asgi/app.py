@@ -18,8 +18,9 @@ spans)::
         opentelemetry-instrument python examples/asgi/app.py
 
 the budget agent's call back into the planner is refused (the planner is already on the path) with
-``409 Conflict``; the budget agent reads the refusal and answers with what it has, and so does the
-planner. The spans, the guard's among them, are printed as JSON when the program ends.
+``409 Conflict``, which otel-guard's httpx instrumentation raises in the budget agent as
+``DelegationRefused``; the budget agent reads the refusal and answers with what it has, and so does
+the planner. The spans, the guard's among them, are printed as JSON when the program ends.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from otel_guard import DelegationRefused
 from otel_guard.asgi import GuardMiddleware
 
 MAX_TOOL_CALLS = 6  # in all, both agents: where the scripts give up when nothing else stops them
@@ -57,10 +59,16 @@ def scripted(agent: str, other: str) -> Starlette:
         print(f"{agent} calls {other} (tool call {tool_calls})")
         headers: dict[str, str] = {}
         propagate.inject(headers)  # the hop's context, the chain in its baggage: what the guard reads
-        async with httpx.AsyncClient(timeout=CALL_SECONDS) as client:
-            reply = await client.post(f"{urls[other]}/ask", json={"question": agent}, headers=headers)
-        # A refused hop is a 409 whose JSON says why ("message"); retrying would be refused again,
-        # so the agent answers with what it has, as it does with a real reply.
+        try:
+            async with httpx.AsyncClient(timeout=CALL_SECONDS) as client:
+                reply = await client.post(f"{urls[other]}/ask", json={"question": agent}, headers=headers)
+        except DelegationRefused as refusal:
+            # The other agent's guard refused the call: its 409, raised here by otel-guard's httpx
+            # instrumentation (under opentelemetry-instrument). Retrying would be refused again, so the
+            # agent answers with what it has, as it does with a real reply.
+            print(f"  {agent} got {other}'s 409 reply: {str(refusal)[:160]}")
+            return JSONResponse({"answer": f"{agent}'s answer, from what it had"})
+        # Without the httpx instrumentation, a refusal is the 409 itself, whose JSON says why.
         body: dict[str, Any] = reply.json()
         said = body.get("answer") or body.get("message")
         print(f"  {agent} got {other}'s {reply.status_code} reply: {str(said)[:160]}")

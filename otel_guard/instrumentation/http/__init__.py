@@ -29,6 +29,7 @@ from typing import Any, Final
 import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from otel_guard import telemetry
 from otel_guard._start import settings_at_start
 from otel_guard.instrumentation._base import PatchTarget, resolve, unwrap_all
 
@@ -68,6 +69,11 @@ class HTTPClientsInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         settings_at_start()
+        tracer_provider = kwargs.get("tracer_provider")
+        meter_provider = kwargs.get("meter_provider")
+        if tracer_provider is not None or meter_provider is not None:
+            # As every otel-guard instrumentor: one telemetry for the whole guard, these providers'.
+            telemetry.bind(tracer_provider, meter_provider)
         self._wanted = True
         for library in CLIENTS:
             if library in sys.modules:
