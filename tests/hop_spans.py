@@ -93,3 +93,27 @@ def assert_observe_mode_recorded_the_spent_requests(spans: Any, hops: tuple[str,
         attributes = hop_named(spans, name).attributes or {}
         assert attributes["otel_guard.decision"] == "would_refuse"
         assert attributes["otel_guard.budget.exhausted"] == "model_requests"
+
+
+def assert_observe_mode_recorded_the_ping_pong(spans: Any, metric_reader: Any = None) -> None:
+    """Observe mode, with ``max_name_depth=2``, let a planner ⇄ budget ping-pong of handoffs run and
+    recorded it: planner stands at places 1, 3, 5, 7 and budget at 2, 4, 6, so from the third time on
+    each is past 2 (would-refuse ``name_depth`` at depths 5, 6, 7, each with its event); nothing was
+    refused; with ``metric_reader``, the decisions metric counted planner's would-refuse."""
+    would = [s for s in guard_spans(spans) if s.attributes and s.attributes[DECISION] == "would_refuse"]
+    assert [(s.name, dict(s.attributes or {})["otel_guard.chain.depth"]) for s in would] == [
+        ("invoke_agent planner", 5),
+        ("invoke_agent budget", 6),
+        ("invoke_agent planner", 7),
+    ]
+    assert all(dict(s.attributes or {})["otel_guard.reason"] == "name_depth" for s in would)
+    assert all([e.name for e in s.events] == ["otel_guard.would_refuse"] for s in would)
+    assert refused(spans) == []
+    if metric_reader is not None:
+        points = metric_reader.points("otel_guard.decisions")
+        assert any(
+            attributes.get(DECISION) == "would_refuse"
+            and attributes.get("otel_guard.reason") == "name_depth"
+            and attributes.get("gen_ai.agent.name") == "planner"
+            for attributes, _ in points
+        ), points

@@ -26,7 +26,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 import otel_guard
 from otel_guard.instrumentation.llama_index import LlamaIndexInstrumentor
 from otel_guard.instrumentation.llama_index._runs import run_ends
-from tests.hop_spans import decisions, guard_spans, refused
+from tests.hop_spans import assert_observe_mode_recorded_the_ping_pong, decisions, guard_spans, refused
 
 instrumented = instrumentor_fixture(LlamaIndexInstrumentor)
 
@@ -171,23 +171,7 @@ async def test_observe_mode_lets_a_ping_pong_through_and_records_would_refuse(
     # Every handoff was taken; only the models' budget of calls ended the ping-pong.
     assert handoffs.calls.made == 6
     assert str(output) == "planner answers without tools"
-    # planner stands at places 1, 3, 5, 7 and budget at 2, 4, 6: from the third time on, past 2.
-    would = [s for s in guard_spans(spans) if attrs(s)["otel_guard.decision"] == "would_refuse"]
-    assert [(s.name, attrs(s)["otel_guard.chain.depth"]) for s in would] == [
-        ("invoke_agent planner", 5),
-        ("invoke_agent budget", 6),
-        ("invoke_agent planner", 7),
-    ]
-    assert all(attrs(s)["otel_guard.reason"] == "name_depth" for s in would)
-    assert all([e.name for e in s.events] == ["otel_guard.would_refuse"] for s in would)
-    assert refused(spans) == []
-    points = metric_reader.points("otel_guard.decisions")
-    assert any(
-        attributes.get("otel_guard.decision") == "would_refuse"
-        and attributes.get("otel_guard.reason") == "name_depth"
-        and attributes.get("gen_ai.agent.name") == "planner"
-        for attributes, _ in points
-    ), points
+    assert_observe_mode_recorded_the_ping_pong(spans, metric_reader)
 
 
 # -- returns that are cycles ---------------------------------------------------------------------
