@@ -20,6 +20,10 @@ import aiohttp
 import httpx
 import pytest
 import requests
+from agents import Agent as OpenAIAgent
+from agents import Runner, function_tool, set_tracing_disabled
+from agents.items import TResponseOutputItem
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from fastapi import FastAPI
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
@@ -34,6 +38,7 @@ import otel_guard
 from otel_guard.asgi import GuardMiddleware
 from otel_guard.instrumentation.http import HTTPClientsInstrumentor
 from otel_guard.instrumentation.langgraph import LangGraphInstrumentor
+from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 from otel_guard.instrumentation.pydantic_ai import PydanticAIInstrumentor
 from tests.core.asgi_server import serving
 from tests.instrumentation.instrumentors import instrumentor_fixture
@@ -385,3 +390,58 @@ def test_a_langgraph_run_joins_the_request_under_fastapis_own_spans(
 
     assert response.json() == {"answer": "fx: fx"}
     assert hops(spans) == [("invoke_agent fx", "allow", ("fx",))]
+
+
+# -- the refusal in another runtime's tool (the OpenAI Agents SDK) --------------------------------
+
+openai_agents_guarded = instrumentor_fixture(OpenAIAgentsInstrumentor)
+
+
+def test_a_refusal_from_another_service_is_an_openai_agents_tool_error(
+    spans: Any,
+    services: Callable[..., list[Service]],
+    serve_asgi: Callable[[Any], str],
+    openai_agents_guarded: OpenAIAgentsInstrumentor,
+) -> None:
+    """planner (pydantic-ai) → budget (the OpenAI Agents SDK) → planner: refused at planner, raised in
+    budget's function tool by httpx, and read by budget's model as that tool's output."""
+    set_tracing_disabled(True)  # the SDK's own tracing exports to OpenAI: off
+    (planner,) = services("planner")
+    seen: list[str] = []
+
+    def respond(call: ModelCall) -> list[TResponseOutputItem]:
+        last = call.input[-1] if isinstance(call.input, list) else {}
+        if last.get("type") == "function_call_output":
+            seen.append(str(last["output"]))
+            return [assistant_message("budget: priced with what it had")]
+        return [function_call("ask_planner", {"question": "the plan?"}, call_id="call_1")]
+
+    @function_tool
+    async def ask_planner(question: str) -> str:
+        """Ask the planner service for the plan."""
+        async with httpx.AsyncClient(timeout=CALL_SECONDS) as http:
+            answer = await http.post(f"{planner.url}/ask", json={"question": question})
+            answer.raise_for_status()
+            return str(answer.json()["answer"])
+
+    budget = OpenAIAgent(name="budget", instructions="Price the plan.", tools=[ask_planner])
+    app = FastAPI()
+
+    @app.post("/ask")
+    async def ask_budget(body: Ask) -> dict[str, str]:
+        script = ScriptedModel([ModelStep.respond(respond), ModelStep.respond(respond)])
+        return {"answer": str((await Runner.run(budget.clone(model=script), body.question)).final_output)}
+
+    app.add_middleware(GuardMiddleware, agent="budget")
+    budget_url = serve_asgi(app)
+
+    # The planner's own tool is replaced by a call from this test, inside the planner's hop.
+    with otel_guard.delegate("planner"), otel_guard.delegate("ask_budget", kind="tool"):
+        response = httpx.post(f"{budget_url}/ask", json={"question": "price it"}, timeout=CALL_SECONDS)
+
+    assert response.status_code == 200, response.text
+    assert response.json() == {"answer": "budget: priced with what it had"}
+    (output,) = seen
+    assert "a2a_delegation_cycle" in output
+    assert "agent planner is already in chain planner → ask_budget → budget → ask_planner" in output
+    assert planner.tool_results == []  # the planner's app never ran for the bounce
