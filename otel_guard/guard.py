@@ -390,7 +390,7 @@ class Delegation:
         self.decision = host.decision
         self.span = host.span
         # The mark is used up: the same name once more inside is a re-entry, and decided as one.
-        self.context = ctx = Context({key: value for key, value in parent.items() if key != JOINABLE})
+        self.context = ctx = Context({**parent, JOINABLE: None})
         return ctx
 
     def _decide(self, value: object, in_force: Settings, parent: Context) -> Plan:
