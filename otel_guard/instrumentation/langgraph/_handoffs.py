@@ -3,7 +3,7 @@
 LangGraph's handoff tools (its docs' ``create_handoff_tool``, langgraph-swarm's and
 langgraph-supervisor's) return ``Command(goto=agent, graph=Command.PARENT)``: the graph that runs the
 calling agent as a node moves on to the node ``agent``, and the calling agent's run is over. That is
-a transfer (docs/spec.md, CONTRACT §9), decided where the handoff is made and carried to the run it
+a transfer (docs/spec.md §9), decided where the handoff is made and carried to the run it
 starts:
 
 * the tool's call returns the command; the transfer into each node it names is decided then, in the
