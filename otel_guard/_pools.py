@@ -24,7 +24,7 @@ from opentelemetry import baggage, context, propagate
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 
-from otel_guard._carriers import propagator_reads_baggage
+from otel_guard._carriers import context_from_carrier, propagator_reads_baggage
 from otel_guard._in_context import call_in
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
@@ -131,10 +131,7 @@ def carrier_of(ctx: Context) -> dict[str, str]:
 
 def context_from(carrier: dict[str, str]) -> Context:
     """The context a carrier from :func:`carrier_of` holds, extracted onto an empty one."""
-    ctx = propagate.extract(carrier, context=Context())
-    if not propagator_reads_baggage():
-        ctx = _BAGGAGE_ONLY.extract(carrier, context=ctx)
-    return ctx
+    return context_from_carrier(carrier, Context())
 
 
 # The carrier last extracted in this worker and its context: a map's calls come with one carrier each.

@@ -58,15 +58,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 
 from otel_guard._carriers import attach_caller_context, carrier_from_headers, headers_without_chain
-from otel_guard._in_force import baggage_of
 from otel_guard._start import settings_at_start
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate, joinable
 from otel_guard.settings import current_settings
-from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -112,11 +109,7 @@ class GuardMiddleware:
         if scope["type"] != "http" or _excluded(scope):
             await self.app(scope, receive, send)
             return
-        token = (
-            None
-            if _chain_arrived()
-            else attach_caller_context(carrier_from_headers(scope.get("headers") or ()))
-        )
+        token = attach_caller_context(lambda: carrier_from_headers(scope.get("headers") or ()))
         try:
             hop = delegate(self.agent, self._skill_of(scope), receiving=True)
             try:
@@ -144,20 +137,6 @@ class GuardMiddleware:
         finally:
             if token is not None:
                 otel_context.detach(token)
-
-
-def _chain_arrived() -> bool:
-    """Whether an OpenTelemetry server middleware outside this one has already extracted the caller's
-    context with its chain: then :func:`attach_caller_context` would read nothing, and the request's
-    headers are not turned into a carrier at all (about 21 k instructions for six headers; this check
-    costs about 6 k)."""
-    current = otel_context.get_current()
-    members = baggage_of(current)
-    return (
-        members is not None
-        and CHAIN_BAGGAGE_KEY in members
-        and trace.get_current_span(current).get_span_context().is_valid
-    )
 
 
 def _excluded(scope: Scope) -> bool:

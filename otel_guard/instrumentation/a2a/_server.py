@@ -58,7 +58,7 @@ async def continue_caller(wrapped: Any, instance: Any, args: tuple[Any, ...], kw
     if not _enabled():
         return await wrapped(*args, **kwargs)
     request = args[0] if args else kwargs["request"]
-    token = attach_caller_context(carrier_from_headers(request.scope.get("headers") or ()))
+    token = attach_caller_context(lambda: carrier_from_headers(request.scope.get("headers") or ()))
     try:
         response = await wrapped(*args, **kwargs)
     finally:
