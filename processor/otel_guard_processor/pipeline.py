@@ -36,7 +36,7 @@ from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest
 from otel_guard_processor.signals import Unread
 
-__all__ = ["Answer", "Pipeline", "http_status"]
+__all__ = ["Answer", "Holding", "Pipeline", "http_status"]
 
 _log = logging.getLogger("otel_guard_processor")
 DOWNSTREAM_LOG_SECONDS = 60.0
@@ -175,12 +175,24 @@ class Pipeline:
         finally:
             stats.inflight -= 1
 
+    def hold(self, protocol: str, size: int, started: float) -> Answer | Holding:
+        """Count ``size`` bytes a receiver holds for a request before it reaches :meth:`export` (a
+        body being inflated or converted) in ``max_pending_bytes`` as a request's are, until
+        :meth:`Holding.release`; or the busy refusal when the requests held already fill it."""
+        busy = self._busy(protocol, size, started)
+        return busy if busy is not None else Holding(self, size)
+
     def _busy(self, protocol: str, size: int, started: float) -> Answer | None:
         """The refusal of a request of ``size`` bytes when the requests held already fill
         ``max_pending_bytes`` (one is always taken when none is held), else None."""
         pending = self.stats.pending_bytes
         if not pending or pending + size <= self.max_pending_bytes:
             return None
+        return self.busy(protocol, size, started)
+
+    def busy(self, protocol: str, size: int, started: float) -> Answer:
+        """Refuse a request as busy (``max_pending_bytes`` held), with the retry delay, and count it."""
+        pending = self.stats.pending_bytes
         return self.refuse(
             protocol,
             "busy",
@@ -260,3 +272,32 @@ class _Held:
         """The request goes no further: neither is."""
         self._holders = 1
         self.release()
+
+
+class Holding:
+    """Bytes a receiver holds for a request before :meth:`Pipeline.export` takes it (a gzip body
+    and what it inflates to, an OTLP/JSON body in conversion), counted in ``stats.pending_bytes``
+    until released."""
+
+    __slots__ = ("_pipeline", "_size")
+
+    def __init__(self, pipeline: Pipeline, size: int) -> None:
+        self._pipeline = pipeline
+        self._size = size
+        pipeline.stats.pending_bytes += size
+
+    def grow(self, more: int) -> bool:
+        """Count ``more`` bytes, or False (nothing counted) when that passes ``max_pending_bytes``
+        while others hold bytes too."""
+        stats = self._pipeline.stats
+        pending = stats.pending_bytes
+        if pending > self._size and pending + more > self._pipeline.max_pending_bytes:
+            return False
+        stats.pending_bytes += more
+        self._size += more
+        return True
+
+    def release(self) -> None:
+        """The receiver is done with them (the request went on to :meth:`Pipeline.export`, or not)."""
+        self._pipeline.stats.pending_bytes -= self._size
+        self._size = 0
