@@ -492,6 +492,17 @@ class ChainToken:
             self._claims = claims
         return claims
 
+    def arrived_claims(self, text: str, size: int) -> None:
+        """Take ``text`` (``size`` bytes), the claims this token arrived with, as its encoded claims,
+        so a child's are that text with one more hop instead of the whole chain encoded again (its
+        times' ``repr`` alone cost 13 k instructions). Only for the claims of :func:`_decode` that
+        extend so; its text may be spelled otherwise than this module writes (spaces, escapes), so
+        its exact size also replaces the upper bound that :meth:`fits` checks first."""
+        # The claims as prefix and hops: the prefix is all but the closing "]}", the hops empty;
+        # a child appends ",<hop>" to them, which is what follows a last hop.
+        self._claims = (text[:-2], size - 2, "", 0)
+        self._bound = size
+
     def remember(self, key: Any, value: Any) -> None:
         """Keep ``value`` for ``key`` in :attr:`children`, up to :attr:`MAX_CHILDREN` entries."""
         if len(self.children) < self.MAX_CHILDREN:
@@ -546,7 +557,10 @@ class VerifiedTokens:
             assert isinstance(found, Chain)
             token = ChainToken(found, keyring, text)  # signed here: read for the first time
         else:
-            token = ChainToken(decode(text, keyring), keyring, text)
+            chain, claims, size = _decoded(text, keyring)
+            token = ChainToken(chain, keyring, text)
+            if claims is not None:
+                token.arrived_claims(claims, size)
         self._keep(text, keyring, token)
         return token
 
@@ -581,6 +595,11 @@ _JSON = json.JSONDecoder()
 
 
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
+    return _json_text(raw, what)[1]
+
+
+def _json_text(raw: bytes, what: str) -> tuple[str, dict[str, Any]]:
+    """``raw`` as text, and the JSON object it holds; raises :class:`InvalidToken` for anything else."""
     try:
         text = raw.decode()
         # raw_decode skips json.loads' encoding sniffing and trailing-whitespace scan (a third of
@@ -592,7 +611,7 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
         raise InvalidToken(f"token {what} has data after its JSON value")
     if not isinstance(value, dict):
         raise InvalidToken(f"token {what} is not a JSON object")
-    return value
+    return text, value
 
 
 def _number(value: object, name: str) -> float:
@@ -620,6 +639,7 @@ def _check_header(fields: Mapping[str, Any]) -> None:
         )
 
 
+_CLAIMS_READ: Final = len(("v", "root", "ws", "iat", "exp", "hops"))
 _new_hop = tuple.__new__  # builds a Hop straight from a checked [agent, skill] pair
 _HOP_SHAPE: Final = 'token hop must be [non-empty string, string or null] or [..., ..., "transfer"]'
 
@@ -707,6 +727,12 @@ def decode(token: object, keyring: Keyring | None) -> Chain:
     in constant time). Without one, signatures cannot be checked: unsigned and signed tokens are read
     as they are, which is what "no keys" means.
     """
+    return _decoded(token, keyring)[0]
+
+
+def _decoded(token: object, keyring: Keyring | None) -> tuple[Chain, str | None, int]:
+    """:func:`decode`, with the claims' JSON text and its size in bytes where a child's claims can
+    be that text with one more hop (see :func:`_decode`); ``None`` and 0 elsewhere."""
     try:
         return _decode(token, keyring)
     except InvalidToken:
@@ -730,7 +756,7 @@ def decode_unsigned(token: object) -> Chain:
     return decode(token, None)
 
 
-def _decode(token: object, keyring: Keyring | None) -> Chain:
+def _decode(token: object, keyring: Keyring | None) -> tuple[Chain, str | None, int]:
     if type(token) is not str:
         raise InvalidToken("token is not a string")
     if len(token) > MAX_TOKEN_LENGTH:
@@ -751,4 +777,13 @@ def _decode(token: object, keyring: Keyring | None) -> Chain:
         signed = token[: len(header) + 1 + len(payload)].encode("ascii")
         if not hmac.compare_digest(_b64encode(key.sign(signed)), signature):
             raise InvalidToken("token signature does not match")
-    return _claims_to_chain(_json_object(_b64decode(payload), "claims"))
+    raw = _b64decode(payload)
+    text, claims = _json_text(raw, "claims")
+    chain = _claims_to_chain(claims)
+    # The text extends by one hop when it is the chain's claims and nothing else, its hops last:
+    # the object has exactly the six claims read (a duplicate key is the last one's, as any JSON
+    # reader takes it) and its text ends "]}", so its last member is an array: the hops. Inserting
+    # ",<hop>" before that end then reads back as this chain with the hop appended.
+    if len(claims) == _CLAIMS_READ and text.endswith("]}"):
+        return chain, text, len(raw)
+    return chain, None, 0
