@@ -53,6 +53,7 @@ pipeline's count.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ from otel_guard_processor.signals import LOGS, METRICS, UNREAD
 from otel_guard_processor.split import split
 
 __all__ = ["EXPORT_METHOD", "MERGE_BYTES", "METHODS", "SENDS", "DownstreamError", "Forwarder"]
+
+_log = logging.getLogger("otel_guard_processor")
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 # Every signal's Export: traces, and the metrics and logs passed on unread (signals.py).
@@ -273,8 +276,20 @@ class Forwarder:
             except DownstreamError as error:
                 if error.limit is None or error.limit >= len(raw):
                     raise
-                limit = self._limit = error.limit if self._limit is None else min(self._limit, error.limit)
+                limit = self._learn(error.limit)
         return await self._send_parts(lane, raw, limit)
+
+    def _learn(self, limit: int) -> int:
+        """The downstream takes at most ``limit`` bytes (its refusal said so): the limit now."""
+        if self._limit is None or limit < self._limit:
+            self._limit = limit
+            _log.warning(
+                "otel-guard processor: the downstream %s takes requests of at most %d bytes; "
+                "larger ones are sent to it in parts",
+                self.target,
+                limit,
+            )
+        return self._limit
 
     async def _send_parts(self, lane: _Lane, raw: bytes, limit: int) -> bytes:
         """Send ``raw`` as parts of at most ``limit`` bytes; the answer of them all."""

@@ -17,7 +17,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from otel_guard_processor.split import split
 
-Items = list[tuple[str, str, bytes]]  # (resource, scope, item) of every item, in order
+Items = list[tuple[bytes, bytes, bytes]]  # (resource, scope, item) of every item, in order
 
 
 def trace_request(shape: list[list[list[int]]]) -> ExportTraceServiceRequest:
