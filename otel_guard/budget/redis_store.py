@@ -15,9 +15,13 @@ Async code (``async with delegate(...)``, ``@agentic`` coroutines, the instrumen
 goes through the client's asyncio API, one client per event loop, so the loop never blocks on the
 round trip.
 
-A hop never waits long for Redis: the client connects and reads with a short timeout
-(:data:`TIMEOUT`), and after a failure the store is taken for down for :data:`DOWN_FOR` seconds, in
-which every take fails at once instead of waiting again. A take that fails raises
+A hop never waits long for Redis: a take has a deadline (:data:`TIMEOUT` after it starts) for all
+its reads and writes together -- a reply that drips a byte at a time, each read within a socket's
+timeout, is cut there all the same -- and after a failure the store is taken for down for
+:data:`DOWN_FOR` seconds, in which every take fails at once instead of waiting again. The client's
+connections are a pool of :data:`MAX_CONNECTIONS` (each event loop's too): a burst of more takes at
+once waits for a connection, up to the store's timeout, and a take that gets none in time fails as
+any other; a burst never finds the pool empty and goes uncounted. A take that fails raises
 :class:`~otel_guard.budget.StoreError`; ``budget_on_error`` decides what the hop gets. An outage is
 never silent (with ``budget_on_error=allow`` it turns budgets off): the store logs one warning when
 it cannot be reached where the guard starts (:meth:`RedisStore.probe`) or at its first take, one when
@@ -38,6 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, Final
 
 import redis
@@ -50,7 +55,13 @@ from otel_guard.budget._store import MAX_COUNT, BadCount, Meter, StoreError
 from otel_guard.settings import current_settings, redacted_url
 
 TIMEOUT: Final = 0.25
-"""Seconds to connect to Redis, and to wait for an answer."""
+"""Seconds to connect to Redis, to wait for a connection of the pool, and the deadline of a take's
+round trip (all its reads and writes together). A URL's ``socket_timeout`` option sets another."""
+
+MAX_CONNECTIONS: Final = 100
+"""Connections in the store's pool (redis-py's own default ceiling), each event loop's pool too: a
+take holds one for its round trip, so this many takes at once never wait. A URL's
+``max_connections`` option sets another size."""
 
 DOWN_FOR: Final = 1.0
 """Seconds the store is taken for down after a failure (every take fails at once meanwhile)."""
@@ -145,15 +156,26 @@ class RedisStore:
     ) -> None:
         self._url = url
         self.name = redacted_url(url)
-        timeout = TIMEOUT if timeout is None else timeout
+        parsed = parse_url(url)  # type: ignore[no-untyped-call]
+        given = parsed.get("socket_timeout")
+        timeout = float(given) if given is not None else TIMEOUT if timeout is None else timeout
+        self.timeout = timeout
+        """The deadline of a take, in seconds (the URL's ``socket_timeout`` when it sets one)."""
+        # The URL's options win over these, as redis-py's from_url has it.
         self._options: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             "retry_on_timeout": False,
             "health_check_interval": 0,
+            "max_connections": MAX_CONNECTIONS,
+            "timeout": timeout,  # the wait for a connection of a pool whose every one is in use
         }
+        connection = _on_deadline(parsed.get("connection_class", redis.connection.Connection))
         # No retries: a hop that cannot count asks budget_on_error instead of waiting again.
-        self._client: Any = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **self._options)
+        pool = redis.BlockingConnectionPool.from_url(
+            url, connection_class=connection, retry=Retry(NoBackoff(), 0), **self._options
+        )
+        self._client: Any = redis.Redis(connection_pool=pool)
         self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
@@ -173,6 +195,7 @@ class RedisStore:
     def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         command = self._ask(meters)
         client = self._client
+        deadline = _DEADLINE.set(time.monotonic() + self.timeout)
         try:
             try:
                 result = client.evalsha(_TAKE_SHA, len(meters), *command)
@@ -180,6 +203,8 @@ class RedisStore:
                 result = client.eval(TAKE_SCRIPT, len(meters), *command)
         except Exception as exc:  # a RedisError, or a client the URL's options broke (TypeError)
             raise self._failed(exc) from exc
+        finally:
+            _DEADLINE.reset(deadline)
         if self._answering is not True:
             self._answered()
         return _taken(result, meters)
@@ -190,14 +215,16 @@ class RedisStore:
         loop = asyncio.get_running_loop()
         client = self._async_clients.get(loop)
         if client is None:
-            client = self._async_clients[loop] = redis.asyncio.Redis.from_url(
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
                 self._url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
             )
+            client = self._async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
         try:
-            try:
-                result = await client.evalsha(_TAKE_SHA, len(meters), *command)
-            except redis.exceptions.NoScriptError:
-                result = await client.eval(TAKE_SCRIPT, len(meters), *command)
+            async with asyncio.timeout(self.timeout):  # the take's deadline, the pool's wait included
+                try:
+                    result = await client.evalsha(_TAKE_SHA, len(meters), *command)
+                except redis.exceptions.NoScriptError:
+                    result = await client.eval(TAKE_SCRIPT, len(meters), *command)
         except Exception as exc:
             raise self._failed(exc) from exc
         if self._answering is not True:
@@ -209,11 +236,14 @@ class RedisStore:
         guard starts, so a store that cannot be reached says so then, before any hop."""
         if self._answering is not None:
             return
+        deadline = _DEADLINE.set(time.monotonic() + self.timeout)
         try:
             self._client.ping()
         except Exception as exc:
             self._failed(exc)
             return
+        finally:
+            _DEADLINE.reset(deadline)
         self._answered()
 
     def _ask(self, meters: Sequence[Meter]) -> list[str]:
@@ -271,6 +301,90 @@ class RedisStore:
 
     def close(self) -> None:
         self._client.close()
+        self._client.connection_pool.disconnect()
+
+
+_DEADLINE: ContextVar[float] = ContextVar("otel_guard_redis_deadline", default=math.inf)
+"""When the take running in this thread must be over (monotonic seconds): read by its sockets."""
+
+
+class _DeadlineSocket:
+    """A connection's socket whose every read and write gives up at the take's deadline
+    (:data:`_DEADLINE`), besides the socket's own timeout of silence: a reply that drips a byte at a
+    time never lets that timeout pass, and is cut at the deadline all the same (``socket.timeout``,
+    which the client answers by dropping the connection, reply unread). Anything else is the socket's.
+    """
+
+    __slots__ = ("_sock", "_timeout")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._timeout: float | None = sock.gettimeout()
+
+    def settimeout(self, value: float | None) -> None:
+        self._timeout = value
+        self._sock.settimeout(value)
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def _arm(self) -> None:
+        left = _DEADLINE.get() - time.monotonic()
+        timeout = self._timeout
+        if left == math.inf:
+            self._sock.settimeout(timeout)
+        elif left <= 0:
+            raise TimeoutError("the budget store's take ran out of time")
+        else:
+            self._sock.settimeout(left if timeout is None or left < timeout else timeout)
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        self._arm()
+        data: bytes = self._sock.recv(size, *flags)
+        return data
+
+    def recv_into(self, buffer: Any, *args: int) -> int:
+        self._arm()
+        size: int = self._sock.recv_into(buffer, *args)
+        return size
+
+    def sendall(self, data: Any, *flags: int) -> None:
+        self._arm()
+        self._sock.sendall(data, *flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _OnDeadline:
+    """A connection whose socket is under the take's deadline (:class:`_DeadlineSocket`)."""
+
+    def _connect(self) -> Any:
+        return _DeadlineSocket(super()._connect())  # type: ignore[misc]
+
+
+class _TCPConnection(_OnDeadline, redis.connection.Connection):
+    pass
+
+
+class _TLSConnection(_OnDeadline, redis.connection.SSLConnection):
+    pass
+
+
+class _UnixConnection(_OnDeadline, redis.connection.UnixDomainSocketConnection):
+    pass
+
+
+_ON_DEADLINE: Final[dict[type, type]] = {
+    redis.connection.Connection: _TCPConnection,
+    redis.connection.SSLConnection: _TLSConnection,
+    redis.connection.UnixDomainSocketConnection: _UnixConnection,
+}
+
+
+def _on_deadline(connection: type) -> type:
+    """redis-py's connection class for a URL's scheme (TCP, TLS, Unix socket), under the deadline."""
+    return _ON_DEADLINE[connection]
 
 
 def _taken(result: Any, meters: Sequence[Meter]) -> tuple[int, ...] | int:
