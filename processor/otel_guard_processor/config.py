@@ -457,8 +457,10 @@ def _scalar(loader: Any, event: Any, path: Path, what: str) -> Any:
     node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
     try:
         return loader.construct_object(node)
-    except (ValueError, OverflowError) as exc:  # e.g. a timestamp of month 13
-        raise _bad_file(path, f"cannot read the value of {what}: {exc}", event.start_mark) from None
+    except (ValueError, OverflowError) as exc:  # e.g. a timestamp of month 13, 60**1300 as a float
+        option = _OPTION_BY_NAME.get(what)
+        wanted = f"; it must be {option.range}" if option is not None and option.range is not None else ""
+        raise _bad_file(path, f"cannot read the value of {what}: {exc}{wanted}", event.start_mark) from None
 
 
 def _bad_file(path: Path, message: str, mark: Any = None) -> ConfigError:

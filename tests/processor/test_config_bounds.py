@@ -130,6 +130,18 @@ def test_seconds_are_finite_positive_and_bounded(
     assert f"must be a number of seconds {low}, at most {int(MAX_SECONDS)}, got" in message
 
 
+def test_a_sexagesimal_float_past_a_float_is_one_error(tmp_path: Path) -> None:
+    """YAML 1.1 reads ``1:59:...:59.5`` as a float in base 60; past a float's range PyYAML raises."""
+    file = tmp_path / "processor.yaml"
+    file.write_text("trace_ttl: 1" + ":59" * 1300 + ".5\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, environ={}, config_file=file)
+    assert str(caught.value) == (
+        f"config: {file}, line 1, column 12: cannot read the value of trace_ttl: int too large to convert "
+        "to float; it must be a number of seconds above 0, at most 1000000000"
+    )
+
+
 @pytest.mark.parametrize("source", SOURCES)
 def test_zero_is_a_count_wait_and_no_timeout(tmp_path: Path, source: str) -> None:
     assert _load(source, "count_wait", "0", tmp_path).count_wait == 0
