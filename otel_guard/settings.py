@@ -17,7 +17,6 @@ import difflib
 import json
 import logging
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -113,20 +112,46 @@ def integer(minimum: int) -> Parse:
     return lambda name, value: _int(name, value, minimum)
 
 
-_QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+SECRET_WORDS: Final = ("pass", "pwd", "secret", "token", "auth", "key", "credential")
+"""A URL query parameter whose name holds one of these (percent-decoded, any case) is a secret:
+``password`` (what redis-py's ``parse_url`` reads as the password, under any spelling it decodes to,
+``?pass%77ord=``), ``ssl_password``, ``token``, ``auth``, ``api_key``..."""
 
 
 def redacted_url(url: str) -> str:
-    """``url`` as logs and errors show it: its password (``user:password@``, or a user part alone, or
-    ``?password=``) as ``***``. Everything up to the last ``@`` counts as the user part, so a password
-    that was not URL-encoded is hidden too."""
+    """``url`` as logs and errors show it: its password (``user:password@``, or a user part alone) as
+    ``***``, and the value of every query parameter whose name is a secret's (:data:`SECRET_WORDS`,
+    ``?password=***``, ``?pass%77ord=***``). Everything up to the last ``@`` counts as the user part,
+    and a parameter's value runs to the next ``&`` (a ``#`` in it included), so a password that was
+    not URL-encoded is hidden too."""
     head, at, tail = url.rpartition("@")
     if at:
         scheme, found, userinfo = head.partition("://")
         user, colon, _ = userinfo.partition(":")
         head = f"{scheme}://{user}:***" if found and colon else f"{scheme}://***" if found else "***"
         url = f"{head}@{tail}"
-    return _QUERY_PASSWORD.sub(r"\1***", url)
+    base, question, query = url.partition("?")
+    if not question:
+        return url
+    shown = []
+    for item in query.split("&"):  # as parse_qs splits it: the first '=' ends the name
+        name, equals, _ = item.partition("=")
+        shown.append(f"{name}=***" if equals and _secret_name(name) else item)
+    return f"{base}?{'&'.join(shown)}"
+
+
+def _secret_name(name: str) -> bool:
+    """Whether a query parameter's ``name`` is a secret's, decoded as parse_qs decodes it (and then
+    again, a few times: whatever layer of escapes reads it, it reads as what it is)."""
+    from urllib.parse import unquote_plus
+
+    for _ in range(4):
+        decoded = unquote_plus(name)
+        if decoded == name:
+            break
+        name = decoded
+    name = name.lower()
+    return any(word in name for word in SECRET_WORDS)
 
 
 def _budget_store(name: str, value: object) -> str:
