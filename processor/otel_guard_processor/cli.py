@@ -66,12 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         default = getattr(defaults, option.name)
         shown = "off" if default is None else default
+        bounds = "" if option.range is None else f"; {option.range}"
         parser.add_argument(
             option.flag,
             dest=option.name,
             metavar=option.metavar,
             default=None,
-            help=f"{option.help} (default: {shown}; env {option.env})",
+            help=f"{option.help} (default: {shown}{bounds}; env {option.env})",
         )
     return parser
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from otel_guard_processor._engine import Engine
+from otel_guard_processor.cli import main
 from otel_guard_processor.config import (
     MAX_COUNT,
     MAX_MESSAGE_BYTES,
@@ -234,3 +235,12 @@ def test_the_command_refuses_each_in_one_line_and_status_2(tmp_path: Path) -> No
         assert lines[-1].startswith(f"otel-guard processor: error: {named}"), lines[-1]
         assert "): must be " in lines[-1]
         assert len(lines[-1]) < 300
+
+
+def test_help_gives_every_range(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option in OPTIONS:
+        if option.range is not None:
+            assert f"{option.range}; env {option.env}" in text, option.name
