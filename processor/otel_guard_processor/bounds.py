@@ -43,13 +43,15 @@ OVERFLOW: Final = "_overflow"
 
 class CountedCycle(NamedTuple):
     """A cycle as it was just counted: its series (``cycle`` is ``OVERFLOW`` once the metric holds
-    MAX_SERIES label sets) and the span where the name returned, by its trace and span id as sent
-    (opaque bytes, unchecked)."""
+    MAX_SERIES label sets), the span where the name returned, by its trace and span id as sent
+    (opaque bytes, unchecked), and the ``otel_guard.chain.root`` its trace's guard spans name (the
+    id that finds the loop's other traces), or None."""
 
     kind: str
     cycle: str
     trace_id: bytes
     span_id: bytes
+    chain_root: str | None = None
 
 
 @dataclass(frozen=True)

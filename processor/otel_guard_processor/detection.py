@@ -117,14 +117,20 @@ class Detection:
         self._put(("run", work, future))
         return await future
 
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` has made the last counts (nothing changes any more)."""
+        return self._stopped.is_set()
+
     async def settled(self) -> None:
         """Return once every request submitted so far has been detected."""
         await self.run(_nothing)
 
     async def stop(self, timeout: float) -> None:
         """Detect what was submitted (for up to ``timeout`` seconds), end the consumer, then make
-        the counts still waiting (no later span can change them now) and let go of the delegation
-        trees held (each observed in ``otel_guard_tree_hops``)."""
+        every count still waiting -- those waiting on ``count_wait`` and those of spans still waiting
+        for their parent or linked span (no later span can change them now) -- and let go of the
+        traces and delegation trees held (each tree observed in ``otel_guard_tree_hops``)."""
         self._stopping = True
         consumer = self._consumer
         if consumer is not None:
@@ -146,8 +152,7 @@ class Detection:
             self._worker = None
         # Nothing else reads or changes the detector now.
         try:
-            self.detector.count_waiting(time.monotonic())
-            self.detector.release_trees()
+            self.detector.drain()
         except Exception:
             _log.exception("otel-guard processor: the last counts at stop failed")
         self._stopped.set()

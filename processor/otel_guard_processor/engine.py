@@ -5,8 +5,8 @@ processor/src/); this module names what it offers and, where it was never built 
 ``sys.path``), fails on import saying how to build it rather than with a bare missing-module error.
 Its calls take a whole request's bytes: no Python runs per span.
 
-- :class:`Engine`: the whole detection in bounded state; ``ingest(request, now)``, ``expire(now)``
-  and ``release_trees()`` each hand back the :class:`Events` they counted.
+- :class:`Engine`: the whole detection in bounded state; ``ingest(request, now)``, ``expire(now)``,
+  ``release_trees()`` and ``drain()`` (at stop: every waiting count made) each hand back the :class:`Events` they counted.
 - :class:`EngineDetector`: an Engine behind the tallies the metrics read; the service's detector.
 - :func:`decode_counts` ``(request, keys)``: the spans, links and asked-for attributes a request
   holds; :func:`decode_summary` ``(request, keys)``: what the engine reads of a request as Python
@@ -77,7 +77,8 @@ class EngineDetector:
     ``_overflow``), ``evictions[reason]``, ``dropped[reason]``, ``duplicates``,
     ``truncated[what]``, ``tree_hops`` (per bucket of ``TREE_HOPS_BUCKETS``), ``tree_hops_sum``,
     ``tree_evictions[reason]``; ``cycle_spans[(kind, label)]``: the span where the name returned in
-    the latest count of that cycle, ``decision_spans[(decision, reason, name)]``: the latest span
+    the latest count of that cycle, ``cycle_roots[(kind, label)]``: that count's chain root (or
+    None), ``decision_spans[(decision, reason, name)]``: the latest span
     of that decision whose ids are the size of real ones. ``on_cycle`` is told of each cycle
     counted, under its series. Python runs once a call, never once a span.
     """
@@ -102,6 +103,7 @@ class EngineDetector:
         self._clock = clock
         self.cycles: dict[tuple[str, str], int] = {}
         self.cycle_spans: dict[tuple[str, str], SpanAt] = {}
+        self.cycle_roots: dict[tuple[str, str], str | None] = {}
         self.delegations: dict[tuple[str, str], int] = {}
         self.decisions: dict[tuple[str, str, str], int] = {}
         self.decision_spans: dict[tuple[str, str, str], SpanAt] = {}
@@ -148,6 +150,12 @@ class EngineDetector:
         span can change them); traces idle for longer than the TTL less the wait go too."""
         self.expire(now + self.limits.count_wait)
 
+    def drain(self) -> None:
+        """Make every count still waiting, settling the spans still waiting for their parent or
+        linked span as if their trace went, and let go of every trace and tree (the processor stops:
+        no later span can change a count)."""
+        self._tally(self.engine.drain())
+
     def release_trees(self) -> int:
         """Let go of every tree held (the processor stops), each observed once; return how many."""
         events = self.engine.release_trees()
@@ -157,11 +165,12 @@ class EngineDetector:
     def _tally(self, events: Events) -> None:
         cycles = events.cycles
         when = self._clock() if cycles or events.decision_spans else 0.0
-        for kind, label, trace_id, span_id in cycles:
+        for (kind, label, trace_id, span_id), root in zip(cycles, events.cycle_roots, strict=True):
             key = _count(self.cycles, (kind, label), (kind, OVERFLOW), 1)
             self.cycle_spans[key] = (trace_id, span_id, when)
+            self.cycle_roots[key] = root
             if self._on_cycle is not None:
-                self._on_cycle(CountedCycle(key[0], key[1], trace_id, span_id))
+                self._on_cycle(CountedCycle(key[0], key[1], trace_id, span_id, root))
         for edge, count in events.delegations.items():
             _count(self.delegations, edge, (OVERFLOW, OVERFLOW), count)
         spans = events.decision_spans

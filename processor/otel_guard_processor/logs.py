@@ -1,7 +1,8 @@
 """The processor's log lines: their two formats, and the line each counted loop gets.
 
-:class:`LoopLog` writes one warning per counted cycle -- its kind, its label and the trace and span
-id of the span where the name returned -- and at most one a label per ``period`` (a minute): a
+:class:`LoopLog` writes one warning per counted cycle -- its kind, its label, the trace and span id of
+the span where the name returned, and the chain root (``otel_guard.chain.root``) when the loop's
+guard spans name one -- and at most one a label per ``period`` (a minute): a
 loop storm counts one cycle per trace, thousands a second under one label. The next line of a
 label says how many were left out since its last (``suppressed``), and a label whose period ended
 with loops left out gets that line from the service's sweep (:meth:`LoopLog.flush`), so a storm's
@@ -143,4 +144,6 @@ class LoopLog:
             "span_id": cycle.span_id.hex(),
             "suppressed": suppressed,
         }
+        if cycle.chain_root is not None:
+            fields["chain_root"] = cycle.chain_root
         self._logger.warning(LOOP_MESSAGE, extra={FIELDS: fields})

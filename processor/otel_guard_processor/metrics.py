@@ -6,7 +6,8 @@ and those of :class:`RequestStats`, when Prometheus scrapes ``/metrics``. A scra
 detection queue (:mod:`otel_guard_processor.detection`), never in the middle of a request's
 detection: it sees a consistent snapshot that counts every request acknowledged before it.
 
-Each cycle series carries the span where the latest counted cycle closed as an exemplar, and each
+Each cycle series carries the span where the latest counted cycle closed as an exemplar (with the
+loop's ``chain_root`` when its guard spans name one), and each
 decision series the latest span of that decision; only the OpenMetrics exposition writes them: the
 plain text format has no place for them and leaves them out.
 
@@ -105,6 +106,8 @@ class RequestStats:
 
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
+MAX_EXEMPLAR_CHARS = 128  # OpenMetrics: an exemplar's label names and values together
+_EXEMPLAR_CHARS = len("trace_id") + 2 * _TRACE_ID_BYTES + len("span_id") + 2 * _SPAN_ID_BYTES
 
 SpanAt = tuple[bytes, bytes, float]
 K = TypeVar("K", bound=tuple[str, ...])
@@ -115,6 +118,7 @@ class Tallies(Protocol):
 
     cycles: dict[tuple[str, str], int]
     cycle_spans: dict[tuple[str, str], SpanAt]
+    cycle_roots: dict[tuple[str, str], str | None]
     delegations: dict[tuple[str, str], int]
     decisions: dict[tuple[str, str, str], int]
     decision_spans: dict[tuple[str, str, str], SpanAt]
@@ -136,16 +140,22 @@ class Tallies(Protocol):
     def pending_spans(self) -> int: ...
 
 
-def exemplar(at: SpanAt) -> Exemplar | None:
+def exemplar(at: SpanAt, chain_root: str | None = None) -> Exemplar | None:
     """The exemplar ``{trace_id, span_id}`` (lowercase hex) of a span a count points at, with the
-    time it was counted; None for ids that are not those of a real span (16 and 8 bytes, not all
-    zero): the processor does not check ids, and a trace store could find nothing by them."""
+    time it was counted, and ``chain_root`` where one is given and fits; None for ids that are not
+    those of a real span (16 and 8 bytes, not all zero): the processor does not check ids, and a
+    trace store could find nothing by them. OpenMetrics bounds an exemplar's label names and values
+    to 128 characters together: the ids take 63, so a root of up to 55 characters (the guard's are
+    32) is carried, a longer one left out (the log line still names it)."""
     trace_id, span_id, when = at
     if len(trace_id) != _TRACE_ID_BYTES or len(span_id) != _SPAN_ID_BYTES:
         return None
     if not any(trace_id) or not any(span_id):
         return None
-    return Exemplar({"trace_id": trace_id.hex(), "span_id": span_id.hex()}, 1.0, when)
+    labels = {"trace_id": trace_id.hex(), "span_id": span_id.hex()}
+    if chain_root and _EXEMPLAR_CHARS + len("chain_root") + len(chain_root) <= MAX_EXEMPLAR_CHARS:
+        labels["chain_root"] = chain_root
+    return Exemplar(labels, 1.0, when)
 
 
 class _Exemplars(Generic[K]):
@@ -156,13 +166,13 @@ class _Exemplars(Generic[K]):
     def __init__(self) -> None:
         self._made: dict[K, tuple[SpanAt, Exemplar | None]] = {}
 
-    def of(self, spans: Mapping[K, SpanAt]) -> dict[K, Exemplar]:
+    def of(self, spans: Mapping[K, SpanAt], roots: Mapping[K, str | None] | None = None) -> dict[K, Exemplar]:
         made = self._made
         out: dict[K, Exemplar] = {}
         for series, at in spans.items():
             known = made.get(series)
-            if known is None or known[0] is not at:
-                known = made[series] = (at, exemplar(at))
+            if known is None or known[0] is not at:  # a new count: a new span, and its root
+                known = made[series] = (at, exemplar(at, roots.get(series) if roots else None))
             if known[1] is not None:
                 out[series] = known[1]
         return out
@@ -208,7 +218,7 @@ class ProcessorCollector(Collector):
             "Distinct delegation cycles, each counted once in the trace where a name repeats.",
             ("kind", "cycle"),
             detector.cycles.items(),
-            self._cycle_exemplars.of(detector.cycle_spans),
+            self._cycle_exemplars.of(detector.cycle_spans, detector.cycle_roots),
         )
         yield _counter(
             "otel_guard_delegations",

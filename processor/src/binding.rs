@@ -235,6 +235,16 @@ impl PyEngine {
         guarded(|| PyEvents::of(py, &events))
     }
 
+    /// drain() -> Events
+    ///
+    /// Make every count still waiting (the processor stops: no later span can change them):
+    /// the spans still waiting for their parent or linked span settle as if their trace went,
+    /// every due count is made, and every trace and tree is let go of (not counted as evictions).
+    fn drain(&mut self, py: Python<'_>) -> PyResult<PyEvents> {
+        let events = self.run(py, graph::Engine::drain)?;
+        guarded(|| PyEvents::of(py, &events))
+    }
+
     /// Traces held.
     #[getter]
     fn active_traces(&self) -> usize {
@@ -274,7 +284,8 @@ impl PyEngine {
 /// What one call into an Engine counted.
 ///
 /// `received`: spans in the request; `cycles`: a (kind, label, trace_id, span_id) per counted
-/// cycle, the ids of the span where the name returned; `delegations`: {(caller, callee): calls};
+/// cycle, the ids of the span where the name returned; `cycle_roots`: per cycle, in the same
+/// order, the `otel_guard.chain.root` its trace's guard spans name, or None; `delegations`: {(caller, callee): calls};
 /// `decisions`: {(decision, reason, name): spans}; `decision_spans`: {(decision, reason, name):
 /// (trace_id, span_id)} of the latest such span whose ids have the sizes of real ones; `tree_hops`: the largest hop count of each
 /// tree let go of; `evictions`, `tree_evictions`: {"ttl": n, "capacity": n}; `dropped`: spans of
@@ -285,6 +296,8 @@ struct PyEvents {
     received: usize,
     #[pyo3(get)]
     cycles: Py<PyList>,
+    #[pyo3(get)]
+    cycle_roots: Py<PyList>,
     #[pyo3(get)]
     delegations: Py<PyDict>,
     #[pyo3(get)]
@@ -323,6 +336,10 @@ impl PyEvents {
                 PyBytes::new(py, &cycle.span_id),
             ))?;
         }
+        let cycle_roots = PyList::empty(py);
+        for cycle in &events.cycles {
+            cycle_roots.append(cycle.chain_root.as_deref())?;
+        }
         let delegations = PyDict::new(py);
         for ([caller, callee], count) in events.delegations() {
             delegations.set_item((caller, callee), count)?;
@@ -344,6 +361,7 @@ impl PyEvents {
         Ok(PyEvents {
             received: events.received,
             cycles: cycles.unbind(),
+            cycle_roots: cycle_roots.unbind(),
             delegations: delegations.unbind(),
             decisions: decisions.unbind(),
             decision_spans: decision_spans.unbind(),

@@ -35,6 +35,8 @@ pub struct Cycle {
     pub label: String,
     pub trace_id: Vec<u8>,
     pub span_id: Vec<u8>,
+    /// The `otel_guard.chain.root` the guard's spans of its trace name, when they name one.
+    pub chain_root: Option<Box<str>>,
 }
 
 /// A span by its trace id and span id, as sent.

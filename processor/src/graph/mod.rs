@@ -207,6 +207,23 @@ impl Engine {
         self.take_events()
     }
 
+    /// Make every count still waiting (the processor stops: no later span can change them):
+    /// settle the spans still waiting for their parent or linked span as their trace's going
+    /// would, make every due count, and let go of every trace and tree. Not counted as evictions.
+    pub fn drain(&mut self) -> Events {
+        let mut group = Vec::new();
+        let mut at = self.traces.oldest();
+        while let Some(handle) = at {
+            group.push(handle);
+            at = self.traces.newer(handle);
+        }
+        let evictions = self.shared.events.evictions;
+        self.evict(&group, Reason::Ttl);
+        self.shared.events.evictions = evictions;
+        self.shared.queue.clear();
+        self.release_trees()
+    }
+
     fn take_events(&mut self) -> Events {
         self.flush();
         mem::take(&mut self.shared.events)
@@ -283,6 +300,15 @@ impl Engine {
         {
             let largest = trees.entry(root).or_insert(hops);
             *largest = (*largest).max(hops);
+        }
+        if scope.guard
+            && let Some(root) = attributes.text(Key::ChainRoot)
+            && !root.is_empty()
+            && root.len() <= MAX_ROOT_BYTES
+            && let Some(trace) = self.traces.get_mut(handle)
+            && trace.root.is_none()
+        {
+            trace.root = Some(root.into());
         }
         if full {
             self.shared.events.dropped += 1;

@@ -194,6 +194,8 @@ pub(super) struct Trace {
     pub(super) due: Vec<(f64, Due)>,
     pub(super) queued: bool,
     pub(super) rare: Option<Box<Rare>>,
+    /// The first `otel_guard.chain.root` its guard spans named (a cycle's `chain_root`).
+    pub(super) root: Option<Box<str>>,
 }
 
 /// What only some traces need.
@@ -241,6 +243,7 @@ impl Trace {
             due: Vec::new(),
             queued: false,
             rare: None,
+            root: None,
         }
     }
 
@@ -545,6 +548,7 @@ impl Trace {
                             label: cycle.label.to_string(),
                             trace_id: trace_id.to_vec(),
                             span_id: cycle.span_id.to_vec(),
+                            chain_root: self.root.clone(),
                         });
                     }
                 }
