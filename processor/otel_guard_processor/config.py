@@ -186,6 +186,32 @@ def _seconds(text: str) -> float:
     return float(text.strip())
 
 
+# A header name a client may send and the forwarder may set as gRPC metadata: lowercase letters,
+# digits and "-_." (gRPC's metadata keys). Those gRPC or HTTP/2 themselves use are refused: they
+# describe the call, not the tenant, and gRPC sets them on each call of its own.
+_HEADER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*", re.ASCII)
+_RESERVED_HEADERS = frozenset(
+    ("content-type", "content-length", "content-encoding", "te", "host", "connection", "user-agent",
+     "transfer-encoding", "keep-alive", "upgrade", "accept-encoding")
+)  # fmt: skip
+MAX_FORWARD_HEADERS = 16
+
+
+def _header_names(text: str) -> tuple[str, ...] | None:
+    """Comma-separated header names, lowercased and each once; ``off`` or nothing: None."""
+    if _optional_address(text) is None:
+        return None
+    names = tuple(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
+    if not names or len(names) > MAX_FORWARD_HEADERS:
+        raise ValueError(f"between 1 and {MAX_FORWARD_HEADERS} names")
+    for name in names:
+        if not _HEADER_NAME.fullmatch(name) or len(name) > 128:
+            raise ValueError(f"{name[:40]!r} is not a header name")
+        if name in _RESERVED_HEADERS or name.startswith("grpc-") or name.endswith("-bin"):
+            raise ValueError(f"{name!r} is gRPC's or HTTP's own")
+    return names
+
+
 OPTIONS: tuple[Option, ...] = (
     Option("listen", _address, "OTLP/gRPC receiver address", "HOST:PORT"),
     Option(
@@ -202,7 +228,38 @@ OPTIONS: tuple[Option, ...] = (
         "an analysis sink",
         "HOST:PORT",
     ),
+    Option(
+        "forward_headers",
+        _header_names,
+        "comma-separated names of request headers (gRPC metadata, HTTP headers) that travel with the "
+        "request's spans, metrics and logs to the downstream (x-scope-orgid,authorization); their "
+        "values are never logged; or off",
+        "NAME,...",
+    ),
     Option("prometheus", _optional_address, "Prometheus scrape address (/metrics), or off", "HOST:PORT"),
+    Option(
+        "metrics_forward",
+        _optional_address,
+        "OTLP/gRPC endpoint the processor pushes its own metrics to (those /metrics serves, the same "
+        "names and labels), every metrics_interval seconds and once more when it drains; or off",
+        "HOST:PORT",
+    ),
+    Option(
+        "metrics_interval",
+        _seconds,
+        "seconds between two pushes of the processor's own metrics to metrics_forward",
+        "SECONDS",
+        SECONDS,
+    ),
+    Option(
+        "metrics_grace",
+        _seconds,
+        "seconds /metrics keeps serving after the drain made the last counts, so that the next scrape "
+        "reads them: it closes at the first scrape after the drain, 1.5 times the interval seen "
+        "between the last two scrapes, or this, whichever comes first (at once when never scraped)",
+        "SECONDS",
+        Range(0, MAX_SECONDS, integer=False),
+    ),
     Option(
         "max_traces",
         _integer,
@@ -285,7 +342,11 @@ class ProcessorConfig:
     listen: str = "127.0.0.1:4317"
     http_listen: str | None = None
     forward: str | None = None
+    forward_headers: tuple[str, ...] | None = None
     prometheus: str | None = "127.0.0.1:4390"
+    metrics_forward: str | None = None
+    metrics_interval: float = 15.0
+    metrics_grace: float = 15.0
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
@@ -304,7 +365,7 @@ class ProcessorConfig:
     def validate(self) -> ProcessorConfig:
         """Check every value; raise ConfigError naming the first wrong option. Returns self."""
         parse_address(self.listen, option="listen")
-        for name in ("http_listen", "forward", "prometheus"):
+        for name in ("http_listen", "forward", "prometheus", "metrics_forward"):
             value = getattr(self, name)
             if value is not None:
                 parse_address(value, option=name)

@@ -6,7 +6,8 @@ processor/src/); this module names what it offers and, where it was never built 
 Its calls take a whole request's bytes: no Python runs per span.
 
 - :class:`Engine`: the whole detection in bounded state; ``ingest(request, now)``, ``expire(now)``,
-  ``release_trees()`` and ``drain()`` (at stop: every waiting count made) each hand back the :class:`Events` they counted.
+  ``release_trees()`` and ``drain()`` (at stop: every waiting count made) each hand back the
+  :class:`Events` they counted.
 - :class:`EngineDetector`: an Engine behind the tallies the metrics read; the service's detector.
 - :func:`decode_counts` ``(request, keys)``: the spans, links and asked-for attributes a request
   holds; :func:`decode_summary` ``(request, keys)``: what the engine reads of a request as Python

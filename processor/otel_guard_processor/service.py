@@ -5,13 +5,17 @@
 ``stop()`` drains: the receivers stop taking requests, the requests in flight finish -- forwarded
 and acknowledged, or answered with a retryable error -- for up to ``drain_timeout`` seconds, and
 then detection finishes what was acknowledged, makes the counts still waiting (``count_wait``: no
-later span can change them now) and lets go of the delegation trees, and only then do ``/metrics``
-and the downstream channel close: a scrape at the end of the drain reads the final counts. The CLI calls
-``stop()`` on SIGTERM and SIGINT.
+later span can change them now; those of spans still waiting for their parent too) and lets go of
+the traces and delegation trees; then the metrics are pushed once more (``--metrics-forward``), and
+``/metrics`` keeps serving until a scrape has read those last counts, for at most ``metrics_grace``
+seconds (:meth:`Processor._last_scrape`); only then do ``/metrics`` and the downstream channel
+close. The CLI calls ``stop()`` on SIGTERM and SIGINT.
 
-Detection state lives in memory only: a restart loses the traces being watched (cycles whose
-spans straddle the restart may go unseen, and spans still waiting for their parent are not
-settled), never spans, which are acknowledged only once the downstream has them.
+Detection state lives in memory only: a SIGKILL loses the counts not yet made (those waiting on
+``count_wait``, and those of spans waiting for their parent) and whatever was counted since the
+last scrape or push; a restart, graceful or not, loses the traces being watched (a cycle whose
+spans straddle it may go unseen); never spans, which are acknowledged only once the downstream has
+them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from otel_guard_processor.grpc_receiver import GrpcReceiver
 from otel_guard_processor.http_receiver import AsgiServer, build_http_app
 from otel_guard_processor.logs import LoopLog
 from otel_guard_processor.metrics import RequestStats, new_registry
+from otel_guard_processor.metrics_push import MetricsPush
 from otel_guard_processor.pipeline import Pipeline
 
 __all__ = ["Processor"]
@@ -68,8 +73,11 @@ class Processor:
         self.http: AsgiServer | None = None
         self.prometheus: AsgiServer | None = None
         self.pipeline: Pipeline | None = None
+        self.push: MetricsPush | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self._scraped: list[float] = []  # when the last two scrapes came (monotonic)
+        self._last_read = asyncio.Event()  # a scrape read the counts the drain made
 
     async def start(self) -> None:
         """Bind and start every listener; on any failure, stop what had started and raise."""
@@ -110,10 +118,16 @@ class Processor:
                     graceful_timeout=1.0,
                 )
                 await self.prometheus.start()
+            if config.metrics_forward is not None:
+                self.push = MetricsPush(
+                    config.metrics_forward, config.metrics_interval, self.registry, self.detection
+                )
         except BaseException:
             await self.stop()
             raise
         self._sweeper = asyncio.create_task(self._sweep())
+        if self.push is not None:
+            self.push.start()
 
     def describe(self) -> str:
         parts = [f"OTLP/gRPC on {self._where(self.config.listen, self.grpc)}"]
@@ -122,6 +136,8 @@ class Processor:
         parts.append(f"forwarding to {self.config.forward}" if self.forwarder else "not forwarding")
         if self.prometheus is not None:
             parts.append(f"metrics on {self._where(self.config.prometheus, self.prometheus)}/metrics")
+        if self.push is not None:
+            parts.append(f"pushing metrics to {self.push.target} every {self.push.interval:g} s")
         return ", ".join(parts)
 
     @staticmethod
@@ -138,7 +154,10 @@ class Processor:
             # OpenMetrics (with the exemplars) when the scraper asks for it, else the plain text
             # format. In the detection queue: after every request acknowledged so far.
             encode, content_type = choose_encoder(request.headers.get("accept", ""))
+            self._scraped = [*self._scraped[-1:], time.monotonic()]
             body = await self.detection.run(partial(encode, self.registry))
+            if self.detection.stopped:
+                self._last_read.set()
             return Response(body, headers={"Content-Type": content_type})
 
         return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
@@ -166,13 +185,30 @@ class Processor:
         self.grpc = self.http = None
         await self.detection.stop(drain)
         self.loop_log.flush(everything=True)
+        if self.push is not None:
+            await self.push.stop()
+            self.push = None
         if self.prometheus is not None:
+            await self._last_scrape()
             await self.prometheus.stop()
             self.prometheus = None
         if self.forwarder is not None:
             await self.forwarder.close()
             self.forwarder = None
         self._stopped.set()
+
+    async def _last_scrape(self) -> None:
+        """Wait until a scrape has read the drain's counts: at most ``metrics_grace`` seconds, and
+        at most 1.5 times the interval seen between the last two scrapes (the scraper's own, as a
+        Prometheus scrapes at a fixed interval); not at all when ``/metrics`` was never scraped
+        (no scraper to wait for). A scrape that began before the drain ended reads its counts too."""
+        if not self._scraped or self._last_read.is_set():
+            return
+        wait = self.config.metrics_grace
+        if len(self._scraped) == 2:
+            wait = min(wait, 1.5 * (self._scraped[1] - self._scraped[0]))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._last_read.wait(), wait)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

@@ -28,7 +28,8 @@ async def start_processor() -> AsyncIterator[ProcessorFactory]:
     """Start processors on ephemeral ports (OTLP/gRPC, OTLP/HTTP, Prometheus); all stopped after.
 
     ``count_wait`` is 0 unless a test sets it: a count is made in the request that makes it due, so
-    a scrape right after sending reads it (``test_count_wait.py`` holds the default's wait)."""
+    a scrape right after sending reads it (``test_count_wait.py`` holds the default's wait); and
+    ``metrics_grace`` is 0: a stop does not wait for a last scrape (``test_fleet_stop.py`` does)."""
     started: list[Processor] = []
 
     async def start(**settings: Any) -> Processor:
@@ -38,7 +39,7 @@ async def start_processor() -> AsyncIterator[ProcessorFactory]:
             http_listen="127.0.0.1:0",
             prometheus="127.0.0.1:0",
             drain_timeout=5.0,
-            **{"count_wait": 0.0, **settings},
+            **{"count_wait": 0.0, "metrics_grace": 0.0, **settings},
         )
         processor = Processor(config)
         await processor.start()
