@@ -78,12 +78,19 @@ def _fault(message: str) -> None: ...
 METHODS: list[str]
 
 class GrpcReply:
+    @property
+    def headers(self) -> list[tuple[str, bytes]]: ...
     def ok(self, response: bytes) -> bool: ...
     def fail(self, code: int, message: str, details: bytes | None = None) -> bool: ...
 
 class GrpcServer:
     def __init__(
-        self, hosts: Sequence[str], port: int, max_message_bytes: int, methods: Sequence[str] | None = None
+        self,
+        hosts: Sequence[str],
+        port: int,
+        max_message_bytes: int,
+        methods: Sequence[str] | None = None,
+        headers: Sequence[str] = (),
     ) -> None: ...
     @property
     def port(self) -> int: ...

@@ -11,7 +11,9 @@ is acknowledged only after the downstream acknowledged, with the downstream's ow
 What a reader would not guess: while a send of a signal is in flight, the requests that arrive
 wait and then go as one, their bytes joined (an Export request is one repeated field, so the join
 is the request of all their resources), at most ``MERGE_BYTES`` a send; only a full one goes
-beside those in flight (at most ``SENDS``). Each send costs
+beside those in flight (at most ``SENDS``). Only requests whose forwarded headers
+(``--forward-headers``) are equal are joined: a send goes under the headers of the oldest request
+waiting, and the others wait for a send of their own. Each send costs
 both sides a gRPC call, and under load this halves the processor's and the downstream's CPU a span
 (``bench/processor_throughput.py``); an idle processor sends each request at once. Every client of a
 joined send gets the downstream's answer to it; a ``partial_success`` says that it was for several
@@ -65,6 +67,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from otel_guard_processor.headers import Headers
 from otel_guard_processor.signals import LOGS, METRICS, UNREAD
 from otel_guard_processor.split import split
 
@@ -158,9 +161,9 @@ class Forwarder:
             reason="busy",
         )
 
-    def start(self, raw: bytes, method: str = EXPORT_METHOD) -> asyncio.Future[bytes]:
-        """Start sending ``raw`` to ``method`` (one of METHODS); the future gives the downstream's
-        response bytes, or raises DownstreamError.
+    def start(self, raw: bytes, method: str = EXPORT_METHOD, headers: Headers = ()) -> asyncio.Future[bytes]:
+        """Start sending ``raw`` to ``method`` (one of METHODS) with ``headers`` as the call's
+        metadata; the future gives the downstream's response bytes, or raises DownstreamError.
 
         Raises DownstreamError at once when ``max_inflight`` requests are already waiting (what
         :meth:`busy` says beforehand). The pipeline starts it once the request has been read: a
@@ -175,7 +178,7 @@ class Forwarder:
         # failure is not reported as an exception never retrieved.
         answer.add_done_callback(_retrieve)
         lane = self._lanes[method]
-        waiting = _Waiting(raw, answer)
+        waiting = _Waiting(raw, answer, headers)
         lane.waiting.append(waiting)
         lane.waiting_bytes += len(raw)
         # A client gone away while its request waits (the answer cancelled) takes its bytes along.
@@ -210,9 +213,14 @@ class Forwarder:
         size = 0
         merge = self._merge_bytes()
         waiting = lane.waiting
+        headers = waiting[0].headers if waiting else ()
+        others: list[_Waiting] = []  # of other headers: they stay, in their order
         while waiting:
             first = waiting[0]
             raw, answer = first.raw, first.answer
+            if first.headers != headers:
+                others.append(waiting.popleft())
+                continue
             if group and size + len(raw) > merge:
                 break
             waiting.popleft()
@@ -223,22 +231,26 @@ class Forwarder:
                 continue
             group.append((raw, answer))
             size += len(raw)
+        if others:
+            waiting.extendleft(reversed(others))
         if not group:
             return
         lane.sending += 1
-        sending = asyncio.get_running_loop().create_task(self._send(lane, group))
+        sending = asyncio.get_running_loop().create_task(self._send(lane, group, headers))
         self._sends.add(sending)
         sending.add_done_callback(self._sends.discard)
 
-    async def _send(self, lane: _Lane, group: list[tuple[bytes, asyncio.Future[bytes]]]) -> None:
+    async def _send(
+        self, lane: _Lane, group: list[tuple[bytes, asyncio.Future[bytes]]], headers: Headers = ()
+    ) -> None:
         try:
             raw = group[0][0] if len(group) == 1 else b"".join(raw for raw, _ in group)
             try:
-                response = await self._deliver(lane, raw)
+                response = await self._deliver(lane, raw, headers)
             except DownstreamError as error:
                 if len(group) > 1 and not error.retryable:
                     # Perhaps one request's fault: each is sent alone and gets its own answer.
-                    await asyncio.gather(*(self._send_alone(lane, item) for item in group))
+                    await asyncio.gather(*(self._send_alone(lane, item, headers) for item in group))
                 else:
                     for _, answer in group:
                         if not answer.done():
@@ -255,10 +267,12 @@ class Forwarder:
             if not self._closed:
                 self._pump(lane)
 
-    async def _send_alone(self, lane: _Lane, item: tuple[bytes, asyncio.Future[bytes]]) -> None:
+    async def _send_alone(
+        self, lane: _Lane, item: tuple[bytes, asyncio.Future[bytes]], headers: Headers = ()
+    ) -> None:
         raw, answer = item
         try:
-            response = await self._deliver(lane, raw)
+            response = await self._deliver(lane, raw, headers)
         except DownstreamError as error:
             if not answer.done():
                 answer.set_exception(error)
@@ -266,18 +280,18 @@ class Forwarder:
             if not answer.done():
                 answer.set_result(response)
 
-    async def _deliver(self, lane: _Lane, raw: bytes) -> bytes:
+    async def _deliver(self, lane: _Lane, raw: bytes, headers: Headers = ()) -> bytes:
         """Send ``raw`` whole, or split to the downstream's limit: as it is when it fits (or the
         limit is not known), else, or when the downstream says it is too large, in parts."""
         limit = self._limit
         if limit is None or len(raw) <= limit:
             try:
-                return await self._call(lane, raw)
+                return await self._call(lane, raw, headers)
             except DownstreamError as error:
                 if error.limit is None or error.limit >= len(raw):
                     raise
                 limit = self._learn(error.limit)
-        return await self._send_parts(lane, raw, limit)
+        return await self._send_parts(lane, raw, limit, headers)
 
     def _learn(self, limit: int) -> int:
         """The downstream takes at most ``limit`` bytes (its refusal said so): the limit now."""
@@ -291,7 +305,7 @@ class Forwarder:
             )
         return self._limit
 
-    async def _send_parts(self, lane: _Lane, raw: bytes, limit: int) -> bytes:
+    async def _send_parts(self, lane: _Lane, raw: bytes, limit: int, headers: Headers = ()) -> bytes:
         """Send ``raw`` as parts of at most ``limit`` bytes; the answer of them all."""
         try:
             cut = split(raw, limit)
@@ -301,7 +315,7 @@ class Forwarder:
             what = _ITEMS[lane.method][1]
             raise self._too_large(len(raw), limit, f"it holds nothing but {what} larger than that")
         answers = await asyncio.gather(
-            *(self._deliver(lane, part) for part in cut.parts), return_exceptions=True
+            *(self._deliver(lane, part, headers) for part in cut.parts), return_exceptions=True
         )
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, DownstreamError):
@@ -322,9 +336,9 @@ class Forwarder:
             limit=limit,
         )
 
-    async def _call(self, lane: _Lane, raw: bytes) -> bytes:
+    async def _call(self, lane: _Lane, raw: bytes, headers: Headers = ()) -> bytes:
         try:
-            response: bytes = await lane.export(raw, timeout=self._timeout)
+            response: bytes = await lane.export(raw, timeout=self._timeout, metadata=headers or None)
             return response
         except grpc.aio.AioRpcError as exc:
             raise _downstream_error(exc, self.target, self._timeout) from None
@@ -377,11 +391,12 @@ class _Lane:
 class _Waiting:
     """A request waiting in a lane (``queued`` until it is taken to be sent, or leaves)."""
 
-    __slots__ = ("answer", "queued", "raw")
+    __slots__ = ("answer", "headers", "queued", "raw")
 
-    def __init__(self, raw: bytes, answer: asyncio.Future[bytes]) -> None:
+    def __init__(self, raw: bytes, answer: asyncio.Future[bytes], headers: Headers = ()) -> None:
         self.raw = raw
         self.answer = answer
+        self.headers = headers  # forwarded with it: joined only with requests of equal ones
         self.queued = True
 
 

@@ -28,6 +28,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 
 from otel_guard_processor._engine import METHODS, GrpcReply, GrpcServer
 from otel_guard_processor.config import parse_address
+from otel_guard_processor.headers import BadHeader, Headers, pick
 from otel_guard_processor.listeners import cannot_listen
 from otel_guard_processor.pipeline import Answer, Pipeline
 from otel_guard_processor.signals import UNREAD, Unread
@@ -50,7 +51,9 @@ class GrpcReceiver:
         self._max_request_bytes = max_request_bytes
         host, port = parse_address(address, option="listen")
         try:
-            self._server = GrpcServer(_addresses(host, port), port, 2 * max_request_bytes)
+            self._server = GrpcServer(
+                _addresses(host, port), port, 2 * max_request_bytes, headers=pipeline.forward_headers
+            )
         except OSError as exc:
             raise cannot_listen("listen", address, "OTLP/gRPC", exc) from None
         self.port = self._server.port
@@ -96,7 +99,7 @@ class GrpcReceiver:
     async def _export(self, signal: Unread | None, raw: bytes, reply: GrpcReply, started: float) -> None:
         """One Export call: of traces (``signal`` None), or of metrics or logs."""
         try:
-            answer = await self._answer(signal, raw, started)
+            answer = await self._answer(signal, raw, started, reply.headers)
         except Exception as exc:  # a bug: answered as grpc.aio answers a handler's exception
             _log.exception("otel-guard processor: an Export call failed")
             reply.fail(grpc.StatusCode.UNKNOWN.value[0], f"Unexpected {type(exc).__name__}: {exc}")
@@ -106,7 +109,9 @@ class GrpcReceiver:
         else:
             reply.fail(answer.code.value[0], answer.message, _details(answer))
 
-    async def _answer(self, signal: Unread | None, raw: bytes, started: float) -> Answer:
+    async def _answer(
+        self, signal: Unread | None, raw: bytes, started: float, kept: list[tuple[str, bytes]]
+    ) -> Answer:
         if len(raw) > self._max_request_bytes:
             return self._pipeline.refuse(
                 "grpc",
@@ -116,9 +121,16 @@ class GrpcReceiver:
                 len(raw),
                 started,
             )
+        headers: Headers = ()
+        if kept:
+            try:
+                headers = pick(self._pipeline.forward_headers, lambda name: (v for n, v in kept if n == name))
+            except BadHeader as exc:
+                return self._pipeline.refuse("grpc", "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
+                                             len(raw), started)  # fmt: skip
         if signal is None:
-            return await self._pipeline.export(raw, "grpc", started)
-        return await self._pipeline.export_unread(signal, raw, "grpc", started)
+            return await self._pipeline.export(raw, "grpc", started, headers)
+        return await self._pipeline.export_unread(signal, raw, "grpc", started, headers)
 
 
 def _addresses(host: str, port: int) -> list[str]:

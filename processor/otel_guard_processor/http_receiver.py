@@ -38,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from otel_guard_processor.conversion import Busy, Conversion, TooLarge, Unavailable
+from otel_guard_processor.headers import BadHeader, pick
 from otel_guard_processor.listeners import bind
 from otel_guard_processor.otlp import MalformedRequest
 from otel_guard_processor.pipeline import Answer, Holding, Pipeline, http_status
@@ -142,9 +143,15 @@ def _endpoint(
                 return reply(answer)
             finally:
                 holding.release()
+        try:
+            headers = pick(pipeline.forward_headers, request.headers.getlist)
+        except BadHeader as exc:
+            answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
+                                     len(body), started)  # fmt: skip
+            return reply(answer)
         if signal is None:
-            return reply(await pipeline.export(body, "http", started))
-        return reply(await pipeline.export_unread(signal, body, "http", started))
+            return reply(await pipeline.export(body, "http", started, headers))
+        return reply(await pipeline.export_unread(signal, body, "http", started, headers))
 
     async def _to_protobuf(body: bytes, gzip: bool, is_json: bool, holding: Holding) -> bytes:
         if gzip:

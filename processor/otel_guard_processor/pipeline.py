@@ -32,6 +32,7 @@ import grpc
 from otel_guard_processor.detection import Detection
 from otel_guard_processor.engine import DecodeError, decode_counts
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
+from otel_guard_processor.headers import Headers
 from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest
 from otel_guard_processor.signals import Unread
@@ -81,10 +82,12 @@ class Pipeline:
         retry_after: float,
         max_pending_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        forward_headers: tuple[str, ...] = (),
     ) -> None:
         self.detection = detection
         self.stats = stats
         self.forwarder = forwarder
+        self.forward_headers = forward_headers  # the header names the receivers pass on
         self._retry_after = retry_after
         self.max_pending_bytes = max_pending_bytes
         self._clock = clock
@@ -93,8 +96,11 @@ class Pipeline:
         self._downstream_logged: dict[str, float] = {}
         self._downstream_unlogged: dict[str, int] = {}
 
-    async def export(self, raw: bytes, protocol: str, started: float | None = None) -> Answer:
-        """Handle one request's protobuf bytes; ``started`` is when it began to arrive."""
+    async def export(
+        self, raw: bytes, protocol: str, started: float | None = None, headers: Headers = ()
+    ) -> Answer:
+        """Handle one request's protobuf bytes; ``started`` is when it began to arrive, ``headers``
+        those forwarded with it (``--forward-headers``)."""
         started = time.perf_counter() if started is None else started
         stats = self.stats
         stats.inflight += 1
@@ -122,7 +128,7 @@ class Pipeline:
                 held.drop()
                 return self._downstream_failed(full, protocol, size, spans, started)
             # No await since busy() said there is room: start() cannot refuse it.
-            answering = None if forwarder is None else forwarder.start(raw)
+            answering = None if forwarder is None else forwarder.start(raw, headers=headers)
             stats.spans["received"] += spans
             try:
                 response = b"" if answering is None else await answering
@@ -139,7 +145,9 @@ class Pipeline:
         finally:
             stats.inflight -= 1
 
-    async def export_unread(self, signal: Unread, raw: bytes, protocol: str, started: float) -> Answer:
+    async def export_unread(
+        self, signal: Unread, raw: bytes, protocol: str, started: float, headers: Headers = ()
+    ) -> Answer:
         """Handle one metrics or logs request: forwarded as it came, or answered OK without
         ``--forward``; never read. The same steps as :meth:`export` bar detection: refused as busy
         past ``max_pending_bytes``, INVALID_ARGUMENT when it is not protobuf, acknowledged only once
@@ -162,7 +170,7 @@ class Pipeline:
                 return Answer(grpc.StatusCode.OK)
             held = _Held(stats, size, holders=1)  # nothing to detect: held until answered
             try:
-                response = await self.forwarder.start(raw, signal.method)
+                response = await self.forwarder.start(raw, signal.method, headers)
             except DownstreamError as exc:
                 stats.unread(signal.name, "rejected")
                 stats.request(protocol, "downstream_error", size, time.perf_counter() - started)

@@ -95,6 +95,7 @@ class Processor:
             self.forwarder,
             retry_after=config.retry_after,
             max_pending_bytes=config.max_pending_bytes,
+            forward_headers=config.forward_headers or (),
         )
         try:
             self.grpc = GrpcReceiver(self.pipeline, config.listen, config.max_request_bytes)

@@ -18,11 +18,12 @@ use crate::grpc::{self, Outcome, Reply, Server};
 /// A call taken from the server: (id, method index, request bytes, reply).
 type TakenCall = (u64, usize, Py<PyBytes>, PyReply);
 
-/// GrpcServer(hosts, port, max_message_bytes, methods=METHODS)
+/// GrpcServer(hosts, port, max_message_bytes, methods=METHODS, headers=())
 ///
 /// Unary gRPC `methods` (paths; by default OTLP's three Export methods) over HTTP/2 on `port` of
 /// each address in `hosts` (IP literals; port 0: the port the first one gets). Raises OSError
-/// when none can be bound.
+/// when none can be bound. Each call's reply carries the values of the request headers named in
+/// `headers` (lowercase names), as `reply.headers`.
 #[pyclass(name = "GrpcServer", module = "otel_guard_processor._engine", frozen)]
 pub struct PyGrpcServer {
     server: Server,
@@ -31,12 +32,13 @@ pub struct PyGrpcServer {
 #[pymethods]
 impl PyGrpcServer {
     #[new]
-    #[pyo3(signature = (hosts, port, max_message_bytes, methods=None))]
+    #[pyo3(signature = (hosts, port, max_message_bytes, methods=None, headers=Vec::new()))]
     fn new(
         hosts: Vec<String>,
         port: u16,
         max_message_bytes: usize,
         methods: Option<Vec<String>>,
+        headers: Vec<String>,
     ) -> PyResult<Self> {
         guarded(|| {
             let hosts = hosts
@@ -51,6 +53,11 @@ impl PyGrpcServer {
             let methods: Vec<&str> = methods.iter().map(String::as_str).collect();
             let server =
                 Server::bind(&hosts, port, max_message_bytes, &methods).map_err(os_error)?;
+            let headers = headers
+                .iter()
+                .map(|name| name.to_ascii_lowercase())
+                .collect();
+            let server = server.with_headers(headers);
             Ok(PyGrpcServer { server })
         })
     }
@@ -88,6 +95,7 @@ impl PyGrpcServer {
                     let request = PyBytes::new(py, call.message.as_slice()).unbind();
                     let reply = PyReply {
                         reply: Mutex::new(Some(call.reply)),
+                        headers: call.headers,
                     };
                     (call.id, call.method, request, reply)
                 })
@@ -107,10 +115,12 @@ impl PyGrpcServer {
     }
 }
 
-/// How one call is answered: `ok(response)` or `fail(code, message, details)`, once.
+/// How one call is answered: `ok(response)` or `fail(code, message, details)`, once; `headers`:
+/// the (name, value) of each kept request header, in the order of the server's `headers`.
 #[pyclass(name = "GrpcReply", module = "otel_guard_processor._engine", frozen)]
 pub struct PyReply {
     reply: Mutex<Option<Reply>>,
+    headers: Vec<(String, Vec<u8>)>,
 }
 
 impl PyReply {
@@ -126,6 +136,15 @@ impl PyReply {
 
 #[pymethods]
 impl PyReply {
+    /// The kept request headers: (name, value bytes) pairs.
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> Vec<(&str, Bound<'py, PyBytes>)> {
+        self.headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), PyBytes::new(py, value)))
+            .collect()
+    }
+
     /// Answer OK with the response's bytes; false when the call was answered before, its
     /// client is gone or the server stopped.
     fn ok(&self, response: &[u8]) -> PyResult<bool> {

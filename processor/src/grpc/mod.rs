@@ -55,6 +55,8 @@ pub struct Call {
     pub method: usize,
     pub message: Message,
     pub reply: Reply,
+    /// The values of the request headers the server keeps ([`Server::with_headers`]), in order.
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 /// How a call is answered: once; a reply dropped unanswered answers UNAVAILABLE.
@@ -119,10 +121,11 @@ pub struct Server {
     state: Mutex<State>,
 }
 
-/// What every call is read against: the methods served and the largest message.
+/// What every call is read against: the methods served, the largest message, the headers kept.
 struct Serving {
     methods: Vec<String>,
     max: usize,
+    headers: Vec<String>,
 }
 
 impl Server {
@@ -171,9 +174,20 @@ impl Server {
             serving: Arc::new(Serving {
                 methods: methods.iter().map(|method| (*method).to_owned()).collect(),
                 max: max_message_bytes,
+                headers: Vec::new(),
             }),
             state: Mutex::new(State::Bound(listeners)),
         })
+    }
+
+    /// Keep the values of the request headers named `names` (lowercase) with each call; before
+    /// [`Server::start`] only (after it, nothing changes).
+    #[must_use]
+    pub fn with_headers(mut self, names: Vec<String>) -> Self {
+        if let Some(serving) = Arc::get_mut(&mut self.serving) {
+            serving.headers = names;
+        }
+        self
     }
 
     pub fn addresses(&self) -> &[SocketAddr] {
@@ -359,7 +373,7 @@ async fn call(
 ) {
     let outcome = match read(request, &serving).await {
         Err(refused) => refused,
-        Ok((method, message)) => {
+        Ok((method, message, headers)) => {
             let (answer, mut answered) = oneshot::channel();
             let id = inbox.next_id.fetch_add(1, Ordering::Relaxed);
             inbox.add(|arrived| {
@@ -368,6 +382,7 @@ async fn call(
                     method,
                     message,
                     reply: Reply(answer),
+                    headers,
                 })
             });
             tokio::select! {
@@ -384,11 +399,11 @@ async fn call(
     send(respond, &outcome);
 }
 
-/// The call's method and message, or the outcome that refuses it.
+/// The call's method, message and kept headers, or the outcome that refuses it.
 async fn read(
     request: Request<RecvStream>,
     serving: &Serving,
-) -> Result<(usize, Message), Outcome> {
+) -> Result<(usize, Message, Vec<(String, Vec<u8>)>), Outcome> {
     let path = request.uri().path();
     let Some(method) = serving.methods.iter().position(|method| method == path) else {
         return Err(Outcome::error(
@@ -407,6 +422,16 @@ async fn read(
         ));
     }
     let encoding = Encoding::of(headers.get("grpc-encoding").map(HeaderValue::as_bytes))?;
+    let kept = serving
+        .headers
+        .iter()
+        .flat_map(|name| {
+            headers
+                .get_all(name.as_str())
+                .iter()
+                .map(move |value| (name.clone(), value.as_bytes().to_vec()))
+        })
+        .collect();
     let mut stream = request.into_body();
     let mut body = Body::new(serving.max);
     while let Some(chunk) = stream.data().await {
@@ -419,7 +444,7 @@ async fn read(
         let _ = stream.flow_control().release_capacity(chunk.len());
         body.push(&chunk)?;
     }
-    Ok((method, body.finish(encoding)?))
+    Ok((method, body.finish(encoding)?, kept))
 }
 
 fn send(mut respond: SendResponse<Bytes>, outcome: &Outcome) {
