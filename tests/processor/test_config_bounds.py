@@ -127,7 +127,7 @@ def test_seconds_are_finite_positive_and_bounded(
         _load(source, option, written, tmp_path)
     message = str(caught.value)
     assert message.startswith(f"{option} (from {_where(source, option)}")
-    low = "from 0" if option == "count_wait" else "above 0"
+    low = "from 0" if option in ("count_wait", "metrics_grace") else "above 0"
     assert f"must be a number of seconds {low}, at most {int(MAX_SECONDS)}, got" in message
 
 

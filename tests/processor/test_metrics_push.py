@@ -120,3 +120,15 @@ def test_metrics_forward_options() -> None:
     with pytest.raises(ConfigError, match="metrics_forward"):
         load_config({"metrics_forward": "nowhere"}, environ={})
     assert asyncio.iscoroutinefunction(MetricsSink.Export)
+
+
+def test_an_exemplar_carries_a_chain_root_only_within_openmetrics_128_characters() -> None:
+    from otel_guard_processor.metrics import exemplar
+
+    at = (b"\x01" * 16, b"\x02" * 8, 1.0)
+    fits, too_long = "r" * 55, "r" * 56  # the ids and their names take 63 of the 128
+    assert exemplar(at, fits).labels["chain_root"] == fits  # type: ignore[union-attr]
+    made = exemplar(at, too_long)
+    assert made is not None
+    assert "chain_root" not in made.labels
+    assert sum(len(key) + len(value) for key, value in exemplar(at, fits).labels.items()) == 128  # type: ignore[union-attr]
