@@ -511,3 +511,36 @@ fn a_tools_run_is_found_again_however_many_runs_its_trace_holds() {
         assert_eq!(edge.2, 1, "{edge:?} (of {index})");
     }
 }
+
+#[test]
+fn drain_makes_the_counts_of_spans_still_waiting_for_their_parent_and_names_the_chain_root() {
+    // The loop's spans under a top span that has not come: they wait for it, and a sweep within
+    // the TTL settles nothing. At stop, drain settles them and counts the loop, with the root the
+    // guard's spans name, and lets go of everything without counting evictions.
+    let spans: Vec<Span> = a_loop()
+        .into_iter()
+        .map(|mut span| {
+            if span.parent_span_id.is_empty() {
+                span.parent_span_id = span_id(99);
+            }
+            with(span, "otel_guard.chain.root", text("r1"))
+        })
+        .collect();
+    let mut engine = Engine::new(Limits::default()).expect("limits");
+    let ingested = engine
+        .ingest(&encode(&[(GUARD, spans)]), 0.0)
+        .expect("a request");
+    let swept = engine.expire(60.0);
+    assert!(ingested.cycles.is_empty() && swept.cycles.is_empty());
+    assert_eq!(engine.pending_spans(), 4);
+    let drained = engine.drain();
+    let roots: Vec<_> = drained
+        .cycles
+        .iter()
+        .map(|cycle| (cycle.label.as_str(), cycle.chain_root.as_deref()))
+        .collect();
+    assert_eq!(roots, [("planner>budget>planner", Some("r1"))]);
+    assert_eq!(drained.evictions, [0, 0]);
+    assert_eq!((engine.stored_spans(), engine.pending_spans()), (0, 0));
+    assert_eq!(engine.active_traces(), 0);
+}
