@@ -197,18 +197,22 @@ _RESERVED_HEADERS = frozenset(
 MAX_FORWARD_HEADERS = 16
 
 
+class _Refused(ValueError):
+    """A parser's own refusal, its message said as it is (not the option's generic one)."""
+
+
 def _header_names(text: str) -> tuple[str, ...] | None:
     """Comma-separated header names, lowercased and each once; ``off`` or nothing: None."""
     if _optional_address(text) is None:
         return None
     names = tuple(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
     if not names or len(names) > MAX_FORWARD_HEADERS:
-        raise ValueError(f"between 1 and {MAX_FORWARD_HEADERS} names")
+        raise _Refused(f"must be between 1 and {MAX_FORWARD_HEADERS} header names, got {len(names)}")
     for name in names:
         if not _HEADER_NAME.fullmatch(name) or len(name) > 128:
-            raise ValueError(f"{name[:40]!r} is not a header name")
+            raise _Refused(f"{name[:40]!r} is not a header name (letters, digits, '-', '_', '.')")
         if name in _RESERVED_HEADERS or name.startswith("grpc-") or name.endswith("-bin"):
-            raise ValueError(f"{name!r} is gRPC's or HTTP's own")
+            raise _Refused(f"{name!r} is gRPC's or HTTP's own header, not one to forward")
     return names
 
 
@@ -551,6 +555,8 @@ def _apply(config: ProcessorConfig, values: Mapping[str, Any], source: str) -> P
         option = _OPTION_BY_NAME[name]
         try:
             changes[name] = option.parse(str(value)) if value is not None else None
+        except _Refused as exc:
+            raise ConfigError(name, str(exc), source) from None
         except (TypeError, ValueError):
             raise ConfigError(name, option.refusal(value), source) from None
     return replace(config, **changes)
