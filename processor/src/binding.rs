@@ -456,6 +456,16 @@ fn one_call_rules() -> PyResult<Vec<Rule>> {
     })
 }
 
+/// cycle_names(label) -> [name]
+///
+/// The names a `cycle` label joins: split at each `>` that no `\` escapes, each `\x` read as
+/// `x` (a name's `\` is written `\\` and its `>` `\>`). A label cut to its bound ends in a cut
+/// name, `…` its last character.
+#[pyfunction]
+fn cycle_names(label: &str) -> PyResult<Vec<String>> {
+    guarded(|| Ok(graph::label_names(label)))
+}
+
 /// _fault(message): panic inside the engine, so that the tests can see the panic become
 /// EngineFault and the interpreter carry on.
 #[pyfunction]
@@ -474,6 +484,7 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(_fault, module)?)?;
     module.add_function(wrap_pyfunction!(dialect_table, module)?)?;
     module.add_function(wrap_pyfunction!(one_call_rules, module)?)?;
+    module.add_function(wrap_pyfunction!(cycle_names, module)?)?;
     module.add_class::<PyEngine>()?;
     module.add_class::<PyEvents>()?;
     crate::grpc_binding::register(module)?;

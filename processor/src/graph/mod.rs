@@ -42,7 +42,9 @@ use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
 
-pub use events::{Cycle, CycleKind, Events, Reason, cut};
+pub use events::{
+    Cycle, CycleKind, ESCAPE, Events, Reason, SEPARATOR, cut, label_names, push_name,
+};
 pub use limits::{
     BadLimits, Limits, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_PATH_NAMES, MAX_ROOT_BYTES,
 };
@@ -76,6 +78,13 @@ struct ScopeFacts<'a> {
     name: &'a str,
     hash: u64,
     guard: bool,
+}
+
+/// Whether a call span marks its call as a transfer (a handoff): the guard's
+/// `otel_guard.hop.kind` `transfer`, or the conventions' `gen_ai.transfer.mode` `pass_control`.
+fn transfer(attributes: &Attributes<'_, '_>) -> bool {
+    attributes.text(Key::HopKind) == Some("transfer")
+        || attributes.text(Key::TransferMode) == Some("pass_control")
 }
 
 impl Engine {
@@ -378,6 +387,7 @@ impl Engine {
                     span.kind,
                     scope.guard,
                     attributes.integer(Key::NameDepth).unwrap_or(0),
+                    transfer(attributes),
                 ),
                 conditional: row.conditional,
             })
