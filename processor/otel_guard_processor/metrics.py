@@ -29,6 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar
 
+from otel_guard_processor._engine import cycle_names
 from otel_guard_processor.bounds import CUT, MAX_SERIES, OVERFLOW, TREE_HOPS_BUCKETS
 
 __all__ = [
@@ -179,7 +180,7 @@ def cycle_edges(cycles: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], 
     for (_kind, label), count in cycles.items():
         if label == OVERFLOW:
             continue
-        names = label.split(">")
+        names = cycle_names(label)  # each name's `>` and `\` escaped in the label
         if label.endswith(CUT):
             names.pop()
         for pair in dict.fromkeys(pairwise(names)):
