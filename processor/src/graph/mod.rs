@@ -6,8 +6,11 @@
 //! guard's chain it carries, else the span its first link points to, else the caller it names. A
 //! span whose parent (or linked span) has not arrived waits for it, and settles, with everything
 //! that waited for it, when it does; one whose parent never comes settles when its trace goes (on
-//! its chain, else as a root). A path keeps its last [`MAX_PATH_NAMES`] names. One loop counts
-//! once per trace, labelled from the return that started first; one call counts once on the edge
+//! its chain, else as a root). A path keeps its last [`MAX_PATH_NAMES`] names. A name that comes
+//! back is a loop only where it still waits on the path: a place followed by a transfer (a handoff
+//! its spans mark as one) handed off, and control coming back to it is no loop. One loop counts
+//! once per trace, labelled from the return that started first (each name in the label escaped:
+//! [`push_name`]); one call counts once on the edge
 //! from its nearest named ancestor, per path the larger of the guard's spans' calls and the
 //! others' (beside the guard another instrumentation records the same calls beside its spans).
 //!
