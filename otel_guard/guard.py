@@ -110,6 +110,24 @@ def joinable(hop: Delegation, ctx: Context) -> Context:
     return Context({**ctx, JOINABLE: hop})
 
 
+def _host_joined(parent: Context, agent: str) -> Delegation | None:
+    """The hop that an agent hop named ``agent`` made directly in ``parent`` is (:func:`joinable`),
+    or ``None`` when it is a hop of its own."""
+    host = parent.get(JOINABLE)
+    if not isinstance(host, Delegation) or host._agent != agent or (plan := host._plan) is None:
+        return None
+    members = baggage_of(parent)
+    if (members.get(_BAGGAGE_KEY) if members else None) is not (plan.token if plan.carried else None):
+        return None  # a hop came between: this one is a hop of its own
+    return host
+
+
+def _joined_context(parent: Context) -> Context:
+    """The context a joined hop's body runs in: ``parent`` with the mark used up, so that the same
+    name once more inside is a re-entry, and decided as one."""
+    return Context({**parent, JOINABLE: None})
+
+
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
 """What a hop's budget check gave it: a verdict that replaces the plan's (observe mode, a spent
 budget) and the attributes its span gets; ``None`` when it had nothing to count."""
@@ -373,24 +391,13 @@ class Delegation:
 
         A receiving hop joins too: an adapter that took the chain for one its caller sent (LangGraph
         does, when a span of another library's stands between) is inside the same request's hop."""
-        host = parent.get(JOINABLE)
-        if (
-            not isinstance(host, Delegation)
-            or host._agent != self._agent
-            or self.kind != "agent"
-            or host._plan is None
-        ):
+        if self.kind != "agent" or (host := _host_joined(parent, self._agent)) is None:
             return None
-        plan = host._plan
-        members = baggage_of(parent)
-        if (members.get(_BAGGAGE_KEY) if members else None) is not (plan.token if plan.carried else None):
-            return None  # a hop came between: this one is a hop of its own
         self._joined = True
-        self._plan = plan
+        self._plan = host._plan
         self.decision = host.decision
         self.span = host.span
-        # The mark is used up: the same name once more inside is a re-entry, and decided as one.
-        self.context = ctx = Context({**parent, JOINABLE: None})
+        self.context = ctx = _joined_context(parent)
         return ctx
 
     def _decide(self, value: object, in_force: Settings, parent: Context) -> Plan:
@@ -719,8 +726,17 @@ def agentic(
         if inspect.iscoroutinefunction(fn):
             return functools.wraps(fn)(_coroutine_hop(fn, hop_name, skill))  # type: ignore[return-value]
 
+        joined_name = _joined_name(hop_name)
+
         @functools.wraps(fn)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            parent = context.get_current()
+            if JOINABLE in parent and _host_joined(parent, joined_name) is not None:
+                token = context.attach(_joined_context(parent))  # the hop it runs in is this run's
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    context.detach(token)
             with Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None):
                 return fn(*args, **kwargs)
 
@@ -732,11 +748,28 @@ def agentic(
 def _coroutine_hop(
     fn: Callable[..., Awaitable[R]], hop_name: str, skill: str | None
 ) -> Callable[..., Awaitable[R]]:
+    joined_name = _joined_name(hop_name)
+
     async def call(*args: Any, **kwargs: Any) -> R:
+        parent = context.get_current()
+        if JOINABLE in parent and _host_joined(parent, joined_name) is not None:
+            # The joinable hop it runs directly in is this run's hop (Delegation._join, without
+            # making the Delegation that would be a no-op: a run joining a request costs little).
+            token = context.attach(_joined_context(parent))
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                context.detach(token)
         async with Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None):
             return await fn(*args, **kwargs)
 
     return call
+
+
+def _joined_name(hop_name: str) -> str:
+    """The name a hop named ``hop_name`` is compared with a joinable hop's by (the NFKC form
+    :class:`Delegation` takes; what is no name joins nothing, and Delegation refuses it at the call)."""
+    return normal_name(hop_name) if isinstance(hop_name, str) else ""
 
 
 def _generator_hop(
