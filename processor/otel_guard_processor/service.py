@@ -132,7 +132,7 @@ class Processor:
         return f"{host}:{server.port}"
 
     def _metrics_app(self) -> Starlette:
-        from prometheus_client.exposition import choose_encoder
+        from otel_guard_processor.metrics import choose_encoder
 
         async def metrics(request: Request) -> Response:
             # OpenMetrics (with the exemplars) when the scraper asks for it, else the plain text
