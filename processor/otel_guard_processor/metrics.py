@@ -18,18 +18,20 @@ came while they fit, the rest added into its ``OVERFLOW`` series. A counted seri
 about four times ``MAX_FAMILY_BYTES`` whatever the senders sent.
 
 What a reader would not guess: ``/metrics`` is rendered by :func:`choose_encoder` rather than
-prometheus_client's own, with the same text: the four large metrics' text is kept between scrapes
-and made again only when their counts changed (counts only grow, so their number and sum say so),
-so a scrape of an unchanged processor costs next to nothing on the event loop it shares with every
-receiver.
+prometheus_client's own, with the same text, and not on the event loop that every receiver shares:
+the scrape copies the tallies there (in the detection queue, so the copy is consistent) and renders
+the copy on a worker thread. The four large metrics' text is kept between scrapes and made again
+only when their counts changed (counts only grow, so their number and sum say so).
 
 Metric names are listed in docs/processor.md; a test checks that list against ``/metrics``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from functools import partial
 from itertools import pairwise
 from typing import Final, Generic, Protocol, TypeVar
@@ -226,8 +228,7 @@ class ProcessorCollector(Collector):
         self._decision_exemplars = _Exemplars[tuple[str, str, str]]()
         # cycle_edges of the cycles as they were at (number of series, total count): the counts
         # only grow, so any change changes the pair, and an unchanged scrape does not redo it.
-        self._edges_of: tuple[int, int] = (0, 0)
-        self._edges_made: dict[tuple[str, str], int] = {}
+        self._edge_cache = _Edges()
         # Per content type: the large metrics' text as of their version (see render).
         self._rendered: dict[str, dict[str, tuple[tuple[int, int], bytes]]] = {}
 
@@ -418,9 +419,18 @@ class ProcessorCollector(Collector):
     def _cycle_edges(self) -> dict[tuple[str, str], int]:
         cycles = self._detector.cycles
         state = (len(cycles), sum(cycles.values()))
-        if state != self._edges_of:
-            self._edges_of, self._edges_made = state, cycle_edges(cycles)
-        return self._edges_made
+        edges = self._edge_cache
+        if state != edges.of:
+            edges.of, edges.made = state, cycle_edges(cycles)
+        return edges.made
+
+    def snapshot(self) -> ProcessorCollector:
+        """A collector of the tallies as they are now, sharing this one's kept text and exemplars:
+        to render on another thread while the event loop goes on changing the tallies."""
+        view = copy.copy(self)
+        view._detector = _Snapshot(self._detector)
+        view._stats = _stats_copy(self._stats)
+        return view
 
 
 def _counter(
@@ -493,17 +503,63 @@ def _text(encode: Callable[[Collector], bytes], families: list[Metric], openmetr
     return text[: -len(_EOF)] if openmetrics and text.endswith(_EOF) else text
 
 
-def choose_encoder(accept: str) -> tuple[Callable[[CollectorRegistry], bytes], str]:
+class _Edges:
+    """cycle_edges of the cycles as they were at ``of`` (number of series, total count)."""
+
+    __slots__ = ("made", "of")
+
+    def __init__(self) -> None:
+        self.of: tuple[int, int] = (0, 0)
+        self.made: dict[tuple[str, str], int] = {}
+
+
+class _Snapshot:
+    """What the metrics read of a detector (:class:`Tallies`), copied."""
+
+    def __init__(self, detector: Tallies) -> None:
+        self.cycles = dict(detector.cycles)
+        self.cycle_spans = dict(detector.cycle_spans)
+        self.delegations = dict(detector.delegations)
+        self.decisions = dict(detector.decisions)
+        self.decision_spans = dict(detector.decision_spans)
+        self.evictions = dict(detector.evictions)
+        self.dropped = dict(detector.dropped)
+        self.duplicates = detector.duplicates
+        self.truncated = dict(detector.truncated)
+        self.tree_hops = list(detector.tree_hops)
+        self.tree_hops_sum = detector.tree_hops_sum
+        self.tree_evictions = dict(detector.tree_evictions)
+        self.active_traces = detector.active_traces
+        self.active_trees = detector.active_trees
+        self.stored_spans = detector.stored_spans
+        self.pending_spans = detector.pending_spans
+
+
+def _stats_copy(stats: RequestStats) -> RequestStats:
+    copied = copy.copy(stats)
+    for name in ("requests", "received_bytes", "spans", "unread_requests", "downstream_errors"):
+        setattr(copied, name, dict(getattr(stats, name)))
+    copied._latency = {protocol: copy.deepcopy(histogram) for protocol, histogram in stats.latency().items()}
+    return copied
+
+
+def choose_encoder(accept: str) -> tuple[Callable[[CollectorRegistry], bytes | Awaitable[bytes]], str]:
     """prometheus_client's ``choose_encoder``, for :func:`new_registry`'s registries: the same text
     (OpenMetrics, exemplars included, when the scraper asks for it, else the plain text format),
-    the large metrics' kept between scrapes where their counts did not change."""
+    the large metrics' kept between scrapes where their counts did not change. For such a registry
+    the encoder copies the tallies and returns an awaitable of the text, rendered on a worker thread
+    (``Detection.run`` awaits it in the detection queue)."""
     encode, content_type = exposition.choose_encoder(accept)
     return partial(_render, encode, content_type), content_type
 
 
-def _render(encode: Callable[[Collector], bytes], content_type: str, registry: CollectorRegistry) -> bytes:
+def _render(
+    encode: Callable[[Collector], bytes], content_type: str, registry: CollectorRegistry
+) -> bytes | Awaitable[bytes]:
+    """A registry of :func:`new_registry`: the tallies copied now, rendered on a worker thread
+    (awaited); any other: rendered now."""
     if isinstance(registry, _Registry):
-        return registry.collector.render(encode, content_type)
+        return asyncio.to_thread(registry.collector.snapshot().render, encode, content_type)
     return encode(registry)
 
 

@@ -11,8 +11,11 @@ rest under ``_overflow``.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Awaitable, Callable
 
+import grpc
 import grpc.aio
 import httpx
 from otel_guard_processor.bounds import OVERFLOW
@@ -23,6 +26,7 @@ from processor_helpers import EXPORT, ProcessorFactory, grpc_address
 from processor_spans import Trace, encode, guard_attributes
 from prometheus_client import exposition
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
 
 WIDE = "\U0001d538"  # four bytes in UTF-8
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -70,18 +74,39 @@ def totals(body: bytes) -> dict[str, dict[tuple[str, ...], float]]:
     return out
 
 
-async def probe(processor: Processor, stop: asyncio.Event, latencies: list[float]) -> None:
-    """A grpcio client sending a small request every 10 ms, timing each answer."""
-    trace = Trace()
-    trace.tool("lookup", trace.agent("probe"))
-    raw = encode(*trace.spans)
-    async with grpc.aio.insecure_channel(grpc_address(processor)) as channel:
-        call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-        while not stop.is_set():
-            started = time.perf_counter()
-            await call(raw, timeout=10)
-            latencies.append(time.perf_counter() - started)
-            await asyncio.sleep(0.01)
+class Probe:
+    """A grpcio client on a thread of its own sending a small request every 10 ms and timing each
+    answer: it sees the processor's event loop held, as another process's client would."""
+
+    def __init__(self, processor: Processor) -> None:
+        trace = Trace()
+        trace.tool("lookup", trace.agent("probe"))
+        self._raw = encode(*trace.spans)
+        self._address = grpc_address(processor)
+        self._stop = threading.Event()
+        self.latencies: list[float] = []
+        self.failures: list[grpc.RpcError] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        with grpc.insecure_channel(self._address) as channel:
+            call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            while not self._stop.is_set():
+                started = time.perf_counter()
+                try:
+                    call(self._raw, timeout=5)
+                except grpc.RpcError as exc:
+                    self.failures.append(exc)
+                self.latencies.append(time.perf_counter() - started)
+                self._stop.wait(0.01)
 
 
 async def test_the_longest_labels_make_a_scrape_of_a_few_mib_and_the_rest_is_counted_under_overflow(
@@ -94,19 +119,17 @@ async def test_the_longest_labels_make_a_scrape_of_a_few_mib_and_the_rest_is_cou
         for raw in loops(0, sent):
             await call(raw, timeout=10)
     await processor.detection.settled()
-    stop, latencies = asyncio.Event(), []
-    probing = asyncio.ensure_future(probe(processor, stop, latencies))
-    await asyncio.sleep(0.1)
     seconds = []
-    try:
+    with Probe(processor) as probe:
+        await asyncio.sleep(0.1)
         for accept in (OPENMETRICS, "", OPENMETRICS, ""):
             body, took = await scrape(processor, accept)
             seconds.append(took)
-            assert len(body) <= SCRAPE_BYTES, (accept, len(body))  # before: 18 MiB
-    finally:
-        stop.set()
-        await probing
-    assert max(latencies) < PROBE_SECONDS, (max(latencies), seconds)
+            assert len(body) <= SCRAPE_BYTES, (accept, len(body))  # before: 27 MiB
+        await asyncio.sleep(0.05)
+    assert len(probe.latencies) > 5
+    assert not probe.failures
+    assert max(probe.latencies) < PROBE_SECONDS, (max(probe.latencies), seconds)
     first = totals((await scrape(processor, ""))[0])
     # Every loop counted, those past the bound under _overflow.
     expected = {"otel_guard_cycles": sent, "otel_guard_delegations": 2 * sent + 1,  # the probe's too
@@ -132,7 +155,14 @@ async def test_the_longest_labels_make_a_scrape_of_a_few_mib_and_the_rest_is_cou
         assert set(second[name]) == set(first[name])
 
 
-def test_a_scrape_is_what_prometheus_client_makes_of_the_metrics_kept_between_scrapes() -> None:
+async def rendered(
+    encode: Callable[[CollectorRegistry], bytes | Awaitable[bytes]], registry: CollectorRegistry
+) -> bytes:
+    body = encode(registry)
+    return await body if isinstance(body, Awaitable) else body
+
+
+async def test_a_scrape_is_what_prometheus_client_makes_of_the_metrics_kept_between_scrapes() -> None:
     detector = EngineDetector()
     stats = RequestStats()
     registry = new_registry(detector, stats)
@@ -140,13 +170,28 @@ def test_a_scrape_is_what_prometheus_client_makes_of_the_metrics_kept_between_sc
         detector.ingest(raw, time.time())
     detector.expire(time.time() + 60)  # the counts waiting on count_wait made
     assert detector.cycles
-    for accept in ("", OPENMETRICS, "text/plain; version=1.0.0"):
+    # Label values prometheus_client escapes, and an exemplar-less series.
+    detector.delegations[("a\\b", 'c"d\ne')] = 2
+    detector.decisions[("allow", "", "x" * 300)] = 1
+    stats.request("grpc", "ok", 100, 0.003)
+    for accept in ("", OPENMETRICS, "text/plain; version=1.0.0; escaping=allow-utf-8"):
         ours, content_type = choose_encoder(accept)
         theirs, their_type = exposition.choose_encoder(accept)
         assert content_type == their_type
-        assert ours(registry) == theirs(registry)
-        assert ours(registry) == theirs(registry)  # kept, and still the same
+        assert await rendered(ours, registry) == theirs(registry)
+        assert await rendered(ours, registry) == theirs(registry)  # kept, and still the same
         detector.ingest(loops(10, 1)[0], time.time())
         stats.spans["received"] += 3
+        stats.request("http", "ok", 100, 0.2)
         detector.expire(time.time() + 60)
-        assert ours(registry) == theirs(registry)  # changed, made again
+        assert await rendered(ours, registry) == theirs(registry)  # changed, made again
+
+
+async def test_a_scrape_renders_a_copy_made_in_the_detection_queue(start_processor: ProcessorFactory) -> None:
+    processor = await start_processor()
+    encode, _ = choose_encoder("")
+    body = encode(processor.registry)
+    assert isinstance(body, Awaitable)  # rendered off the event loop, of the tallies copied now
+    processor.stats.spans["received"] += 7  # a change after the copy is not in it
+    text = (await body).decode()
+    assert 'otel_guard_processor_spans_total{outcome="received"} 0.0' in text
