@@ -8,6 +8,8 @@ Its calls take a whole request's bytes: no Python runs per span.
 - :class:`Engine`: the whole detection in bounded state; ``ingest(request, now)``, ``expire(now)``
   and ``release_trees()`` each hand back the :class:`Events` they counted.
 - :class:`EngineDetector`: an Engine behind the tallies the metrics read; the service's detector.
+- :func:`check` ``(request)``: the spans of a request, or the :class:`DecodeError` ``ingest`` would
+  raise for it (it decodes as ``ingest`` does, keeping nothing).
 - :func:`decode_counts` ``(request, keys)``: the spans, links and asked-for attributes a request
   holds; :func:`decode_summary` ``(request, keys)``: what the engine reads of a request as Python
   values, for tests and benchmarks; :func:`dialect_table`: the table the engine reads calls by.
@@ -39,6 +41,7 @@ try:
         Engine,
         EngineFault,
         Events,
+        check,
         decode_counts,
         decode_summary,
         dialect_table,
@@ -56,6 +59,7 @@ __all__ = [
     "EngineFault",
     "Events",
     "SpanAt",
+    "check",
     "decode_counts",
     "decode_summary",
     "dialect_table",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import grpc
 
 from otel_guard_processor.detection import Detection
-from otel_guard_processor.engine import DecodeError, decode_counts
+from otel_guard_processor.engine import DecodeError, check
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest
@@ -108,11 +108,9 @@ class Pipeline:
             full = None if forwarder is None else forwarder.busy()
             try:
                 # Detected (or queued for it) only when it goes on downstream: a refused request
-                # comes again. Detection's decode is the check that it is readable.
-                if full is None:
-                    spans = self.detection.take(raw, self._clock(), held.release)
-                else:
-                    spans = decode_counts(raw, ())[0]
+                # comes again. Detection's decode is the check that it is readable; else check(),
+                # which refuses what detection would: one answer whatever the load.
+                spans = self.detection.take(raw, self._clock(), held.release) if full is None else check(raw)
             except DecodeError as exc:
                 held.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"

@@ -7,6 +7,7 @@
 //! its detection state is lost, never a span. The work itself runs with the GIL released.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -73,6 +74,27 @@ fn decode_counts(
             decoded.links.len(),
             decoded.attributes.len(),
         ))
+    })
+}
+
+/// check(request) -> spans
+///
+/// Decode a request as `Engine.ingest` does (the same keys, so a string value it reads that is not
+/// UTF-8 too) and count its spans, keeping nothing: DecodeError exactly where `ingest` would raise
+/// it. The service checks a request with it before it answers and detects it later.
+#[pyfunction]
+fn check(py: Python<'_>, request: &[u8]) -> PyResult<usize> {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    guarded(|| {
+        let keys = match KEYS.get() {
+            Some(keys) => keys,
+            None => {
+                let keys = Keys::new(dialects::Key::ALL.iter().map(|key| key.name()))
+                    .map_err(|error| PyValueError::new_err(error.to_string()))?;
+                KEYS.get_or_init(|| keys)
+            }
+        };
+        Ok(decoded(py, request, keys)?.spans.len())
     })
 }
 
@@ -469,6 +491,7 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add("DecodeError", py.get_type::<DecodeError>())?;
     module.add("EngineFault", py.get_type::<EngineFault>())?;
+    module.add_function(wrap_pyfunction!(check, module)?)?;
     module.add_function(wrap_pyfunction!(decode_counts, module)?)?;
     module.add_function(wrap_pyfunction!(decode_summary, module)?)?;
     module.add_function(wrap_pyfunction!(_fault, module)?)?;
