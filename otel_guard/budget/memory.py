@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Final
 
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
-
 from otel_guard.budget._store import MAX_COUNT, Meter
-from otel_guard.telemetry import INSTRUMENTATION_NAME, _version
+from otel_guard.telemetry import METRIC_STORE_EVICTIONS, count_store_eviction
+
+__all__ = ["MAX_ENTRIES", "METRIC_STORE_EVICTIONS", "MemoryStore"]
 
 MAX_ENTRIES: Final = 100_000
 """The most counts the memory store holds (a tree's hops, model requests and tokens are one each; a
@@ -24,25 +23,6 @@ workspace window one): about 27 MB with their keys. Past it, a new count drops t
 not used since it was last passed over (a tree in use gets a second chance), and
 ``otel_guard.budget.store_evictions`` counts the drop. A dropped tree starts again from 0 if it comes
 back."""
-
-METRIC_STORE_EVICTIONS: Final = "otel_guard.budget.store_evictions"
-"""Counter: tree counts the memory store dropped before they expired, to stay within
-:data:`MAX_ENTRIES` [``otel_guard_budget_store_evictions_total``]."""
-
-_evicted = 0
-_evicted_lock = threading.Lock()
-
-
-def _observe_evictions(_options: CallbackOptions) -> Iterator[Observation]:
-    yield Observation(_evicted)
-
-
-metrics.get_meter(INSTRUMENTATION_NAME, _version()).create_observable_counter(
-    METRIC_STORE_EVICTIONS,
-    callbacks=[_observe_evictions],
-    unit="{count}",
-    description="Tree counts the memory budget store dropped before they expired, to stay within its bound",
-)
 
 
 class MemoryStore:
@@ -129,7 +109,6 @@ class MemoryStore:
     def _make_room(self, now: float, keep: Sequence[Meter] = ()) -> None:
         """Take one count out, as a clock does (see the class), before a new one goes in: never a
         workspace's, nor one of ``keep`` (the take's own)."""
-        global _evicted
         counts = self._counts
         kept = {meter.key for meter in keep}
         for _ in range(2 * len(counts) + 1):  # each count is passed over at most twice
@@ -140,8 +119,7 @@ class MemoryStore:
                 entry[2] = 0
                 counts[key] = entry  # a second chance, at the end of the order
                 continue
-            with _evicted_lock:
-                _evicted += 1
+            count_store_eviction()
             return
 
     def _sweep(self, now: float) -> None:
