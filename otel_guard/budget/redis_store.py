@@ -60,7 +60,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from otel_guard.budget import redis_fleet
-from otel_guard.budget._store import MAX_COUNT, BadCount, Meter, StoreError
+from otel_guard.budget._store import MAX_COUNT, BadCount, Meter, SlotMigrating, StoreError
 from otel_guard.budget.redis_urls import read_store_url
 from otel_guard.settings import current_settings, redacted_url
 
@@ -310,6 +310,9 @@ class RedisStore:
         return command
 
     def _failed(self, exc: Exception) -> StoreError:
+        if isinstance(exc, redis.exceptions.TryAgainError | redis.exceptions.ClusterError):
+            # A slot on the move (TRYAGAIN, or redirections past redis-py's TTL): this take only.
+            return SlotMigrating(f"the budget store's slot is moving between nodes: {type(exc).__name__}")
         with self._lock:
             now = self._clock()
             self._down_until = now + self._down_for

@@ -105,7 +105,8 @@ class Node:
 
 
 def _data_node(directory: Path, *extra: str) -> Node:
-    return Node(directory, "--save", "", "--appendonly", "no", *extra)
+    # A replica's first sync at once (Redis waits 5 s for more replicas by default).
+    return Node(directory, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra)
 
 
 class Cluster:
@@ -145,6 +146,14 @@ class Cluster:
         )  # fmt: skip
         assert created.returncode == 0, created.stdout + created.stderr
         wait_until("every node sees the cluster ok", self.ok)
+        wait_until("every replica is in sync", self.in_sync)
+
+    def in_sync(self) -> bool:
+        for node in self.nodes:
+            info = node.client().info("replication")
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
 
     def ok(self) -> bool:
         for node in self.nodes:
