@@ -181,8 +181,7 @@ def _budget_store(name: str, value: object) -> str:
     if not fleet and (scheme not in ("redis", "rediss", "unix") or (scheme != "unix" and not host)):
         raise ValueError(
             f"{name}: {shown!r} is not 'memory' or a Redis URL "
-            "(redis://host:6379/0, rediss://..., unix:///path, redis+cluster://host:port, "
-            "redis+sentinel://host:26379/service)"
+            "(redis://host:6379/0, rediss://..., unix:///path)"
         )
     text = scheme + text[len(scheme) :]  # the Redis client reads only a lower-case scheme
     database = unquote(parts.path).replace("/", "")
