@@ -9,13 +9,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::client::SendRequest;
 use http::{HeaderMap, Request};
-use otel_guard_engine::grpc::{Arrived, METHODS, Outcome, Server, code};
+use otel_guard_engine::grpc::{Arrived, Limits, METHODS, Outcome, Server, code};
 use tokio::net::TcpStream;
 
 const TRACES: &str = METHODS[0];
 
 fn server(max: usize) -> Arc<Server> {
-    let server = Server::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], 0, max, &METHODS).unwrap();
+    server_within(Limits::new(max, 64 << 20))
+}
+
+fn server_within(limits: Limits) -> Arc<Server> {
+    let server = Server::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], 0, limits, &METHODS).unwrap();
     server.start().unwrap();
     Arc::new(server)
 }
@@ -125,7 +129,7 @@ async fn a_call_reaches_take_whole_and_is_answered_with_its_reply() {
     let answering = tokio::spawn(async move { call(&mut client, TRACES, &[], &chunks).await });
     let call_taken = taken(&server, 1, 0).await.calls.pop().unwrap();
     assert_eq!(
-        (call_taken.method, call_taken.message.as_slice()),
+        (call_taken.method, &call_taken.message.to_bytes()[..]),
         (0, &message[..])
     );
     assert!(call_taken.reply.send(Outcome::ok(b"response".to_vec())));
