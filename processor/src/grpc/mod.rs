@@ -319,6 +319,8 @@ impl Drop for Server {
 /// A connection as the accept loop sees it: its calls open now, when it last started or ended
 /// one, and the signal that closes it at once.
 struct Peer {
+    /// Its place in the order of arrival (of two idle as long, the older is closed first).
+    seq: u64,
     calls: AtomicUsize,
     /// Milliseconds from the server's epoch.
     last: AtomicU64,
@@ -326,8 +328,9 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(serving: &Serving) -> Self {
+    fn new(serving: &Serving, seq: u64) -> Self {
         let peer = Peer {
+            seq,
             calls: AtomicUsize::new(0),
             last: AtomicU64::new(0),
             close: Notify::new(),
@@ -373,7 +376,7 @@ fn make_room(peers: &mut HashMap<tokio::task::Id, Arc<Peer>>) -> bool {
     let idlest = peers
         .iter()
         .filter(|(_, peer)| peer.calls.load(Ordering::Relaxed) == 0)
-        .min_by_key(|(_, peer)| peer.last.load(Ordering::Relaxed))
+        .min_by_key(|(_, peer)| (peer.last.load(Ordering::Relaxed), peer.seq))
         .map(|(id, _)| *id);
     match idlest.and_then(|id| peers.remove(&id)) {
         Some(peer) => {
@@ -417,6 +420,7 @@ async fn serve(
     drop(accepted);
     let mut connections = JoinSet::new();
     let mut peers: HashMap<tokio::task::Id, Arc<Peer>> = HashMap::new();
+    let mut arrivals = 0u64;
     let mut listening = true;
     let grace = loop {
         tokio::select! {
@@ -427,7 +431,8 @@ async fn serve(
                         drop(socket);
                         continue;
                     }
-                    let peer = Arc::new(Peer::new(&serving));
+                    arrivals += 1;
+                    let peer = Arc::new(Peer::new(&serving, arrivals));
                     let task = connections.spawn(connection(
                         socket,
                         Arc::clone(&peer),
