@@ -16,7 +16,7 @@ Metric names are listed in docs/processor.md; a test checks that list against ``
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import pairwise
 from typing import Generic, Protocol, TypeVar
 
@@ -83,6 +83,9 @@ class RequestStats:
         self.detection_errors = 0
         self.inflight = 0
         self.pending_bytes = 0  # of requests held: not yet both answered and detected
+        # Bytes the receivers hold before the pipeline has them (the gRPC receiver's calls being
+        # read or waiting to be taken): in the pending_bytes metric too.
+        self.held_elsewhere: Callable[[], int] = lambda: 0
         self._latency: dict[str, _Histogram] = {}
 
     def request(self, protocol: str, outcome: str, size: int, seconds: float) -> None:
@@ -330,8 +333,9 @@ class ProcessorCollector(Collector):
         )
         yield _gauge(
             "otel_guard_processor_pending_bytes",
-            "Bytes of export requests held: waiting for the downstream's answer or for detection.",
-            stats.pending_bytes,
+            "Bytes of export requests held: being received, waiting for the downstream's answer or "
+            "for detection.",
+            stats.pending_bytes + stats.held_elsewhere(),
         )
 
     def _cycle_edges(self) -> dict[tuple[str, str], int]:
