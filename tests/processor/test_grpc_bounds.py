@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import grpc
-import pytest
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from otel_guard_processor.grpc_receiver import _details
 from otel_guard_processor.pipeline import Answer
@@ -75,7 +74,7 @@ def _processor(*args: str, limit: Callable[[], None]) -> Iterator[tuple[subproce
     """The processor as a process, ``limit`` applied in the child before it starts; its gRPC port."""
     command = [sys.executable, "-m", "otel_guard_processor", "--listen", "127.0.0.1:0", "--prometheus",
                "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *args]  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=limit)  # noqa: PLW1509 -- setrlimit only
     try:
         assert process.stderr is not None
         ready = process.stderr.readline()
@@ -142,16 +141,16 @@ def test_a_flood_of_idle_connections_never_starves_a_grpc_client() -> None:
             for sock in flood:
                 sock.close()
         assert process.poll() is None
-        assert answers and set(answers) == {grpc.StatusCode.OK}, answers
+        assert answers
+        assert set(answers) == {grpc.StatusCode.OK}, answers
 
 
 def test_streams_of_only_a_length_prefix_do_not_abort_under_an_address_space_limit() -> None:
     """3,072 calls that each declare 16 MiB and send only their prefix, under ``ulimit -v`` of
     768 MiB above what the processor needs to start: nothing is reserved ahead of bytes, so it
     lives and answers."""
-    with _processor(limit=lambda: None) as (probe, _):
-        with open(f"/proc/{probe.pid}/status") as status:
-            peak = next(int(line.split()[1]) for line in status if line.startswith("VmPeak:")) * 1024
+    with _processor(limit=lambda: None) as (probe, _), open(f"/proc/{probe.pid}/status") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmPeak:")) * 1024
     limit = peak + (768 << 20)
 
     def address_space() -> None:
