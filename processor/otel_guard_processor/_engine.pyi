@@ -81,10 +81,28 @@ class GrpcReply:
 
 class GrpcServer:
     def __init__(
-        self, hosts: Sequence[str], port: int, max_message_bytes: int, methods: Sequence[str] | None = None
+        self,
+        hosts: Sequence[str],
+        port: int,
+        max_message_bytes: int,
+        methods: Sequence[str] | None = None,
+        *,
+        max_inflated_bytes: int | None = None,
+        max_held_bytes: int | None = None,
+        max_connection_bytes: int | None = None,
+        max_connections: int = 1024,
+        read_timeout: float = 30.0,
+        idle_timeout: float | None = None,
+        retry_after: float = 1.0,
     ) -> None: ...
     @property
     def port(self) -> int: ...
+    @property
+    def held_bytes(self) -> int: ...
+    @property
+    def max_held_bytes(self) -> int: ...
+    @property
+    def max_connection_bytes(self) -> int: ...
     def wake_fd(self) -> int: ...
     def start(self) -> None: ...
     def take(self) -> tuple[list[tuple[int, int, bytes, GrpcReply]], list[int]]: ...

@@ -109,6 +109,9 @@ class RequestStats:
         self.detection_errors = 0
         self.inflight = 0
         self.pending_bytes = 0  # of requests held: not yet both answered and detected
+        # Bytes the receivers hold before the pipeline has them (the gRPC receiver's calls being
+        # read or waiting to be taken): in the pending_bytes metric too.
+        self.held_elsewhere: Callable[[], int] = lambda: 0
         self._latency: dict[str, _Histogram] = {}
 
     def request(self, protocol: str, outcome: str, size: int, seconds: float) -> None:
@@ -412,8 +415,9 @@ class ProcessorCollector(Collector):
         )
         yield _gauge(
             "otel_guard_processor_pending_bytes",
-            "Bytes of export requests held: waiting for the downstream's answer or for detection.",
-            stats.pending_bytes,
+            "Bytes of export requests held: being received, waiting for the downstream's answer or "
+            "for detection.",
+            stats.pending_bytes + stats.held_elsewhere(),
         )
 
     def _cycle_edges(self) -> dict[tuple[str, str], int]:

@@ -89,7 +89,14 @@ class Processor:
             max_pending_bytes=config.max_pending_bytes,
         )
         try:
-            self.grpc = GrpcReceiver(self.pipeline, config.listen, config.max_request_bytes)
+            self.grpc = GrpcReceiver(
+                self.pipeline,
+                config.listen,
+                config.max_request_bytes,
+                read_timeout=config.read_timeout,
+                retry_after=config.retry_after,
+            )
+            self.stats.held_elsewhere = lambda: self.grpc.held_bytes if self.grpc is not None else 0
             await self.grpc.start()
             if config.http_listen is not None:
                 app = build_http_app(self.pipeline, config.max_request_bytes, config.read_timeout)
