@@ -42,6 +42,7 @@ __all__ = [
 ENV_PREFIX = "OTEL_GUARD_PROCESSOR_"
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file's size, read no further
 MAX_VALUE_CHARS = 4096  # one value's length: far past any address or number
+MAX_ENGINE_INTEGER = 2**63 - 1  # the largest count or size the engine takes
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 # libyaml's parser where PyYAML was built with it; the reader walks its events either way.
@@ -128,6 +129,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_traces", int, "most traces held for detection; the least recently active goes", "N"),
     Option("max_spans", int, "most spans held for detection over all traces", "N"),
     Option("max_spans_per_trace", int, "most spans of one trace held; later ones skip detection", "N"),
+    Option(
+        "max_held_bytes",
+        int,
+        "most bytes of detection state held over all traces, as --max-spans bounds their number; "
+        "past it the least recently active trace goes (one of a single name before one that delegates)",
+        "BYTES",
+    ),
     Option("trace_ttl", float, "seconds a trace is held after its latest span", "SECONDS"),
     Option(
         "count_wait",
@@ -190,6 +198,7 @@ class ProcessorConfig:
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
+    max_held_bytes: int = 256 * 1024 * 1024
     trace_ttl: float = 120.0
     count_wait: float = 10.0
     max_request_bytes: int = 8 * 1024 * 1024
@@ -212,12 +221,17 @@ class ProcessorConfig:
         for name in (
             "max_spans",
             "max_spans_per_trace",
+            "max_held_bytes",
             "max_request_bytes",
             "max_inflight",
             "max_pending_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
+        if self.max_held_bytes > MAX_ENGINE_INTEGER:
+            raise ConfigError(
+                "max_held_bytes", f"must be at most {MAX_ENGINE_INTEGER}, got {self.max_held_bytes}"
+            )
         if self.max_traces < 2:
             raise ConfigError("max_traces", f"must be at least 2, got {self.max_traces}")
         for name in ("trace_ttl", "forward_timeout", "retry_after", "read_timeout", "drain_timeout"):
