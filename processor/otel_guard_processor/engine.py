@@ -98,6 +98,7 @@ class EngineDetector:
             max_traces=self.limits.max_traces,
             max_spans=self.limits.max_spans,
             max_spans_per_trace=self.limits.max_spans_per_trace,
+            max_held_bytes=self.limits.max_held_bytes,
             trace_ttl=self.limits.trace_ttl,
             tool_edge_wait=self.limits.count_wait,
             cycle_wait=self.limits.count_wait,
@@ -132,6 +133,16 @@ class EngineDetector:
     @property
     def pending_spans(self) -> int:
         return self.engine.pending_spans
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes the held traces weigh, as the engine reckons them (``max_held_bytes``)."""
+        return self.engine.held_bytes
+
+    @property
+    def delegating_traces(self) -> int:
+        """Held traces with a delegation path of two names or more: evicted after the others."""
+        return self.engine.delegating_traces
 
     def ingest(self, raw: bytes, now: float) -> int:
         """Read one request (its protobuf bytes) received at ``now``; return how many spans it had.

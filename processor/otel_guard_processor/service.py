@@ -55,6 +55,7 @@ class Processor:
                 max_traces=config.max_traces,
                 max_spans=config.max_spans,
                 max_spans_per_trace=config.max_spans_per_trace,
+                max_held_bytes=config.max_held_bytes,
                 trace_ttl=config.trace_ttl,
                 count_wait=config.count_wait,
             ),

@@ -162,8 +162,8 @@ fn decode_summary<'py>(
     })
 }
 
-/// Engine(*, max_traces=50000, max_spans=1000000, max_spans_per_trace=10000, trace_ttl=120.0,
-///        tool_edge_wait=10.0, cycle_wait=10.0)
+/// Engine(*, max_traces=50000, max_spans=1000000, max_spans_per_trace=10000,
+///        max_held_bytes=268435456, trace_ttl=120.0, tool_edge_wait=10.0, cycle_wait=10.0)
 ///
 /// The detection state of one processor: requests in (`ingest`), counts out (`Events`), in bounded
 /// state (see docs/processor.md). Times are seconds on a clock that does not go back.
@@ -204,6 +204,7 @@ impl PyEngine {
         max_traces = 50_000,
         max_spans = 1_000_000,
         max_spans_per_trace = 10_000,
+        max_held_bytes = 256 * 1024 * 1024,
         trace_ttl = 120.0,
         tool_edge_wait = 10.0,
         cycle_wait = 10.0,
@@ -212,6 +213,7 @@ impl PyEngine {
         max_traces: usize,
         max_spans: usize,
         max_spans_per_trace: usize,
+        max_held_bytes: usize,
         trace_ttl: f64,
         tool_edge_wait: f64,
         cycle_wait: f64,
@@ -220,6 +222,7 @@ impl PyEngine {
             max_traces,
             max_spans,
             max_spans_per_trace,
+            max_held_bytes,
             trace_ttl,
             tool_edge_wait,
             cycle_wait,
@@ -279,6 +282,18 @@ impl PyEngine {
     #[getter]
     fn pending_spans(&self) -> usize {
         self.engine.pending_spans()
+    }
+
+    /// The bytes the traces hold, as the engine reckons them (bounded by `max_held_bytes`).
+    #[getter]
+    fn held_bytes(&self) -> usize {
+        self.engine.held_bytes()
+    }
+
+    /// Traces held that have a delegation path of two names or more (evicted after the others).
+    #[getter]
+    fn delegating_traces(&self) -> usize {
+        self.engine.delegating_traces()
     }
 
     /// Calls that panicked (each raised EngineFault and started the engine again empty).
