@@ -2,7 +2,10 @@
 
 Exit status: 0 after a clean stop, 2 on bad usage (an unknown flag, a wrong value, a config file
 that is not a flat YAML mapping of options), 1 when the processor cannot run (an address in use, a
-config file that cannot be read); the reason goes to stderr, one line.
+config file that cannot be read); the reason goes to stderr, one line (after the usage for a flag).
+
+SIGTERM and SIGINT are taken from before the listeners start, so a stop sent the moment ``ready:``
+is read drains like any other; a misspelt ``OTEL_GUARD_PROCESSOR_*`` variable is warned of at start.
 """
 
 from __future__ import annotations
@@ -10,12 +13,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from otel_guard_processor.config import OPTIONS, ConfigError, ProcessorConfig, UnreadableConfig, load_config
+from otel_guard_processor.config import (
+    OPTIONS,
+    ConfigError,
+    ProcessorConfig,
+    UnreadableConfig,
+    load_config,
+    unknown_variables,
+)
 from otel_guard_processor.logs import configure_logging
 from otel_guard_processor.service import Processor
 
@@ -54,12 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         default = getattr(defaults, option.name)
         shown = "off" if default is None else default
+        bounds = "" if option.range is None else f"; {option.range}"
         parser.add_argument(
             option.flag,
             dest=option.name,
             metavar=option.metavar,
             default=None,
-            help=f"{option.help} (default: {shown}; env {option.env})",
+            help=f"{option.help} (default: {shown}{bounds}; env {option.env})",
         )
     return parser
 
@@ -75,11 +88,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"otel-guard processor: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:
-        if exc.option != "config":  # a wrong value: say how the command is used
+        if exc.source.startswith("flag "):  # a wrong flag: say how the command is used
             parser.print_usage(sys.stderr)
         print(f"otel-guard processor: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, config.log_format)
+    for variable, closest in unknown_variables(os.environ):
+        hint = f"did you mean {closest}?" if closest else "no option's variable is close to it"
+        logging.getLogger("otel_guard_processor").warning(
+            "otel-guard processor: %s names no option and is ignored; %s", variable, hint
+        )
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(_run(config))
@@ -100,6 +118,12 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _run(config: ProcessorConfig) -> int:
+    # The handlers first: a stop that comes while the listeners start, or the moment ``ready:`` is
+    # read, drains (once they run) instead of killing the process with requests in flight.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     processor = Processor(config)
     await processor.start()
     # Detection keeps many small long-lived objects. Leaving what exists at start out of every
@@ -108,10 +132,6 @@ async def _run(config: ProcessorConfig) -> int:
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     print(f"otel-guard processor: ready: {processor.describe()}", file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print("otel-guard processor: draining", file=sys.stderr, flush=True)
     await processor.stop()

@@ -9,7 +9,11 @@ Each option can be set four ways; a later one wins:
 
 ``ProcessorConfig.validate()`` checks every value and raises :class:`ConfigError` naming the option
 and where its value came from. Addresses are ``HOST:PORT`` (``[::1]:4317`` for IPv6; port 0 picks
-a free port); the optional ones also take ``off``.
+a free port); the optional ones also take ``off``. Every number has a :class:`Range`, what the parts
+it reaches take: counts up to ``sys.maxsize`` (the engine's ``usize``), ``max_request_bytes`` up to
+2**31 - 1 (gRPC's message size, a C ``int``), seconds finite and up to 10**9 (gRPC takes a deadline
+past 2**63 ns since 1970, about 7.4e9 s from now, as already past: every call would time out).
+An integer is counted in digits before it is converted, so no value is too long to refuse.
 
 The YAML file is one flat mapping of option names to single values, and it is read as exactly that:
 event by event, not built by ``yaml.safe_load``. Anchors, aliases, nested values and a second
@@ -20,8 +24,11 @@ a traceback.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -30,18 +37,32 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_MESSAGE_BYTES",
+    "MAX_SECONDS",
     "OPTIONS",
     "ConfigError",
     "Option",
     "ProcessorConfig",
+    "Range",
     "UnreadableConfig",
     "load_config",
     "parse_address",
+    "unknown_variables",
 ]
 
 ENV_PREFIX = "OTEL_GUARD_PROCESSOR_"
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file's size, read no further
 MAX_VALUE_CHARS = 4096  # one value's length: far past any address or number
+MAX_COUNT = sys.maxsize  # the engine's counts are usize, Python's sizes ssize_t: both take this
+MAX_MESSAGE_BYTES = 2**31 - 1  # gRPC's largest message (grpc.max_send_message_length is a C int)
+MAX_SECONDS = 1e9  # about 31.7 years; see the module docstring
+_MAX_DIGITS = len(str(MAX_COUNT))  # a decimal integer longer than this is refused unconverted
+# The longest YAML 1.1 form of an integer any option takes: a sign, 0b and 63 binary digits. A longer
+# one (a 4,094-digit hex number) is left as text and refused by the option's parser, unconverted.
+_MAX_YAML_INTEGER_CHARS = 66
+_YAML_INT = "tag:yaml.org,2002:int"
+_DECIMAL = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*", re.ASCII)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 # libyaml's parser where PyYAML was built with it; the reader walks its events either way.
@@ -53,6 +74,7 @@ class ConfigError(ValueError):
 
     def __init__(self, option: str, message: str, source: str = "") -> None:
         self.option = option
+        self.source = source
         where = f" (from {source})" if source else ""
         super().__init__(f"{option}{where}: {message}")
 
@@ -75,13 +97,48 @@ def parse_address(text: str, *, option: str = "address") -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
+class Range:
+    """The values a numeric option takes: integers, or seconds (finite), from ``low`` to ``high``."""
+
+    low: float
+    high: float
+    integer: bool = True
+    above_low: bool = False  # ``low`` itself is refused (a timeout of 0)
+
+    def __contains__(self, value: object) -> bool:
+        kinds: tuple[type, ...] = (int,) if self.integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        assert isinstance(value, int | float)
+        return (value > self.low if self.above_low else value >= self.low) and value <= self.high
+
+    def __str__(self) -> str:
+        low, high = _number(self.low), _number(self.high)
+        if self.integer:
+            return f"an integer from {low} to {high}"
+        return f"a number of seconds {'above' if self.above_low else 'from'} {low}, at most {high}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+COUNT = Range(1, MAX_COUNT)
+SECONDS = Range(0, MAX_SECONDS, integer=False, above_low=True)
+
+
+@dataclass(frozen=True)
 class Option:
-    """One setting: its name (a ProcessorConfig field), flag, parser and help."""
+    """One setting: its name (a ProcessorConfig field), flag, parser, help and, for a number, its
+    range."""
 
     name: str
     parse: Callable[[str], Any]
     help: str
     metavar: str
+    range: Range | None = None
 
     @property
     def flag(self) -> str:
@@ -90,6 +147,12 @@ class Option:
     @property
     def env(self) -> str:
         return ENV_PREFIX + self.name.upper()
+
+    def refusal(self, value: object) -> str:
+        """Why ``value`` is not taken: the range it must be in, or the form it must have."""
+        if self.range is not None:
+            return f"must be {self.range}, got {_shown(value)}"
+        return f"cannot read {_shown(value)} as {self.metavar}"
 
 
 def _optional_address(text: str) -> str | None:
@@ -106,6 +169,21 @@ def _log_level(text: str) -> str:
 
 def _log_format(text: str) -> str:
     return text.strip().lower()
+
+
+def _integer(text: str) -> int:
+    """A decimal integer (``1_000_000`` too), its digits counted before ``int()``: one longer than the
+    largest any option takes is refused unconverted (``int()`` of 4,300 digits and more raises)."""
+    text = text.strip()
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError("not a decimal integer")
+    if len(text.lstrip("+-").replace("_", "").lstrip("0")) > _MAX_DIGITS:
+        raise ValueError("more digits than any option takes")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    return float(text.strip())
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -125,54 +203,83 @@ OPTIONS: tuple[Option, ...] = (
         "HOST:PORT",
     ),
     Option("prometheus", _optional_address, "Prometheus scrape address (/metrics), or off", "HOST:PORT"),
-    Option("max_traces", int, "most traces held for detection; the least recently active goes", "N"),
-    Option("max_spans", int, "most spans held for detection over all traces", "N"),
-    Option("max_spans_per_trace", int, "most spans of one trace held; later ones skip detection", "N"),
-    Option("trace_ttl", float, "seconds a trace is held after its latest span", "SECONDS"),
+    Option(
+        "max_traces",
+        _integer,
+        "most traces held for detection; the least recently active goes",
+        "N",
+        Range(2, MAX_COUNT),
+    ),
+    Option("max_spans", _integer, "most spans held for detection over all traces", "N", COUNT),
+    Option(
+        "max_spans_per_trace", _integer, "most spans of one trace held; later ones skip detection", "N", COUNT
+    ),
+    Option(
+        "max_held_bytes",
+        _integer,
+        "most bytes of detection state held over all traces, as --max-spans bounds their number; "
+        "past it the least recently active trace goes (one of a single name before one that delegates)",
+        "BYTES",
+        COUNT,
+    ),
+    Option("trace_ttl", _seconds, "seconds a trace is held after its latest span", "SECONDS", SECONDS),
     Option(
         "count_wait",
-        float,
+        _seconds,
         "seconds a count waits for late spans that may change it (an earlier return naming a loop, "
         "an agent run taking a tool call's place); 0 counts at once",
         "SECONDS",
+        Range(0, MAX_SECONDS, integer=False),
     ),
     Option(
         "max_request_bytes",
-        int,
+        _integer,
         "largest request accepted (after decompression); larger ones get RESOURCE_EXHAUSTED / 413",
         "BYTES",
+        Range(1, MAX_MESSAGE_BYTES),
     ),
     Option(
         "forward_timeout",
-        float,
+        _seconds,
         "seconds to wait for the downstream; then RESOURCE_EXHAUSTED / 429",
         "SECONDS",
+        SECONDS,
     ),
     Option(
         "max_inflight",
-        int,
+        _integer,
         "most requests forwarded at once; more get RESOURCE_EXHAUSTED / 429 with a retry delay",
         "N",
+        COUNT,
     ),
     Option(
         "max_pending_bytes",
-        int,
+        _integer,
         "most bytes of requests held (waiting for the downstream's answer or for detection); past it "
         "a request gets RESOURCE_EXHAUSTED / 429 with a retry delay and is not forwarded",
         "BYTES",
+        COUNT,
     ),
-    Option("retry_after", float, "retry delay suggested to clients that are told to retry", "SECONDS"),
+    Option(
+        "retry_after",
+        _seconds,
+        "retry delay suggested to clients that are told to retry",
+        "SECONDS",
+        SECONDS,
+    ),
     Option(
         "read_timeout",
-        float,
+        _seconds,
         "seconds an OTLP/HTTP request body may take to arrive; a slower one gets 408 and is closed",
         "SECONDS",
+        SECONDS,
     ),
     Option(
         "drain_timeout",
-        float,
+        _seconds,
         "seconds that SIGTERM waits for in-flight requests before stopping",
         "SECONDS",
+        SECONDS,
     ),
     Option("log_level", _log_level, "log level: " + ", ".join(LOG_LEVELS), "LEVEL"),
     Option("log_format", _log_format, "log line format: text, or json (one object a line)", "FORMAT"),
@@ -190,6 +297,7 @@ class ProcessorConfig:
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
+    max_held_bytes: int = 256 * 1024 * 1024
     trace_ttl: float = 120.0
     count_wait: float = 10.0
     max_request_bytes: int = 8 * 1024 * 1024
@@ -209,23 +317,10 @@ class ProcessorConfig:
             value = getattr(self, name)
             if value is not None:
                 parse_address(value, option=name)
-        for name in (
-            "max_spans",
-            "max_spans_per_trace",
-            "max_request_bytes",
-            "max_inflight",
-            "max_pending_bytes",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
-        if self.max_traces < 2:
-            raise ConfigError("max_traces", f"must be at least 2, got {self.max_traces}")
-        for name in ("trace_ttl", "forward_timeout", "retry_after", "read_timeout", "drain_timeout"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value <= 0:
-                raise ConfigError(name, f"must be a positive number of seconds, got {value}")
-        if not math.isfinite(self.count_wait) or self.count_wait < 0:
-            raise ConfigError("count_wait", f"must be a number of seconds, 0 or more, got {self.count_wait}")
+        for option in OPTIONS:
+            value = getattr(self, option.name)
+            if option.range is not None and value not in option.range:
+                raise ConfigError(option.name, option.refusal(value))
         if self.log_level not in LOG_LEVELS:
             raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
@@ -366,11 +461,15 @@ def _scalar(loader: Any, event: Any, path: Path, what: str) -> Any:
     tag = event.tag
     if tag is None or tag == "!":
         tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    if tag == _YAML_INT and len(event.value.replace("_", "")) > _MAX_YAML_INTEGER_CHARS:
+        return event.value  # out of every option's range: left as text, for its parser to refuse
     node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
     try:
         return loader.construct_object(node)
-    except (ValueError, OverflowError) as exc:  # e.g. a timestamp of month 13
-        raise _bad_file(path, f"cannot read the value of {what}: {exc}", event.start_mark) from None
+    except (ValueError, OverflowError) as exc:  # e.g. a timestamp of month 13, 60**1300 as a float
+        option = _OPTION_BY_NAME.get(what)
+        wanted = f"; it must be {option.range}" if option is not None and option.range is not None else ""
+        raise _bad_file(path, f"cannot read the value of {what}: {exc}{wanted}", event.start_mark) from None
 
 
 def _bad_file(path: Path, message: str, mark: Any = None) -> ConfigError:
@@ -380,7 +479,14 @@ def _bad_file(path: Path, message: str, mark: Any = None) -> ConfigError:
 
 
 def _shown(value: object) -> str:
-    return _cut(repr(value))
+    """A value as an error shows it: cut, and never converted whole (``repr`` of an integer of
+    4,300 digits and more raises)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
+    shown = _cut(repr(value))
+    if isinstance(value, str) and len(shown) < len(repr(value)):
+        shown += f" ({len(value)} characters)"
+    return shown
 
 
 def _cut(text: str, limit: int = 60) -> str:
@@ -394,5 +500,21 @@ def _apply(config: ProcessorConfig, values: Mapping[str, Any], source: str) -> P
         try:
             changes[name] = option.parse(str(value)) if value is not None else None
         except (TypeError, ValueError):
-            raise ConfigError(name, f"cannot read {_shown(value)} as {option.metavar}", source) from None
+            raise ConfigError(name, option.refusal(value), source) from None
     return replace(config, **changes)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """Each ``OTEL_GUARD_PROCESSOR_*`` variable of ``environ`` (in any case) that names no option,
+    sorted, with the closest option's variable (or None when none is close): the processor reads
+    only its options' variables, so a misspelt one would be silently ignored."""
+    known = {option.env for option in OPTIONS}
+    candidates = {option.name.upper(): option.env for option in OPTIONS}
+    unknown = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if variable in known or not upper.startswith(ENV_PREFIX):
+            continue
+        close = difflib.get_close_matches(upper[len(ENV_PREFIX) :], list(candidates), n=1)
+        unknown.append((variable, candidates[close[0]] if close else None))
+    return unknown

@@ -33,13 +33,31 @@ downstream said anything else               the same status        mapped
 
 Retryable answers carry a ``google.rpc.RetryInfo`` detail (gRPC) or ``Retry-After`` (HTTP) of
 ``retry_after`` seconds: the Collector retries RESOURCE_EXHAUSTED only when it carries one.
+
+A request larger than the downstream takes is split (:mod:`otel_guard_processor.split`), never
+retried as it was: the downstream's RESOURCE_EXHAUSTED that says so in gRPC's own words ("received
+message larger than max (N vs. LIMIT)", grpc-go's, grpc-core's and tonic's) teaches the forwarder
+the downstream's limit; that request, and from then on every send larger than it, goes as parts
+within it, each item (span, metric, log record) in exactly one part, at once. The client gets one
+answer: the parts' ``partial_success`` counts summed, or the first part's error (a permanent one
+before a retryable one, so that a request that can never go is not retried for ever). An item larger
+than the limit on its own is not sent: with other parts sent it is counted as rejected in the
+``partial_success``, and a request of nothing else is answered with the downstream's
+RESOURCE_EXHAUSTED, without a retry delay.
+
+The bytes waiting here are those the pipeline holds within ``max_pending_bytes``: a request whose
+client goes away while it waits leaves the queue at once (its bytes with it), as it leaves the
+pipeline's count.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 import grpc
@@ -47,9 +65,12 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from otel_guard_processor.signals import UNREAD
+from otel_guard_processor.signals import LOGS, METRICS, UNREAD
+from otel_guard_processor.split import split
 
 __all__ = ["EXPORT_METHOD", "MERGE_BYTES", "METHODS", "SENDS", "DownstreamError", "Forwarder"]
+
+_log = logging.getLogger("otel_guard_processor")
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 # Every signal's Export: traces, and the metrics and logs passed on unread (signals.py).
@@ -74,6 +95,7 @@ class DownstreamError(Exception):
     details: str
     retryable: bool
     reason: str  # for the downstream_errors metric: the status name, or busy / timeout
+    limit: int | None = None  # the most bytes the downstream takes, where its refusal says so
 
     def __str__(self) -> str:
         return f"{self.code.name}: {self.details}"
@@ -108,10 +130,21 @@ class Forwarder:
         }
         self._sends: set[asyncio.Task[None]] = set()  # held, so that a send is never collected
         self._closed = False
+        self._limit: int | None = None  # the most bytes a send may have, once the downstream said
 
     @property
     def inflight(self) -> int:
         return self._inflight
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of the requests waiting to be sent, every signal's."""
+        return sum(lane.waiting_bytes for lane in self._lanes.values())
+
+    @property
+    def limit(self) -> int | None:
+        """The most bytes the downstream takes in a request, once it said so; None before."""
+        return self._limit
 
     def busy(self) -> DownstreamError | None:
         """The refusal :meth:`start` would raise now (``max_inflight`` requests already waiting),
@@ -138,36 +171,53 @@ class Forwarder:
             raise busy
         self._inflight += 1
         answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        # If the client goes away meanwhile nobody awaits the answer: retrieve it anyway, so a
-        # failure is not reported as an exception never retrieved.
-        answer.add_done_callback(_retrieve)
         lane = self._lanes[method]
-        lane.waiting.append((raw, answer))
+        waiting = _Waiting(raw, answer)
+        lane.waiting.append(waiting)
         lane.waiting_bytes += len(raw)
+        answer.add_done_callback(partial(self._answered, lane, waiting))
         if self._closed:
             self._fail_waiting(lane)
         else:
             self._pump(lane)
         return answer
 
+    def _answered(self, lane: _Lane, waiting: _Waiting, answer: asyncio.Future[bytes]) -> None:
+        # If the client went away nobody awaits the answer: retrieve it anyway, so a failure is
+        # not reported as an exception never retrieved.
+        if not answer.cancelled():
+            answer.exception()
+        # A client gone away while its request waits (the answer cancelled) takes its bytes along.
+        if waiting.queued:  # else taken to be sent (or failed) already: counted there
+            waiting.queued = False
+            lane.waiting.remove(waiting)  # at most max_inflight to look through
+            lane.waiting_bytes -= len(waiting.raw)
+            self._inflight -= 1
+
+    def _merge_bytes(self) -> int:
+        return MERGE_BYTES if self._limit is None else min(MERGE_BYTES, self._limit)
+
     def _pump(self, lane: _Lane) -> None:
         """Send what waits when nothing is in flight, or a full send beside those that are."""
-        while lane.waiting and (
-            not lane.sending or (lane.waiting_bytes >= MERGE_BYTES and lane.sending < SENDS)
-        ):
+        merge = self._merge_bytes()
+        while lane.waiting and (not lane.sending or (lane.waiting_bytes >= merge and lane.sending < SENDS)):
             self._send_next(lane)
 
     def _send_next(self, lane: _Lane) -> None:
         """Send what waits in ``lane``: the oldest request, and those after it while they fit in
-        MERGE_BYTES; a request whose client went away is dropped."""
+        MERGE_BYTES (or the downstream's limit, if smaller); a request whose client went away is
+        dropped."""
         group: list[tuple[bytes, asyncio.Future[bytes]]] = []
         size = 0
+        merge = self._merge_bytes()
         waiting = lane.waiting
         while waiting:
-            raw, answer = waiting[0]
-            if group and size + len(raw) > MERGE_BYTES:
+            first = waiting[0]
+            raw, answer = first.raw, first.answer
+            if group and size + len(raw) > merge:
                 break
             waiting.popleft()
+            first.queued = False
             lane.waiting_bytes -= len(raw)
             if answer.done():  # cancelled: its client is gone and will send it again
                 self._inflight -= 1
@@ -185,7 +235,7 @@ class Forwarder:
         try:
             raw = group[0][0] if len(group) == 1 else b"".join(raw for raw, _ in group)
             try:
-                response = await self._call(lane, raw)
+                response = await self._deliver(lane, raw)
             except DownstreamError as error:
                 if len(group) > 1 and not error.retryable:
                     # Perhaps one request's fault: each is sent alone and gets its own answer.
@@ -209,13 +259,69 @@ class Forwarder:
     async def _send_alone(self, lane: _Lane, item: tuple[bytes, asyncio.Future[bytes]]) -> None:
         raw, answer = item
         try:
-            response = await self._call(lane, raw)
+            response = await self._deliver(lane, raw)
         except DownstreamError as error:
             if not answer.done():
                 answer.set_exception(error)
         else:
             if not answer.done():
                 answer.set_result(response)
+
+    async def _deliver(self, lane: _Lane, raw: bytes) -> bytes:
+        """Send ``raw`` whole, or split to the downstream's limit: as it is when it fits (or the
+        limit is not known), else, or when the downstream says it is too large, in parts."""
+        limit = self._limit
+        if limit is None or len(raw) <= limit:
+            try:
+                return await self._call(lane, raw)
+            except DownstreamError as error:
+                if error.limit is None or error.limit >= len(raw):
+                    raise
+                limit = self._learn(error.limit)
+        return await self._send_parts(lane, raw, limit)
+
+    def _learn(self, limit: int) -> int:
+        """The downstream takes at most ``limit`` bytes (its refusal said so): the limit now."""
+        if self._limit is None or limit < self._limit:
+            self._limit = limit
+            _log.warning(
+                "otel-guard processor: the downstream %s takes requests of at most %d bytes; "
+                "larger ones are sent to it in parts",
+                self.target,
+                limit,
+            )
+        return self._limit
+
+    async def _send_parts(self, lane: _Lane, raw: bytes, limit: int) -> bytes:
+        """Send ``raw`` as parts of at most ``limit`` bytes; the answer of them all."""
+        try:
+            cut = split(raw, limit)
+        except ValueError as exc:
+            raise self._too_large(len(raw), limit, f"it cannot be split: {exc}") from None
+        if not cut.parts:
+            what = _ITEMS[lane.method][1]
+            raise self._too_large(len(raw), limit, f"it holds nothing but {what} larger than that")
+        answers = await asyncio.gather(
+            *(self._deliver(lane, part) for part in cut.parts), return_exceptions=True
+        )
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, DownstreamError):
+                raise answer
+        errors = [answer for answer in answers if isinstance(answer, DownstreamError)]
+        if errors:
+            raise next((error for error in errors if not error.retryable), errors[0])
+        return _combined(lane.method, [answer for answer in answers if isinstance(answer, bytes)],
+                         len(cut.too_large), limit)  # fmt: skip
+
+    def _too_large(self, size: int, limit: int, why: str) -> DownstreamError:
+        return DownstreamError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the downstream {self.target} takes requests of at most {limit} bytes; this one, of {size} "
+            f"bytes, was not sent: {why}",
+            retryable=False,
+            reason="RESOURCE_EXHAUSTED",
+            limit=limit,
+        )
 
     async def _call(self, lane: _Lane, raw: bytes) -> bytes:
         try:
@@ -239,11 +345,12 @@ class Forwarder:
             reason="UNAVAILABLE",
         )
         while lane.waiting:
-            raw, answer = lane.waiting.popleft()
-            lane.waiting_bytes -= len(raw)
+            waiting = lane.waiting.popleft()
+            waiting.queued = False
+            lane.waiting_bytes -= len(waiting.raw)
             self._inflight -= 1
-            if not answer.done():
-                answer.set_exception(error)
+            if not waiting.answer.done():
+                waiting.answer.set_exception(error)
 
     async def close(self) -> None:
         """Answer what still waits as unavailable (its clients retry), end the sends in flight."""
@@ -264,8 +371,60 @@ class _Lane:
         self.method = method
         self.export = export
         self.sending = 0
-        self.waiting: deque[tuple[bytes, asyncio.Future[bytes]]] = deque()
+        self.waiting: deque[_Waiting] = deque()
         self.waiting_bytes = 0
+
+
+class _Waiting:
+    """A request waiting in a lane (``queued`` until it is taken to be sent, or leaves)."""
+
+    __slots__ = ("answer", "queued", "raw")
+
+    def __init__(self, raw: bytes, answer: asyncio.Future[bytes]) -> None:
+        self.raw = raw
+        self.answer = answer
+        self.queued = True
+
+
+# Per method: the field of its partial_success that counts what was rejected, and what it counts.
+_ITEMS: dict[str, tuple[str, str]] = {
+    EXPORT_METHOD: ("rejected_spans", "spans"),
+    METRICS.method: ("rejected_data_points", "metrics"),
+    LOGS.method: ("rejected_log_records", "log records"),
+}
+
+
+def _combined(method: str, responses: list[bytes], too_large: int, limit: int) -> bytes:
+    """The downstream's answers to the parts of one request as one answer: their ``partial_success``
+    counts summed, their messages joined, and the items too large to send counted as rejected."""
+    if not too_large and not any(responses):
+        return responses[0]
+    kind = _RESPONSES[method]
+    field, what = _ITEMS[method]
+    combined = kind()
+    rejected = 0
+    messages = []
+    for response in responses:
+        try:
+            message = kind.FromString(response)
+        except DecodeError:
+            continue  # not ours to read
+        if message.HasField("partial_success"):
+            partial_success = message.partial_success  # type: ignore[attr-defined]
+            rejected += getattr(partial_success, field)
+            if partial_success.error_message:
+                messages.append(partial_success.error_message)
+    if too_large:
+        rejected += too_large  # an item each, as this processor cannot count inside one it does not read
+        messages.append(
+            f"{too_large} {what} larger than the {limit} bytes the downstream takes were not sent"
+        )
+    if not rejected and not messages:
+        return responses[0]
+    partial_success = combined.partial_success  # type: ignore[attr-defined]
+    setattr(partial_success, field, rejected)
+    partial_success.error_message = "; ".join(messages)[:1024]
+    return combined.SerializeToString()
 
 
 def _shared(method: str, response: bytes, requests: int) -> bytes:
@@ -285,11 +444,6 @@ def _shared(method: str, response: bytes, requests: int) -> bytes:
     return message.SerializeToString()
 
 
-def _retrieve(sending: asyncio.Future[bytes]) -> None:
-    if not sending.cancelled():
-        sending.exception()
-
-
 def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) -> DownstreamError:
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -306,5 +460,19 @@ def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) ->
             retryable=True,
             reason=code.name,
         )
+    details = exc.details() or ""
     retryable = code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    return DownstreamError(code, f"the downstream {target} answered: {exc.details()}", retryable, code.name)
+    limit = None
+    if retryable:
+        too_large = _TOO_LARGE.search(details)
+        limit = int(too_large.group("limit") or too_large.group("tonic")) if too_large else None
+    return DownstreamError(code, f"the downstream {target} answered: {details}", retryable, code.name, limit)
+
+
+# How gRPC servers refuse a message over their limit: grpc-go ("grpc: received message larger than
+# max (5242885 vs. 4194304)", the Collector's), grpc-core ("Received message larger than max (...)")
+# and tonic ("decoded message length too large: found 5242885 bytes, the limit is: 4194304 bytes").
+_TOO_LARGE = re.compile(
+    r"larger than max \(\d+ vs\. (?P<limit>\d+)\)|found \d+ bytes, the limit is: (?P<tonic>\d+) bytes",
+    re.IGNORECASE,
+)

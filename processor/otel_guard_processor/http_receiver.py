@@ -4,7 +4,9 @@ server it and ``/metrics`` run on.
 Requests are ``application/x-protobuf`` (forwarded as the bytes received) or ``application/json``
 (OTLP/JSON: hex ids, converted to protobuf and forwarded so), optionally ``Content-Encoding:
 gzip``. The body is read with a limit: more than ``max_request_bytes`` -- as sent or once
-decompressed -- is answered 413 without reading the rest. Answers follow the OTLP/HTTP
+decompressed -- is answered 413 without reading (or inflating) the rest. Inflation and the JSON
+conversion run off the event loop (:mod:`otel_guard_processor.conversion`), their bytes counted in
+``max_pending_bytes`` meanwhile (past it: 429). Answers follow the OTLP/HTTP
 specification: the response (or a ``google.rpc.Status`` on error) in the request's content type,
 400 for a malformed request, 415 for another content type or encoding, 429 / 503 with
 ``Retry-After`` when the client should retry.
@@ -35,9 +37,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from otel_guard_processor.conversion import Busy, Conversion, TooLarge, Unavailable
 from otel_guard_processor.listeners import bind
-from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
-from otel_guard_processor.pipeline import Answer, Pipeline, http_status
+from otel_guard_processor.otlp import MalformedRequest
+from otel_guard_processor.pipeline import Answer, Holding, Pipeline, http_status
 from otel_guard_processor.signals import UNREAD, Unread
 
 __all__ = ["AsgiServer", "build_http_app"]
@@ -46,31 +49,41 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 
 
-class _TooLarge(Exception):
-    pass
-
-
 def build_http_app(pipeline: Pipeline, max_request_bytes: int, read_timeout: float = 30.0) -> Starlette:
     """The Starlette app of the OTLP/HTTP receiver: ``/v1/traces``, ``/v1/metrics``, ``/v1/logs``.
     A body that takes longer than ``read_timeout`` seconds to arrive is answered 408 and its
-    connection closed."""
+    connection closed. Its workers (``app.state.conversion``) end with the :class:`AsgiServer`
+    that serves it."""
+    conversion = Conversion()
     routes = [
-        Route("/v1/traces", _endpoint(pipeline, None, max_request_bytes, read_timeout), methods=["POST"])
+        Route(
+            "/v1/traces",
+            _endpoint(pipeline, conversion, None, max_request_bytes, read_timeout),
+            methods=["POST"],
+        )
     ]
     routes += [
         Route(
-            signal.http_path, _endpoint(pipeline, signal, max_request_bytes, read_timeout), methods=["POST"]
+            signal.http_path,
+            _endpoint(pipeline, conversion, signal, max_request_bytes, read_timeout),
+            methods=["POST"],
         )
         for signal in UNREAD
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.state.conversion = conversion
+    return app
 
 
 def _endpoint(
-    pipeline: Pipeline, signal: Unread | None, max_request_bytes: int, read_timeout: float
+    pipeline: Pipeline,
+    conversion: Conversion,
+    signal: Unread | None,
+    max_request_bytes: int,
+    read_timeout: float,
 ) -> Callable[[Request], Awaitable[Response]]:
     """The handler of one signal's path: traces (``signal`` None), metrics or logs."""
-    to_protobuf = json_to_protobuf if signal is None else signal.json_to_protobuf
+    signal_name = "traces" if signal is None else signal.name
     response_type = ExportTraceServiceResponse if signal is None else signal.response
 
     async def export(request: Request) -> Response:
@@ -94,7 +107,7 @@ def _endpoint(
             return reply(answer, status=415)
         try:
             async with asyncio.timeout(read_timeout):
-                body = await _read_body(request, max_request_bytes, gzip=encoding == "gzip")
+                body = await _read_body(request, max_request_bytes)
         except TimeoutError:
             answer = pipeline.refuse("http", "timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
                                      f"request body not received within read_timeout ({read_timeout:g} s)",
@@ -102,77 +115,66 @@ def _endpoint(
             response = reply(answer, status=408)
             response.headers["connection"] = "close"
             return response
-        except _TooLarge:
-            answer = pipeline.refuse("http", "too_large", grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                     f"request body is larger than max_request_bytes ({max_request_bytes})",
-                                     max_request_bytes, started)  # fmt: skip
-            return reply(answer, status=413)
-        except zlib.error as exc:
-            answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"body is not valid gzip: {exc}", 0, started)  # fmt: skip
-            return reply(answer)
-        if is_json:
+        except TooLarge:
+            return reply(_too_large(pipeline, max_request_bytes, started), status=413)
+        if encoding == "gzip" or is_json:
+            holding = pipeline.hold("http", len(body), started)
+            if isinstance(holding, Answer):
+                return reply(holding)
             try:
-                body = to_protobuf(body)
+                body = await _to_protobuf(body, encoding == "gzip", is_json, holding)
+            except TooLarge:
+                return reply(_too_large(pipeline, max_request_bytes, started), status=413)
+            except Busy:
+                return reply(pipeline.busy("http", len(body), started))
+            except Unavailable:
+                answer = pipeline.refuse("http", "busy", grpc.StatusCode.UNAVAILABLE,
+                                         "the OTLP/JSON conversion's worker stopped; retry later",
+                                         len(body), started, retryable=True)  # fmt: skip
+                return reply(answer)
+            except zlib.error as exc:
+                answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                                         f"body is not valid gzip: {exc}", len(body), started)  # fmt: skip
+                return reply(answer)
             except MalformedRequest as exc:
                 answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
                                          str(exc), len(body), started)  # fmt: skip
                 return reply(answer)
+            finally:
+                holding.release()
         if signal is None:
             return reply(await pipeline.export(body, "http", started))
         return reply(await pipeline.export_unread(signal, body, "http", started))
 
+    async def _to_protobuf(body: bytes, gzip: bool, is_json: bool, holding: Holding) -> bytes:
+        if gzip:
+            body = await conversion.inflate(body, max_request_bytes, holding.grow)
+        if is_json:
+            body = await conversion.to_protobuf(signal_name, body)
+        return body
+
     return export
 
 
-async def _read_body(request: Request, limit: int, *, gzip: bool) -> bytes:
+def _too_large(pipeline: Pipeline, max_request_bytes: int, started: float) -> Answer:
+    return pipeline.refuse("http", "too_large", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"request body is larger than max_request_bytes ({max_request_bytes})",
+                           max_request_bytes, started)  # fmt: skip
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body as sent; :class:`TooLarge` as soon as it passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    gunzip = _Gunzip() if gzip else None
+        raise TooLarge
     chunks: list[bytes] = []
     size = 0
-    async for received in request.stream():
-        chunk = received if gunzip is None else gunzip.feed(received, limit + 1 - size)
+    async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _TooLarge
+            raise TooLarge
         chunks.append(chunk)
-    if gunzip is not None:
-        gunzip.finish()
     return b"".join(chunks)
-
-
-class _Gunzip:
-    """Decompresses a gzip body of one member or more, as RFC 1952 allows (concatenating writers
-    and some proxies send several), and never more than the room it is given: a small bomb cannot
-    inflate past the request limit. A body that ends inside a member is an error, never a short read.
-    """
-
-    def __init__(self) -> None:
-        self._member = zlib.decompressobj(wbits=31)
-        self._inside = False  # the current member has begun and not ended
-
-    def feed(self, data: bytes, room: int) -> bytes:
-        out: list[bytes] = []
-        while data:
-            self._inside = True
-            chunk = self._member.decompress(data, max(room, 0) + 1)
-            if self._member.unconsumed_tail:
-                raise _TooLarge
-            out.append(chunk)
-            room -= len(chunk)
-            if not self._member.eof:
-                break
-            # The member ended; what follows it is the next member.
-            data = self._member.unused_data
-            self._member = zlib.decompressobj(wbits=31)
-            self._inside = False
-        return b"".join(out)
-
-    def finish(self) -> None:
-        if self._inside:
-            raise zlib.error("truncated gzip stream")
 
 
 def _reply(
@@ -212,6 +214,7 @@ class AsgiServer:
     def __init__(
         self, app: ASGIApp, address: str, *, option: str, what: str, graceful_timeout: float
     ) -> None:
+        self._app = app
         self._socket = bind(option, address, what)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
@@ -238,3 +241,6 @@ class AsgiServer:
         if self._task is not None:
             await self._task
         self._socket.close()
+        conversion = getattr(getattr(self._app, "state", None), "conversion", None)
+        if isinstance(conversion, Conversion):
+            conversion.stop()

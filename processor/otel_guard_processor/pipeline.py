@@ -7,13 +7,15 @@ work is what keeps spans safe and the clients apart:
 1. take it, or refuse it with RESOURCE_EXHAUSTED and a retry delay when the requests held already
    fill ``max_pending_bytes`` (a request is held, in bytes, from here until it is both answered and
    detected; one request is always taken when none is held); the client keeps the spans and sends
-   them again;
+   them again. A receiver's bytes before this step (a body inflating or converting from OTLP/JSON)
+   are held too (:meth:`Pipeline.hold`);
 2. hand it to detection (:meth:`Detection.take <otel_guard_processor.detection.Detection.take>`):
-   detected at once when nothing waits for detection and it is small, else checked with the
-   engine's decoder and queued (decoded again when its turn comes: cheaper than holding what was
-   read). Either way a request that does not decode is answered INVALID_ARGUMENT, saying at which
-   byte and why, and changes nothing; with ``max_inflight`` requests already waiting for the
-   downstream it is only checked and counted, and refused as busy;
+   detected at once when nothing waits for detection and it is small, else checked with the engine's
+   decoder as detection decodes (one answer whatever the load) and queued (decoded again when its
+   turn comes: cheaper than holding what was read). Either way a request that does not decode is
+   answered INVALID_ARGUMENT, saying at which byte and why, and changes nothing; with
+   ``max_inflight`` requests already waiting for the downstream it is only checked and counted, and
+   refused as busy;
 3. forward the very same bytes;
 4. wait for the downstream's acknowledgement and answer the client with it -- or with a retryable
    error, so the client keeps the spans and sends them again. The answer does not wait for
@@ -30,13 +32,13 @@ from dataclasses import dataclass
 import grpc
 
 from otel_guard_processor.detection import Detection
-from otel_guard_processor.engine import DecodeError, decode_counts
+from otel_guard_processor.engine import DecodeError, check
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest
 from otel_guard_processor.signals import Unread
 
-__all__ = ["Answer", "Pipeline", "http_status"]
+__all__ = ["Answer", "Holding", "Pipeline", "http_status"]
 
 _log = logging.getLogger("otel_guard_processor")
 DOWNSTREAM_LOG_SECONDS = 60.0
@@ -108,11 +110,9 @@ class Pipeline:
             full = None if forwarder is None else forwarder.busy()
             try:
                 # Detected (or queued for it) only when it goes on downstream: a refused request
-                # comes again. Detection's decode is the check that it is readable.
-                if full is None:
-                    spans = self.detection.take(raw, self._clock(), held.release)
-                else:
-                    spans = decode_counts(raw, ())[0]
+                # comes again. Detection's decode is the check that it is readable; else check(),
+                # which refuses what detection would: one answer whatever the load.
+                spans = self.detection.take(raw, self._clock(), held.release) if full is None else check(raw)
             except DecodeError as exc:
                 held.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"
@@ -175,12 +175,24 @@ class Pipeline:
         finally:
             stats.inflight -= 1
 
+    def hold(self, protocol: str, size: int, started: float) -> Answer | Holding:
+        """Count ``size`` bytes a receiver holds for a request before it reaches :meth:`export` (a
+        body being inflated or converted) in ``max_pending_bytes`` as a request's are, until
+        :meth:`Holding.release`; or the busy refusal when the requests held already fill it."""
+        busy = self._busy(protocol, size, started)
+        return busy if busy is not None else Holding(self, size)
+
     def _busy(self, protocol: str, size: int, started: float) -> Answer | None:
         """The refusal of a request of ``size`` bytes when the requests held already fill
         ``max_pending_bytes`` (one is always taken when none is held), else None."""
         pending = self.stats.pending_bytes
         if not pending or pending + size <= self.max_pending_bytes:
             return None
+        return self.busy(protocol, size, started)
+
+    def busy(self, protocol: str, size: int, started: float) -> Answer:
+        """Refuse a request as busy (``max_pending_bytes`` held), with the retry delay, and count it."""
+        pending = self.stats.pending_bytes
         return self.refuse(
             protocol,
             "busy",
@@ -260,3 +272,32 @@ class _Held:
         """The request goes no further: neither is."""
         self._holders = 1
         self.release()
+
+
+class Holding:
+    """Bytes a receiver holds for a request before :meth:`Pipeline.export` takes it (a gzip body
+    and what it inflates to, an OTLP/JSON body in conversion), counted in ``stats.pending_bytes``
+    until released."""
+
+    __slots__ = ("_pipeline", "_size")
+
+    def __init__(self, pipeline: Pipeline, size: int) -> None:
+        self._pipeline = pipeline
+        self._size = size
+        pipeline.stats.pending_bytes += size
+
+    def grow(self, more: int) -> bool:
+        """Count ``more`` bytes, or False (nothing counted) when that passes ``max_pending_bytes``
+        while others hold bytes too."""
+        stats = self._pipeline.stats
+        pending = stats.pending_bytes
+        if pending > self._size and pending + more > self._pipeline.max_pending_bytes:
+            return False
+        stats.pending_bytes += more
+        self._size += more
+        return True
+
+    def release(self) -> None:
+        """The receiver is done with them (the request went on to :meth:`Pipeline.export`, or not)."""
+        self._pipeline.stats.pending_bytes -= self._size
+        self._size = 0

@@ -759,3 +759,94 @@ fn any_label_reads_back_into_its_names() {
         assert_eq!(label_names(&label), names, "{label}");
     }
 }
+
+#[test]
+fn one_span_traces_past_capacity_do_not_evict_a_loop_in_progress() {
+    // The attack at max_traces 100: one-span traces between a loop's second and third span.
+    let limits = Limits {
+        max_traces: 100,
+        cycle_wait: 0.0,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    let first = vec![
+        span(1, 1, None, "invoke_agent planner", 1),
+        span(1, 2, Some(1), "invoke_agent budget", 2),
+    ];
+    counted.add(
+        &engine
+            .ingest(&encode(&[("pydantic-ai", first)]), 0.0)
+            .expect("a request"),
+    );
+    for batch in 0..10u64 {
+        let solo = (0..52)
+            .map(|at| span(2 + batch * 52 + at, 1, None, "invoke_agent solo", 1))
+            .collect();
+        counted.add(
+            &engine
+                .ingest(&encode(&[("pydantic-ai", solo)]), 1.0)
+                .expect("a request"),
+        );
+    }
+    assert_eq!(engine.delegating_traces(), 1);
+    let third = vec![span(1, 3, Some(2), "invoke_agent planner", 3)];
+    counted.add(
+        &engine
+            .ingest(&encode(&[("pydantic-ai", third)]), 2.0)
+            .expect("a request"),
+    );
+    assert!(counted.evictions[1] >= 420, "{:?}", counted.evictions);
+    assert_eq!(
+        counted.cycles(),
+        [("cross_function", "planner>budget>planner")]
+    );
+}
+
+#[test]
+fn the_bytes_held_stay_within_max_held_bytes_and_a_chain_is_read_to_its_bound() {
+    let limits = Limits {
+        max_held_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    let mut most = 0;
+    for trace in 0..400u64 {
+        let names: Vec<String> = (0..64)
+            .map(|at| format!("{trace:08}-{at:02}-{}", "n".repeat(50)))
+            .collect();
+        let items: Vec<&str> = names.iter().map(String::as_str).collect();
+        let hop = with(
+            with(
+                with(
+                    span(trace + 1, 1, None, "invoke_agent last", 1),
+                    "otel_guard.chain.agents",
+                    texts(&items),
+                ),
+                "otel_guard.chain.depth",
+                int(64),
+            ),
+            "otel_guard.chain.root",
+            text("root"),
+        );
+        counted.add(
+            &engine
+                .ingest(&encode(&[("otel_guard", vec![hop])]), 0.0)
+                .expect("a request"),
+        );
+        most = most.max(engine.held_bytes());
+    }
+    assert!(most <= 1 << 20, "{most}");
+    assert!(counted.evictions[1] > 300, "{:?}", counted.evictions);
+    // Each span holds what its chain's last 4,096 bytes of names make: about 22 KiB, the most.
+    let per_span = engine.held_bytes() / engine.stored_spans();
+    assert!(per_span <= 24 * 1024, "{per_span}");
+    // The last trace's edge is from the chain's last name kept.
+    assert!(
+        counted
+            .edges()
+            .iter()
+            .any(|(caller, callee, _)| caller.starts_with("00000399-63") && *callee == "last")
+    );
+}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import json
 from collections.abc import Callable
 from typing import Any
 
+import jwt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +26,8 @@ from otel_guard.chain import (
     Hop,
     InvalidToken,
     Keyring,
+    TransferHop,
+    VerifiedTokens,
     decode,
     encode,
     name_problem,
@@ -208,3 +213,88 @@ def test_a_padded_claims_segment_is_refused(length_mod_4: int) -> None:
         for keyring in (KEYRING, None):
             with pytest.raises(InvalidToken, match="base64url"):
                 decode(_sign(HEAD, text), keyring)
+
+
+# -- a child of an arrived token: the arrived claims' text with one more hop -------------------------
+
+
+def _claims_text(token: str) -> str:
+    body = token.split(".")[1]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+
+
+SPELLINGS = {
+    # How other signers may write the same claims: PyJWT, JSON's spaces and escapes, integer times.
+    "pyjwt": lambda claims: jwt.encode(claims, SECRET, algorithm="HS256", headers={"kid": "k1"}),
+    "spaces": lambda claims: _sign(HEAD, b64(json.dumps(claims, separators=(" , ", " : ")).encode())),
+    "escapes": lambda claims: _sign(HEAD, b64(json.dumps(claims, ensure_ascii=True).encode())),
+    "integer times": lambda claims: _sign(
+        HEAD, b64(json.dumps({**claims, "iat": int(claims["iat"]), "exp": int(claims["exp"])}).encode())
+    ),
+}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_a_child_of_an_arrived_token_extends_its_claims_text(spelling: str) -> None:
+    claims = good_claims(hops=[["plànner", "plan"], ["triage", None, "transfer"]], ws="wörk")
+    arrived = SPELLINGS[spelling](claims)
+    token = VerifiedTokens().verify(arrived, KEYRING)
+    for hop in (Hop("budget", None), Hop("fx", "rate"), TransferHop("faq", None)):
+        child = token.extended(hop, KEYRING)
+        text = str(child)
+        assert child.length == len(text)
+        assert child.fits(len(text))
+        assert not child.fits(len(text) - 1)
+        assert decode(text, KEYRING) == token.chain.extended(hop)
+        # The arrived text was extended, as it was spelled, not encoded again.
+        assert _claims_text(text).startswith(_claims_text(arrived)[:-2])
+        grandchild = child.extended(Hop("ledger"), None)
+        assert decode(str(grandchild), None) == token.chain.extended(hop).extended(Hop("ledger"))
+
+
+@pytest.mark.parametrize(
+    "claims_json",
+    [
+        # Another claim than the six read: a later format's; the text is not extended, the chain is
+        # encoded again (and the claim not carried on).
+        lambda claims: json.dumps({**claims, "x": [1]}),
+        # The hops not last.
+        lambda claims: json.dumps(
+            {"hops": claims["hops"], **{k: v for k, v in claims.items() if k != "hops"}}
+        ),
+        # A space after the hops' array.
+        lambda claims: json.dumps(claims)[:-1] + " }",
+    ],
+)
+def test_claims_that_do_not_end_in_their_hops_are_encoded_again(claims_json: Callable[[Any], str]) -> None:
+    claims = good_claims()
+    arrived = _sign(HEAD, b64(claims_json(claims).encode()))
+    token = VerifiedTokens().verify(arrived, KEYRING)
+    child = token.extended(Hop("budget"), KEYRING)
+    text = str(child)
+    assert decode(text, KEYRING) == token.chain.extended(Hop("budget"))
+    assert _claims_text(text) == _claims_text(encode(token.chain.extended(Hop("budget")), KEYRING))
+
+
+def test_a_duplicate_hops_claim_extends_the_one_every_reader_takes() -> None:
+    claims = good_claims(hops=[["planner", None]])
+    body = json.dumps(claims)[:-1] + ', "hops": [["concierge", null]]}'
+    token = VerifiedTokens().verify(_sign(HEAD, b64(body.encode())), KEYRING)
+    assert token.chain.agents == ("concierge",)  # the lexically last member (RFC 7519 §4)
+    text = str(token.extended(Hop("budget"), KEYRING))
+    assert jwt.decode(text, SECRET, algorithms=["HS256"])["hops"] == [["concierge", None], ["budget", None]]
+    assert decode(text, KEYRING).agents == ("concierge", "budget")
+
+
+def test_a_spaced_out_arrived_token_near_the_limit_is_measured_by_its_own_size() -> None:
+    """The size bound ``fits`` checks first is the arrived text's own: a sender's spaces make the
+    claims longer than this module's encoding of them, and a child must still never pass the limit."""
+    claims = good_claims(hops=[["planner", None]])
+    compact = json.dumps(claims, separators=(",", ":"))
+    padding = (MAX_TOKEN_LENGTH - 100 - len(_sign(HEAD, b64(compact.encode())))) * 3 // 4
+    arrived = _sign(HEAD, b64(("{" + " " * padding + compact[1:]).encode()))
+    assert MAX_TOKEN_LENGTH - 110 < len(arrived) <= MAX_TOKEN_LENGTH - 90, len(arrived)
+    token = VerifiedTokens().verify(arrived, KEYRING)
+    child = token.extended(Hop("b" * 150), KEYRING)
+    assert child.fits(MAX_TOKEN_LENGTH) == (len(str(child)) <= MAX_TOKEN_LENGTH)
+    assert not child.fits(MAX_TOKEN_LENGTH)

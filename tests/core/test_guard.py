@@ -717,14 +717,13 @@ def _received_after_sending(
     with delegate("planner"), delegate("budget", kind="tool") as sender:
         propagate.inject(carrier)
     decoded: list[str] = []
-    real = otel_guard.chain.decode
+    real = otel_guard.chain._decode  # what decode() and the verified tokens' cache both call
 
     def counting(text: object, keyring: Any) -> Any:
         decoded.append(str(text))
         return real(text, keyring)
 
-    monkeypatch.setattr(otel_guard.chain, "decode", counting)
-    monkeypatch.setattr(otel_guard.guard, "decode", counting, raising=False)  # where it may be imported
+    monkeypatch.setattr(otel_guard.chain, "_decode", counting)
     return carrier_token(carrier), decoded, sender.chain
 
 
