@@ -2,8 +2,7 @@
 
 Each verifies the guard's tokens with the public JWK ``otel-guard keygen`` prints, and the guard
 verifies theirs (signed with the private JWK) through a JWKS of the public one. ``jose`` is installed
-with npm into a directory of the test session; where the registry cannot be reached the Node tests
-are skipped, saying so.
+by scripts/bootstrap with npm in tests/core/jose (its package.json).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from otel_guard.chain import Chain, Hop, Keyring, decode, encode, generate_key_p
 
 ALGS = ["ed25519", "es256"]
 NODE = shutil.which("node")
-NPM = shutil.which("npm")
+JOSE_MODULES = Path(__file__).parent / "jose" / "node_modules"
 
 JOSE_SCRIPT = """
 import * as jose from "jose";
@@ -80,25 +79,12 @@ def test_the_guard_verifies_pyjwts_tokens(alg: str) -> None:
 
 @pytest.fixture(scope="session")
 def jose_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Node script over ``jose``, installed for this test session (skipped, saying why, if npm
-    cannot install it here)."""
-    if NODE is None or NPM is None:
-        pytest.skip("Node's jose interop: node or npm is not installed")
+    """A Node script over ``jose``, which scripts/bootstrap installs with npm in tests/core/jose."""
+    assert NODE is not None, "node is not installed: run scripts/bootstrap (Debian: nodejs)"
+    assert (JOSE_MODULES / "jose").is_dir(), f"jose is not installed in {JOSE_MODULES}: run scripts/bootstrap"
     directory = tmp_path_factory.mktemp("jose")
     (directory / "package.json").write_text('{"type": "module", "private": true}', encoding="utf-8")
-    try:
-        installed = subprocess.run(
-            [NPM, "install", "--no-audit", "--no-fund", "--silent", "jose@6"],
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("Node's jose interop: npm install jose took over 120 s (registry unreachable?)")
-    if installed.returncode != 0:
-        pytest.skip(f"Node's jose interop: npm install jose failed: {installed.stderr.strip()[-300:]}")
+    (directory / "node_modules").symlink_to(JOSE_MODULES, target_is_directory=True)
     script = directory / "jose_job.mjs"
     script.write_text(JOSE_SCRIPT, encoding="utf-8")
     return script
