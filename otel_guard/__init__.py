@@ -17,9 +17,10 @@ another workspace. Every hop is a span with the chain and the decision on it::
 Settings come from ``OTEL_GUARD_*`` environment variables or :func:`configure`; see the README.
 """
 
+from otel_guard.agentic import agentic
 from otel_guard.chain import Chain, Hop
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import Delegation, agentic, current_chain, delegate, name_depth
+from otel_guard.guard import Delegation, current_chain, delegate, name_depth
 from otel_guard.prompt import situational_prefix
 from otel_guard.settings import Settings, configure
 

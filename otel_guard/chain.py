@@ -2,7 +2,7 @@
 
 A :class:`Chain` is the list of hops (agent, skill) that led to the call being executed, plus the
 chain's identity (``root``), its workspace and its lifetime. Between processes it travels as a JWS
-compact token (RFC 7515), ``HS256`` with the key id in the header, so any JWT library verifies it::
+compact token (RFC 7515), with the key id in the header, so any JWT library verifies it::
 
     header  {"alg":"HS256","kid":"k1","typ":"JWT"}
     claims  {"v":1,"root":"<32 hex>","ws":"default","iat":1764450000.5,"exp":1764450300.5,
@@ -12,7 +12,11 @@ A hop is a call (``[agent, skill]``: the caller waits for its answer) or a trans
 "transfer"]``: a handoff, after which the agent handing off waits for nothing); a token written before
 transfers existed holds calls only, and reads as it always did.
 
-Without keys the header is ``{"alg":"none"}`` and the signature empty (an unsecured JWS).
+Without keys the header is ``{"alg":"none"}`` and the signature empty (an unsecured JWS). A shared
+secret signs ``HS256``; a service's own key pair ``EdDSA`` (Ed25519) or ``ES256``
+(:mod:`otel_guard._jwk`), verified elsewhere with its public key. A process that holds public keys
+only verifies every chain and signs none: its hops' chains travel as they arrived
+(:attr:`ChainToken.travels`).
 
 This module knows tokens and nothing about OpenTelemetry. Everything that can go wrong while reading a
 token raises :class:`InvalidToken`, and nothing else: the guard turns it into a ``bad_signature``
@@ -32,7 +36,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
 
 TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
@@ -47,6 +51,7 @@ _LOOK_ALIKE_SCRIPTS: Final = frozenset({"LATIN", "CYRILLIC", "GREEK"})
 MAX_QUOTED: Final = 64
 
 _KID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
+KID_RULE: Final = "1-64 characters of A-Z a-z 0-9 . _ ~ -"
 _ROOT = re.compile(r"[0-9a-f]{32}")
 _UNSIGNED_HEADER: Final = "eyJhbGciOiJub25lIn0"  # base64url of {"alg":"none"}
 _COMPACT = (",", ":")
@@ -54,6 +59,11 @@ _COMPACT = (",", ":")
 
 class InvalidToken(ValueError):
     """A token that is not a valid delegation chain; the message says what is wrong with it."""
+
+
+class NoSigningKey(RuntimeError):
+    """A chain started in a process that holds public keys only was to be sent (see
+    :attr:`ChainToken.travels`): it has no signature to travel with."""
 
 
 HopKind = Literal["call", "transfer"]
@@ -174,6 +184,11 @@ class _Key:
 
     __slots__ = ("_inner", "_outer", "header", "kid", "secret")
 
+    alg: Final = "HS256"
+    aliases: Final = frozenset({"HS256"})
+    can_sign: Final = True
+    signature_length: Final = 43  # base64url of 32 bytes
+
     def __init__(self, kid: str, secret: bytes) -> None:
         self.kid = kid
         self.secret = secret
@@ -193,36 +208,72 @@ class _Key:
         outer.update(inner.digest())
         return outer.digest()
 
+    def verify(self, message: bytes, signature: str) -> bool:
+        """Whether ``signature`` (base64url) is this key's over ``message`` (compared in constant time)."""
+        return hmac.compare_digest(_b64encode(self.sign(message)), signature)
+
+
+if TYPE_CHECKING:
+    from otel_guard._jwk import AsymmetricKey, PublicKeys
+
+    AnyKey: TypeAlias = _Key | AsymmetricKey
+
 
 class Keyring:
-    """The keys a process signs and verifies with: the first key signs, every key verifies.
+    """The keys a process signs and verifies with: the first of its own keys signs, every key verifies.
 
-    Rotation: add the new key second everywhere, then move it first, then drop the old one.
+    Its own keys (setting ``keys``) are shared secrets (``HS256``) and private keys (``EdDSA``,
+    ``ES256``: a key pair, its public half derived); the public keys of a JWKS (setting ``jwks``)
+    verify only. A keyring of public keys only has no :attr:`signing` key: it verifies every chain
+    and signs none (see :attr:`ChainToken.travels`). A token is verified with the key its header's
+    ``kid`` names, and only with the algorithm that key is for: an ``HS256`` token naming a public
+    key (its bytes taken for a secret, the classic confusion) is refused, as is ``none``.
+
+    Rotation: add the new key second everywhere (its public key to the verifiers' JWKS), then move
+    it first, then drop the old one.
     """
 
-    __slots__ = ("_by_header", "_by_kid", "signing")
+    __slots__ = ("_by_header", "_by_kid", "_own", "_public", "signing")
 
-    def __init__(self, keys: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+    signing: AnyKey | None
+
+    def __init__(
+        self,
+        keys: Mapping[str, object] | Iterable[tuple[str, object]] = (),
+        public: PublicKeys | Iterable[AsymmetricKey] | None = None,
+    ) -> None:
         pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
-        if not pairs:
+        published = tuple(_public_keys(public))
+        if not pairs and not published:
             raise ValueError("keys: at least one key is needed")
-        by_kid: dict[str, _Key] = {}
-        for kid, secret in pairs:
+        own: dict[str, AnyKey] = {}
+        for kid, material in pairs:
             if not isinstance(kid, str) or _KID.fullmatch(kid) is None:
-                raise ValueError(f"keys: key id {kid!r} must be 1-64 characters of A-Z a-z 0-9 . _ ~ -")
-            if not isinstance(secret, bytes | bytearray) or len(secret) < MIN_SECRET_BYTES:
-                raise ValueError(f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes")
-            if kid in by_kid:
+                raise ValueError(f"keys: key id {kid!r} must be {KID_RULE}")
+            if kid in own:
                 raise ValueError(f"keys: key id {kid!r} is listed twice")
-            by_kid[kid] = _Key(kid, bytes(secret))
+            own[kid] = _own_key(kid, material)
+        by_kid = dict(own)
+        for key in published:
+            known = by_kid.get(key.kid)
+            if known is None:
+                by_kid[key.kid] = key
+            elif isinstance(known, _Key) or not known.same_public_key(key):
+                raise ValueError(f"jwks: key id {key.kid!r} is also in keys, with another key")
+            # else: the JWKS holds this signer's own public key (one file for a whole fleet): its own
+            # key stands for it.
+        self._own = tuple(own.values())
+        self._public = published
         self._by_kid = by_kid
         self._by_header = {key.header: key for key in by_kid.values()}
-        self.signing = next(iter(by_kid.values()))
+        self.signing = self._own[0] if self._own else None
 
     @classmethod
     def parse(cls, text: str) -> Keyring:
-        """Read ``kid:secret,kid:secret`` (secrets in base64url), as in ``OTEL_GUARD_KEYS``."""
-        pairs: list[tuple[str, bytes]] = []
+        """Read ``OTEL_GUARD_KEYS``: comma-separated ``kid:secret`` (a shared secret, base64url, for
+        ``HS256``; ``kid:HS256:secret`` says so explicitly) and ``kid:EdDSA:d`` / ``kid:ES256:d``
+        (a private key: its JWK member ``d``, base64url; see :mod:`otel_guard._jwk`)."""
+        pairs: list[tuple[str, object]] = []
         for number, raw in enumerate(text.split(","), 1):
             item = raw.strip()
             if not item:
@@ -231,20 +282,49 @@ class Keyring:
             if not sep:
                 # Not repeated: an item without its "kid:" may be a bare secret.
                 raise ValueError(f"keys: item {number} is not of the form kid:secret")
+            kid = kid.strip()
+            alg, sep, material = encoded.partition(":")
+            if not sep:
+                alg, material = "HS256", encoded
+            alg = alg.strip()
             try:
                 # Padding is accepted here (keys made with urlsafe_b64encode have it); tokens stay strict.
-                secret = _b64decode(encoded.strip().rstrip("="))
+                decoded = _b64decode(material.strip().rstrip("="))
             except InvalidToken:
-                raise ValueError(f"keys: the secret of key {kid.strip()!r} is not base64url") from None
-            pairs.append((kid.strip(), secret))
+                raise ValueError(f"keys: the secret of key {kid!r} is not base64url") from None
+            if alg.upper() == "HS256":
+                pairs.append((kid, decoded))
+                continue
+            from otel_guard import _jwk
+
+            asymmetric = _jwk.algorithm(alg)
+            if asymmetric is None:
+                raise ValueError(
+                    f"keys: key {kid!r} names the algorithm {quoted(alg)}; one of HS256, EdDSA, ES256"
+                )
+            if _KID.fullmatch(kid) is None:
+                raise ValueError(f"keys: key id {kid!r} must be {KID_RULE}")
+            pairs.append((kid, _jwk.private_key(kid, asymmetric, decoded)))
         return cls(pairs)
+
+    def with_public(self, public: PublicKeys | None) -> Keyring | None:
+        """This keyring's own keys with the public keys ``public`` (replacing any it had), or ``None``
+        when that leaves no key; itself when nothing changes (the guard's caches key on it)."""
+        published = public.keys if public is not None else ()
+        if published == self._public:
+            return self
+        if not self._own and not published:
+            return None
+        return Keyring([(key.kid, key) for key in self._own], published)
 
     @property
     def kids(self) -> tuple[str, ...]:
+        """Every key id that verifies, its own keys' first."""
         return tuple(self._by_kid)
 
-    def key_for(self, header: str) -> _Key:
-        """The key a token's header segment names; raises :class:`InvalidToken` if there is none."""
+    def key_for(self, header: str) -> AnyKey:
+        """The key a token's header segment names; raises :class:`InvalidToken` if there is none, or
+        if the header's ``alg`` is not the one that key is for."""
         known = self._by_header.get(header)
         if known is not None:
             return known
@@ -252,26 +332,69 @@ class Keyring:
         fields = _json_object(_b64decode(header), "header")
         _check_header(fields)
         alg = fields.get("alg")
-        if alg != "HS256":
-            raise InvalidToken(f"token algorithm {quoted(alg)} is not HS256")
+        if alg not in _ALGORITHMS:
+            raise InvalidToken(f"token algorithm {quoted(alg)} is not HS256, EdDSA or ES256")
         kid = fields.get("kid")
         if not isinstance(kid, str):
             raise InvalidToken("token header has no key id (kid)")
         key = self._by_kid.get(kid)
         if key is None:
             raise InvalidToken(f"token is signed with unknown key id {quoted(kid)}")
+        if alg not in key.aliases:
+            raise InvalidToken(f"token algorithm {alg} does not match key {quoted(kid)}, an {key.alg} key")
         return key
 
     def __repr__(self) -> str:  # never shows a secret
         return f"Keyring(kids={list(self._by_kid)})"
 
+    def _material(self) -> dict[str, tuple[str, object]]:
+        return {kid: (key.alg, key.secret) for kid, key in self._by_kid.items()}
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Keyring) and {k: v.secret for k, v in self._by_kid.items()} == {
-            k: v.secret for k, v in other._by_kid.items()
-        }
+        return (
+            isinstance(other, Keyring)
+            and self.kids == other.kids
+            and (self.signing.kid if self.signing else None) == (other.signing.kid if other.signing else None)
+            and self._material() == other._material()
+        )
 
     def __hash__(self) -> int:
         return hash(tuple(self._by_kid))
+
+
+def _public_keys(public: PublicKeys | Iterable[AsymmetricKey] | None) -> Iterable[AsymmetricKey]:
+    if public is None:
+        return ()
+    from otel_guard._jwk import PublicKeys
+
+    return public.keys if isinstance(public, PublicKeys) else public
+
+
+_ALGORITHMS: Final = ("HS256", "EdDSA", "Ed25519", "ES256")
+"""The ``alg`` header values a token may name (``Ed25519``: RFC 9864's name for EdDSA on Ed25519)."""
+
+
+def _own_key(kid: str, material: object) -> AnyKey:
+    """The signing key of ``material``: secret bytes (HS256), or an Ed25519 / P-256 private key."""
+    if isinstance(material, bytes | bytearray):
+        if len(material) < MIN_SECRET_BYTES:
+            raise ValueError(f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes")
+        return _Key(kid, bytes(material))
+    if isinstance(material, _Key):
+        return material
+    from otel_guard import _jwk
+
+    if isinstance(material, _jwk.AsymmetricKey):
+        if not material.can_sign:
+            raise ValueError(f"keys: key {kid!r} is a public key; public keys go in jwks")
+        return material
+    key = _jwk.from_private_object(kid, material)
+    if key is None:
+        raise ValueError(
+            f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes, "
+            "or an Ed25519 or P-256 private key"
+        )
+    return key
 
 
 def generate_key(kid: str | None = None) -> tuple[str, str]:
@@ -283,8 +406,22 @@ def generate_key(kid: str | None = None) -> tuple[str, str]:
     if kid is None:
         kid = f"k{secrets.token_hex(4)}"
     elif _KID.fullmatch(kid) is None:
-        raise ValueError(f"key id {kid!r} must be 1-64 characters of A-Z a-z 0-9 . _ ~ -")
+        raise ValueError(f"key id {kid!r} must be {KID_RULE}")
     return kid, _b64encode(secrets.token_bytes(MIN_SECRET_BYTES))
+
+
+def generate_key_pair(alg: str, kid: str | None = None) -> tuple[str, str, dict[str, str]]:
+    """A fresh key pair for ``alg`` (``EdDSA``/``ed25519`` or ``ES256``): (key id, the
+    ``OTEL_GUARD_KEYS`` value after ``kid:``, i.e. ``EdDSA:<d>``, and the public JWK for the
+    verifiers' JWKS). ``ValueError`` for an unknown algorithm or a bad key id."""
+    from otel_guard import _jwk
+
+    asymmetric = _jwk.algorithm(alg)
+    if asymmetric is None:
+        raise ValueError(f"algorithm {alg!r} is not one of ed25519, es256")
+    kid, _ = generate_key(kid)
+    d, jwk = _jwk.generate(kid, asymmetric)
+    return kid, f"{asymmetric}:{d}", jwk
 
 
 # -- encoding -----------------------------------------------------------------------------------
@@ -346,9 +483,14 @@ def _claims_bound(chain: Chain) -> int:
 
 
 def _token_length(claims_bytes: int, keyring: Keyring | None) -> int:
-    # Base64url without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43.
-    header = keyring.signing.header if keyring is not None else _UNSIGNED_HEADER
-    return len(header) + 1 + (4 * claims_bytes + 2) // 3 + 1 + (43 if keyring is not None else 0)
+    # Base64url without padding is 4 characters per 3 bytes, rounded up; an HS256 signature is 43,
+    # an EdDSA or ES256 one 86. A keyring with no signing key makes no token (ChainToken.travels).
+    if keyring is None:
+        return len(_UNSIGNED_HEADER) + 1 + (4 * claims_bytes + 2) // 3 + 1
+    signing = keyring.signing
+    if signing is None:
+        return 0
+    return len(signing.header) + 1 + (4 * claims_bytes + 2) // 3 + 1 + signing.signature_length
 
 
 class ChainToken:
@@ -375,6 +517,7 @@ class ChainToken:
         "_hop",
         "_keyring",
         "_length",
+        "_relay",
         "_text",
         "agents",
         "children",
@@ -392,6 +535,8 @@ class ChainToken:
         self._hop: Hop | None = None
         self._keyring = keyring
         self._text = text
+        # The token this chain arrived in, which a process with no signing key sends on instead.
+        self._relay: str | None = None
         self._claims: tuple[str, int, str, int] | None = None  # prefix, its bytes, hops, their bytes
         self._length = len(text) if text is not None else -1  # -1: not computed yet
         self._bound = -1  # see _claims_size_bound(); -1: not computed yet
@@ -414,6 +559,7 @@ class ChainToken:
         twin._hop = None
         twin._keyring = self._keyring
         twin._text = None
+        twin._relay = None  # another root: nothing that arrived is this chain's
         twin._claims = None
         twin._length = -1
         twin._bound = self._claims_size_bound()  # the root's length and the times' bound are fixed
@@ -442,6 +588,7 @@ class ChainToken:
         child._hop = hop
         child._keyring = keyring
         child._text = None
+        child._relay = self._text if self._relay is None else self._relay
         child._claims = None
         child._length = -1
         child._bound = self._claims_size_bound() + 1 + _hop_bound(hop)
@@ -468,9 +615,32 @@ class ChainToken:
     def length(self) -> int:
         """The exact length of the token's text, known without signing it."""
         if self._length < 0:
-            _, prefix_bytes, _, hops_bytes = self._encoded_claims()
-            self._length = _token_length(prefix_bytes + hops_bytes + _CLAIMS_END, self._keyring)
+            keyring = self._keyring
+            if keyring is not None and keyring.signing is None:
+                self._length = len(self._relay) if self._relay is not None else 0
+            else:
+                _, prefix_bytes, _, hops_bytes = self._encoded_claims()
+                self._length = _token_length(prefix_bytes + hops_bytes + _CLAIMS_END, keyring)
         return self._length
+
+    @property
+    def travels(self) -> bool:
+        """Whether this chain can leave the process in a token that a process with keys takes.
+
+        False only where the keyring has public keys and no signing key (``jwks`` without ``keys``)
+        and the chain is not one that arrived signed: a chain started here. Such a process mints
+        nothing. The token of a hop it extends an arrived chain with is the arrived token itself,
+        sent on unchanged (as a process without the guard passes baggage on): the next process
+        verifies the chain as it entered this one, the hops made here are not in it. Never an
+        unsigned token, never one signed with a key this process does not hold.
+        """
+        keyring = self._keyring
+        return (
+            keyring is None
+            or keyring.signing is not None
+            or self._text is not None
+            or self._relay is not None
+        )
 
     def _encoded_claims(self) -> tuple[str, int, str, int]:
         claims = self._claims
@@ -512,17 +682,30 @@ class ChainToken:
         text = self._text
         if text is None:
             keyring = self._keyring
+            signing = keyring.signing if keyring is not None else None
+            if keyring is not None and signing is None:
+                return self._relayed()
             prefix, _, hops, _ = self._encoded_claims()
             claims = _b64encode(f"{prefix}{hops}]}}".encode())
-            if keyring is None:
+            if signing is None:
                 text = f"{_UNSIGNED_HEADER}.{claims}."
             else:
-                signing_input = f"{keyring.signing.header}.{claims}"
-                text = f"{signing_input}.{_b64encode(keyring.signing.sign(signing_input.encode('ascii')))}"
+                signing_input = f"{signing.header}.{claims}"
+                text = f"{signing_input}.{_b64encode(signing.sign(signing_input.encode('ascii')))}"
             self._text = text
             # What a server in this process would verify it against (an MCP or A2A call to itself).
             verified_tokens.signed(text, keyring, self.chain)
         return text
+
+    def _relayed(self) -> str:
+        """The text of a token made where no key signs: the arrived token it extends (:attr:`travels`)."""
+        if self._relay is None:
+            raise NoSigningKey(
+                "otel-guard: this process holds public keys only (jwks, no key of its own in keys): "
+                "a chain it starts cannot be signed, so it cannot be sent; give the service a key "
+                "of its own (otel-guard keygen --alg ed25519) to send chains it starts"
+            )
+        return self._relay
 
     def __repr__(self) -> str:  # never shows the token
         return f"ChainToken(root={self.root!r}, depth={len(self.agents)})"
@@ -723,9 +906,9 @@ def _script(character: str) -> str:
 def decode(token: object, keyring: Keyring | None) -> Chain:
     """Verify ``token`` and return its chain; raise :class:`InvalidToken` for anything else.
 
-    With a keyring, only ``HS256`` tokens signed by one of its keys pass (the signature is compared
-    in constant time). Without one, signatures cannot be checked: unsigned and signed tokens are read
-    as they are, which is what "no keys" means.
+    With a keyring, only tokens signed by one of its keys pass, each with the algorithm its key is
+    for (an HMAC is compared in constant time). Without one, signatures cannot be checked: unsigned
+    and signed tokens are read as they are, which is what "no keys" means.
     """
     return _decoded(token, keyring)[0]
 
@@ -774,8 +957,7 @@ def _decode(token: object, keyring: Keyring | None) -> tuple[Chain, str | None, 
         if header == _UNSIGNED_HEADER or not signature:
             raise InvalidToken("token is unsigned but keys are configured")
         key = keyring.key_for(header)
-        signed = token[: len(header) + 1 + len(payload)].encode("ascii")
-        if not hmac.compare_digest(_b64encode(key.sign(signed)), signature):
+        if not key.verify(token[: len(header) + 1 + len(payload)].encode("ascii"), signature):
             raise InvalidToken("token signature does not match")
     raw = _b64decode(payload)
     text, claims = _json_text(raw, "claims")

@@ -7,21 +7,31 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 import time
 from collections.abc import Sequence
 
-from otel_guard.chain import InvalidToken, decode, generate_key
+from otel_guard.chain import InvalidToken, decode, generate_key, generate_key_pair
 from otel_guard.policy import integrity
 from otel_guard.settings import ENV, current_settings
 
 
 def _keygen(args: argparse.Namespace) -> int:
+    """A shared secret (``hs256``): one line. A key pair: the signer's line, then its public JWK."""
     try:
-        kid, secret = generate_key(args.kid)
+        if args.alg == "hs256":
+            kid, secret = generate_key(args.kid)
+            print(f"{ENV['keys']}={kid}:{secret}")
+            return 0
+        kid, private, jwk = generate_key_pair(args.alg, args.kid)
     except ValueError as exc:
+        if "cryptography" in str(exc):
+            print(f"otel-guard keygen: {exc}", file=sys.stderr)
+            return 1
         args.parser.error(f"--kid: {exc}")
-    print(f"{ENV['keys']}={kid}:{secret}")
+    print(f"{ENV['keys']}={kid}:{private}")
+    print(json.dumps(jwk, separators=(",", ":")))
     return 0
 
 
@@ -111,11 +121,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     keygen = commands.add_parser(
         "keygen",
-        help="print a fresh signing key as OTEL_GUARD_KEYS=kid:secret",
-        description="Print a fresh key (32 random bytes, base64url) as OTEL_GUARD_KEYS=kid:secret. "
-        "To rotate, list the new key first and keep the old one after it until every process has it.",
+        help="print a fresh signing key as OTEL_GUARD_KEYS=kid:secret (or a key pair: --alg ed25519)",
+        description="Print a fresh key. --alg hs256 (the default): a shared secret (32 random bytes, "
+        "base64url) as OTEL_GUARD_KEYS=kid:secret, which every process sets. --alg ed25519 or es256: "
+        "a service's own key pair, as two lines: OTEL_GUARD_KEYS=kid:EdDSA:<d> (or kid:ES256:<d>), "
+        "the private key that only this service sets, then the public JWK, which goes into the "
+        '{"keys": [...]} file the verifiers name in OTEL_GUARD_JWKS (needs the keys extra: '
+        "pip install 'otel-guard[keys]'). To rotate, list the new key first and keep the old one after "
+        "it until every process has it.",
     )
     keygen.add_argument("--kid", help="the key id (default: a random one)")
+    keygen.add_argument(
+        "--alg",
+        choices=("hs256", "ed25519", "es256"),
+        default="hs256",
+        type=str.lower,
+        help="hs256: a shared secret (default); ed25519 (EdDSA) or es256: a key pair",
+    )
     keygen.set_defaults(run=_keygen, parser=keygen)
 
     inspect = commands.add_parser(

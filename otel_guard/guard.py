@@ -10,14 +10,12 @@ mistaken for recursion.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, overload
+from typing import Literal, NoReturn
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
@@ -39,7 +37,6 @@ from otel_guard._in_force import (
 )
 from otel_guard._plans import Plan, PlanKey, SharedHop, first_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
-from otel_guard._steps import AsyncEnter, Done, Enter, async_generator_in_context, generator_in_context
 from otel_guard.budget import Meter, store_failure, store_for
 from otel_guard.chain import (
     MAX_TOKEN_LENGTH,
@@ -60,7 +57,6 @@ __all__ = [
     "JOINABLE",
     "Delegation",
     "HopKind",
-    "agentic",
     "chain_in",
     "current_chain",
     "delegate",
@@ -73,12 +69,6 @@ HopKind = Literal["agent", "tool"]
 _log = logging.getLogger("otel_guard")
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
 keep_tokens_out_of_logs()  # every extraction in the process, the guard's and any other's
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-Y = TypeVar("Y")
-S = TypeVar("S")
 
 
 # -- one hop ------------------------------------------------------------------------------------
@@ -108,6 +98,24 @@ def joinable(hop: Delegation, ctx: Context) -> Context:
     ``hop``'s: after any hop between, the run is a hop of its own (and a cycle, when it is one).
     """
     return Context({**ctx, JOINABLE: hop})
+
+
+def _host_joined(parent: Context, agent: str) -> Delegation | None:
+    """The hop that an agent hop named ``agent`` made directly in ``parent`` is (:func:`joinable`),
+    or ``None`` when it is a hop of its own."""
+    host = parent.get(JOINABLE)
+    if not isinstance(host, Delegation) or host._agent != agent or (plan := host._plan) is None:
+        return None
+    members = baggage_of(parent)
+    if (members.get(_BAGGAGE_KEY) if members else None) is not (plan.token if plan.carried else None):
+        return None  # a hop came between: this one is a hop of its own
+    return host
+
+
+def _joined_context(parent: Context) -> Context:
+    """The context a joined hop's body runs in: ``parent`` with the mark used up, so that the same
+    name once more inside is a re-entry, and decided as one."""
+    return Context({**parent, JOINABLE: None})
 
 
 _Spent = tuple[Verdict | None, dict[str, AttributeValue]] | None
@@ -373,24 +381,13 @@ class Delegation:
 
         A receiving hop joins too: an adapter that took the chain for one its caller sent (LangGraph
         does, when a span of another library's stands between) is inside the same request's hop."""
-        host = parent.get(JOINABLE)
-        if (
-            not isinstance(host, Delegation)
-            or host._agent != self._agent
-            or self.kind != "agent"
-            or host._plan is None
-        ):
+        if self.kind != "agent" or (host := _host_joined(parent, self._agent)) is None:
             return None
-        plan = host._plan
-        members = baggage_of(parent)
-        if (members.get(_BAGGAGE_KEY) if members else None) is not (plan.token if plan.carried else None):
-            return None  # a hop came between: this one is a hop of its own
         self._joined = True
-        self._plan = plan
+        self._plan = host._plan
         self.decision = host.decision
         self.span = host.span
-        # The mark is used up: the same name once more inside is a re-entry, and decided as one.
-        self.context = ctx = Context({**parent, JOINABLE: None})
+        self.context = ctx = _joined_context(parent)
         return ctx
 
     def _decide(self, value: object, in_force: Settings, parent: Context) -> Plan:
@@ -681,92 +678,3 @@ def delegate(
     to it is no cycle: policy.waiting), only where the runtime's own handoff API says so.
     """
     return Delegation(agent, skill, kind, span_kind, receiving, attributes, transfer)
-
-
-# -- @agentic -----------------------------------------------------------------------------------
-
-
-@overload
-def agentic(fn: Callable[P, R], /) -> Callable[P, R]: ...
-
-
-@overload
-def agentic(
-    *, name: str | None = None, skill: str | None = None
-) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
-
-
-def agentic(
-    fn: Callable[P, R] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    skill: str | None = None,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
-    """Make every call of an agentic function one guarded hop.
-
-    ``@agentic`` or ``@agentic(name=..., skill=...)``. The name defaults to the function's
-    ``tool_name`` attribute, else its ``__name__``. Works on sync and async functions and on sync and
-    async generator functions (a generator's hop starts at its first step and ends when it is done).
-    """
-
-    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        hop_name = name or getattr(fn, "tool_name", None) or fn.__name__
-        if inspect.isasyncgenfunction(fn):
-            return functools.wraps(fn)(_async_generator_hop(fn, hop_name, skill))  # type: ignore[return-value]
-        if inspect.isgeneratorfunction(fn):
-            return functools.wraps(fn)(_generator_hop(fn, hop_name, skill))  # type: ignore[return-value]
-        if inspect.iscoroutinefunction(fn):
-            return functools.wraps(fn)(_coroutine_hop(fn, hop_name, skill))  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            with Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None):
-                return fn(*args, **kwargs)
-
-        return call
-
-    return decorate(fn) if fn is not None else decorate
-
-
-def _coroutine_hop(
-    fn: Callable[..., Awaitable[R]], hop_name: str, skill: str | None
-) -> Callable[..., Awaitable[R]]:
-    async def call(*args: Any, **kwargs: Any) -> R:
-        async with Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None):
-            return await fn(*args, **kwargs)
-
-    return call
-
-
-def _generator_hop(
-    fn: Callable[..., Generator[Y, S, R]], hop_name: str, skill: str | None
-) -> Callable[..., Generator[Y, Any, Any]]:
-    # A generator's hop starts at its first step and its context is attached around each step only.
-    return generator_in_context(_hop_entry(hop_name, skill), fn)
-
-
-def _async_generator_hop(
-    fn: Callable[..., AsyncGenerator[Y, S]], hop_name: str, skill: str | None
-) -> Callable[..., AsyncGenerator[Y, Any]]:
-    return async_generator_in_context(_async_hop_entry(hop_name, skill), fn)
-
-
-def _hop_entry(hop_name: str, skill: str | None) -> Enter:
-    """What starts a new hop each time a generator made by ``@agentic`` takes its first step."""
-
-    def enter() -> tuple[Context, Done]:
-        hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
-        return hop.start(), hop.finish
-
-    return enter
-
-
-def _async_hop_entry(hop_name: str, skill: str | None) -> AsyncEnter:
-    """:func:`_hop_entry` for an async generator: the hop starts with :meth:`Delegation.astart`."""
-
-    async def enter() -> tuple[Context, Done]:
-        hop = Delegation(hop_name, skill, "agent", SpanKind.INTERNAL, False, None)
-        return await hop.astart(), hop.finish
-
-    return enter

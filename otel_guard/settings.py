@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, cast
 
 from otel_guard._excluded_urls import ExcludedUrls
+from otel_guard._jwk import PublicKeys
 from otel_guard._threads import carry_context
 from otel_guard.chain import Keyring
 
@@ -155,7 +156,9 @@ def _secret_name(name: str) -> bool:
 
 
 def _budget_store(name: str, value: object) -> str:
-    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``) with the client installed.
+    """``memory``, or a Redis URL (``redis://``, ``rediss://``, ``unix://``; a cluster's
+    ``redis+cluster://``, Sentinel's ``redis+sentinel://``: :mod:`otel_guard.budget.redis_urls`) with the
+    client installed, and no query option the store does not know.
 
     An error shows the URL without its password (:func:`redacted_url`)."""
     if not isinstance(value, str) or not value.strip():
@@ -166,28 +169,32 @@ def _budget_store(name: str, value: object) -> str:
     from urllib.parse import unquote, urlsplit
 
     shown = redacted_url(text)
+    head, found, _ = text.partition("://")
+    fleet = found and head.lower() in ("redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
     try:
         parts = urlsplit(text)
-        scheme, host, _ = parts.scheme.lower(), parts.hostname, parts.port
+        scheme, host = parts.scheme.lower(), parts.hostname
+        if not fleet:  # a fleet's URL names several nodes: host:port,host:port
+            parts.port  # noqa: B018  # a port that is not a number raises
     except ValueError:
         scheme, host = "", None
-    if scheme not in ("redis", "rediss", "unix") or (scheme != "unix" and not host):
+    if not fleet and (scheme not in ("redis", "rediss", "unix") or (scheme != "unix" and not host)):
         raise ValueError(
             f"{name}: {shown!r} is not 'memory' or a Redis URL "
             "(redis://host:6379/0, rediss://..., unix:///path)"
         )
     text = scheme + text[len(scheme) :]  # the Redis client reads only a lower-case scheme
     database = unquote(parts.path).replace("/", "")
-    if scheme != "unix" and database and not database.isdigit():  # the client would take it for 0
+    if not fleet and scheme != "unix" and database and not database.isdigit():  # the client: 0
         raise ValueError(f"{name}: {shown!r}: the database is not a number (redis://host:6379/0)")
     import importlib.util
 
     if importlib.util.find_spec("redis") is None:
         raise ValueError(f"{name}: a Redis URL needs the Redis client: pip install 'otel-guard[redis]'")
-    from redis.connection import parse_url
+    from otel_guard.budget.redis_urls import read_store_url
 
     try:
-        parse_url(text)  # type: ignore[no-untyped-call]  # what the store reads: the query too
+        read_store_url(text)  # what the store reads: the query too
     except ValueError as exc:  # its message never repeats the URL
         raise ValueError(f"{name}: {shown!r}: {exc}") from None
     return text
@@ -206,7 +213,33 @@ def _keys(name: str, value: object) -> Keyring | None:
         return Keyring.parse(value) if value.strip() else None
     if isinstance(value, Mapping):
         return Keyring(value)
-    raise ValueError("keys: expected 'kid:secret,...' or a mapping of key id to secret bytes")
+    raise ValueError(
+        "keys: expected 'kid:secret,kid:EdDSA:d,...' or a mapping of key id to secret bytes or private key"
+    )
+
+
+def _jwks(name: str, value: object) -> PublicKeys | None:
+    """A JWKS file's path (``""``: none), or a JWKS already read (``{"keys": [...]}``)."""
+    if value is None or isinstance(value, PublicKeys):
+        return value
+    if isinstance(value, str | os.PathLike):
+        path = os.fspath(value)
+        return PublicKeys.read(path.strip()) if path.strip() else None
+    if isinstance(value, Mapping):
+        return PublicKeys.of(value)
+    raise ValueError(
+        f"{name}: expected the path of a JWKS file or a JWKS mapping, not {type(value).__name__}"
+    )
+
+
+def _with_jwks(settings: Settings) -> Settings:
+    """``settings`` whose ``keys`` holds the public keys of ``jwks`` too: the one keyring the guard
+    signs and verifies with (public keys only, when ``keys`` is not set)."""
+    keys, jwks = settings.keys, settings.jwks
+    merged = (
+        keys.with_public(jwks) if keys is not None else Keyring(public=jwks) if jwks is not None else None
+    )
+    return settings if merged is keys else replace(settings, keys=merged)
 
 
 def _excluded_urls(name: str, value: object) -> ExcludedUrls:
@@ -308,6 +341,9 @@ class Settings:
     ttl: float = setting(300.0, "OTEL_GUARD_TTL_SECONDS", _seconds, "a chain's lifetime from its first hop")
     keys: Keyring | None = setting(
         None, "OTEL_GUARD_KEYS", _keys, "kid:secret pairs; the first signs, every one verifies"
+    )
+    jwks: PublicKeys | None = setting(
+        None, "OTEL_GUARD_JWKS", _jwks, "a JWKS file: public keys that verify chains and sign none"
     )
     accept_unsigned: bool = setting(
         False,
@@ -426,7 +462,11 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         except ValueError as exc:
             raise ValueError(f"{variable}: {exc}") from None
     try:
-        return _consistent(Settings(**values))
+        settings = _with_jwks(Settings(**values))
+    except ValueError as exc:
+        raise ValueError(f"{ENV['jwks']}: {exc}") from None
+    try:
+        return _consistent(settings)
     except ValueError as exc:
         raise ValueError(f"{ENV['observe_max_depth']}: {exc}") from None
 
@@ -541,7 +581,7 @@ def configure(**settings: Any) -> Settings:
             base = Settings()  # every setting given: the environment has nothing left to say
         else:
             base = settings_from_env()
-        in_force = _consistent(replace(base, **validated))
+        in_force = _consistent(_with_jwks(replace(base, **validated)))
         carry_context()  # as in reset_settings
         _current = in_force
         return in_force

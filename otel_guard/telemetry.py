@@ -83,6 +83,9 @@ EVENT_MESSAGE: Final = "otel_guard.message"
 METRIC_DECISIONS: Final = "otel_guard.decisions"
 METRIC_CHAIN_DEPTH: Final = "otel_guard.chain.depth"
 METRIC_STORE_ERRORS: Final = "otel_guard.budget.store_errors"
+METRIC_STORE_EVICTIONS: Final = "otel_guard.budget.store_evictions"
+"""Counter: tree counts the memory budget store dropped before they expired, to stay within its bound
+(:data:`otel_guard.budget.memory.MAX_ENTRIES`) [``otel_guard_budget_store_evictions_total``]."""
 
 INSTRUMENTATION_NAME: Final = "otel_guard"
 DEPTH_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0)
@@ -186,6 +189,13 @@ class Telemetry:
             description="Budget checks that could not reach their store, by error type",
         )
         meter.create_observable_counter(
+            METRIC_STORE_EVICTIONS,
+            callbacks=[_observe_evictions],
+            unit="{count}",
+            description="Tree counts the memory budget store dropped before they expired, to stay "
+            "within its bound",
+        )
+        meter.create_observable_counter(
             METRIC_DECISIONS,
             callbacks=[self._collect],
             unit="{decision}",
@@ -220,6 +230,23 @@ def count_store_error(exc: BaseException) -> None:
     if not isinstance(error_type, str):
         error_type = type(exc).__qualname__
     current().store_errors.add(1, {ERROR_TYPE: error_type})
+
+
+_evictions = 0
+_evictions_lock = threading.Lock()
+
+
+def count_store_eviction() -> None:
+    """One tree count the memory store dropped (``otel_guard.budget.store_evictions``): a number of
+    the process, observed by the telemetry in force (so a drop is cheap where it happens)."""
+    global _evictions
+    with _evictions_lock:
+        _evictions += 1
+    current()  # the telemetry, and its observer, exist from the first drop
+
+
+def _observe_evictions(_options: CallbackOptions) -> Iterator[Observation]:
+    yield Observation(_evictions)
 
 
 _telemetry: Telemetry | None = None

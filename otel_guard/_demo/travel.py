@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_guard import telemetry as names
+from otel_guard.agentic import agentic
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import agentic
 from otel_guard.settings import Settings, configure, current_settings, reset_settings
 
 RESULTS = {"allow": "allowed", "refuse": "refused", "would_refuse": "would refuse"}

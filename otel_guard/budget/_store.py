@@ -40,6 +40,15 @@ class BadCount(StoreError):
         self.error_type = error_type
 
 
+class SlotMigrating(StoreError):
+    """A cluster take whose slot is moving between nodes (a reshard) and that redis-py could not
+    finish within its redirections: a take of keys some of which have moved answers TRYAGAIN until
+    the slot's move ends. That take's error alone, as :class:`BadCount` is: the store is not taken
+    for down for the other trees."""
+
+    error_type = "slot_migrating"
+
+
 def store_failure(exc: BaseException) -> str:
     """What a refusal says of a take that failed with ``exc``."""
     if isinstance(exc, BadCount):

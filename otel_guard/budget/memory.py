@@ -1,12 +1,28 @@
-"""The memory store: counts in this process, under one lock (the embedded default)."""
+"""The memory store: counts in this process, under one lock (the embedded default).
+
+What a reader would not guess: it holds at most :data:`MAX_ENTRIES` counts, however many fresh trees
+arrive within a ``ttl`` (every anonymous request at a guarded service is one); past it, the counts of
+the oldest trees not used since go first, each drop counted in ``otel_guard.budget.store_evictions``.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
 
 from otel_guard.budget._store import MAX_COUNT, Meter
+from otel_guard.telemetry import METRIC_STORE_EVICTIONS, count_store_eviction
+
+__all__ = ["MAX_ENTRIES", "METRIC_STORE_EVICTIONS", "MemoryStore"]
+
+MAX_ENTRIES: Final = 100_000
+"""The most counts the memory store holds (a tree's hops, model requests and tokens are one each; a
+workspace window one): about 27 MB with their keys. Past it, a new count drops the oldest tree count
+not used since it was last passed over (a tree in use gets a second chance), and
+``otel_guard.budget.store_evictions`` counts the drop. A dropped tree starts again from 0 if it comes
+back."""
 
 
 class MemoryStore:
@@ -15,14 +31,21 @@ class MemoryStore:
     Expired counts are swept now and then; the tree counts are kept in the order their trees were
     first seen, which is nearly the order in which they expire (every chain lives ``ttl``), so a
     sweep stops at the first count still alive.
+
+    At most ``max_entries`` counts (:data:`MAX_ENTRIES`): a new count past it makes room as a clock
+    does (second chance) -- from the oldest, an expired count goes, a count used since it was last
+    passed over (or a workspace's) is marked unused and moved to the end, and the first tree count
+    that is neither is dropped (:data:`METRIC_STORE_EVICTIONS`).
     """
 
     SWEEP_EVERY: Final = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, list[float]] = {}  # key -> [count, expires_at]
+        # key -> [count, expires_at, used since last passed over (0 or 1)]
+        self._counts: OrderedDict[str, list[float]] = OrderedDict()
         self._takes = 0
+        self._max_entries = max(1, max_entries)
 
     def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         with self._lock:
@@ -33,7 +56,11 @@ class MemoryStore:
                 if entry is None or entry[1] <= now:
                     if entry is not None:
                         del counts[meter.key]  # expired: it starts again, at the end of the order
-                    entry = counts[meter.key] = [0, meter.expires_at]
+                    elif len(counts) >= self._max_entries:
+                        self._make_room(now)
+                    entry = counts[meter.key] = [0, meter.expires_at, 0]
+                else:
+                    entry[2] = 1
                 count = int(entry[0])
                 amount = min(meter.amount, MAX_COUNT)
                 if meter.limit and count + (amount or 1) > min(meter.limit, MAX_COUNT):
@@ -41,7 +68,7 @@ class MemoryStore:
                 entry[0] = count = min(count + amount, MAX_COUNT)
                 taken: tuple[int, ...] | int = (count,)
             else:
-                taken = self._take_all(counts, meters, now)
+                taken = self._take_all(meters, now)
             self._takes += 1
             if self._takes >= self.SWEEP_EVERY:
                 self._takes = 0
@@ -52,10 +79,8 @@ class MemoryStore:
         """:meth:`take` for async code (it never waits: a lock held for a few dict operations)."""
         return self.take(meters, now)
 
-    @staticmethod
-    def _take_all(
-        counts: dict[str, list[float]], meters: Sequence[Meter], now: float
-    ) -> tuple[int, ...] | int:
+    def _take_all(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
+        counts = self._counts
         entries = []
         for index, meter in enumerate(meters):
             entry = counts.get(meter.key)
@@ -72,16 +97,35 @@ class MemoryStore:
         for meter, found in zip(meters, entries, strict=True):
             entry = found
             if entry is None:
-                counts.pop(meter.key, None)  # an expired count goes to the end of the order
-                entry = counts[meter.key] = [0, meter.expires_at]
+                if counts.pop(meter.key, None) is None and len(counts) >= self._max_entries:
+                    self._make_room(now, keep=meters)
+                entry = counts[meter.key] = [0, meter.expires_at, 0]  # expired: to the end
+            else:
+                entry[2] = 1
             entry[0] = count = min(int(entry[0]) + meter.amount, MAX_COUNT)
             taken.append(count)
         return tuple(taken)
 
+    def _make_room(self, now: float, keep: Sequence[Meter] = ()) -> None:
+        """Take one count out, as a clock does (see the class), before a new one goes in: never a
+        workspace's, nor one of ``keep`` (the take's own)."""
+        counts = self._counts
+        kept = {meter.key for meter in keep}
+        for _ in range(2 * len(counts) + 1):  # each count is passed over at most twice
+            key, entry = counts.popitem(last=False)
+            if entry[1] <= now:
+                return  # expired: no count lost
+            if entry[2] or key in kept or not key.startswith("tree:"):
+                entry[2] = 0
+                counts[key] = entry  # a second chance, at the end of the order
+                continue
+            count_store_eviction()
+            return
+
     def _sweep(self, now: float) -> None:
         counts = self._counts
         expired = []
-        for key, (_, expires_at) in counts.items():
+        for key, (_, expires_at, _) in counts.items():
             if expires_at > now:
                 if key.startswith("tree:"):
                     break  # the tree counts after it are younger still

@@ -1,7 +1,10 @@
-"""The budget store of a fleet: the counts in one Redis, shared by every process (``budget_store``).
+"""The budget store of a fleet: the counts in Redis, shared by every process (``budget_store``).
 
 ``pip install 'otel-guard[redis]'`` and ``OTEL_GUARD_BUDGET_STORE=redis://host:6379/0`` (``rediss://``
-for TLS, ``unix:///path/redis.sock``). One take is one round trip: a Lua script that checks every
+for TLS, ``unix:///path/redis.sock``), a Redis Cluster or Valkey cluster
+(``redis+cluster://host:6379``) or Sentinel (``redis+sentinel://host:26379/service``): the URLs are
+read by :mod:`otel_guard.budget.redis_urls`, the cluster's and Sentinel's clients (redis-py's own)
+made by :mod:`otel_guard.budget.redis_fleet`. One take is one round trip: a Lua script that checks every
 count a hop touches and adds one to each only if none would go past its limit, so two processes
 racing for a tree's last hop never both get it. A count expires with its chain (``PEXPIREAT``), a
 workspace count with its window.
@@ -28,8 +31,13 @@ it cannot be reached where the guard starts (:meth:`RedisStore.probe`) or at its
 it stops answering after it did (at most one each :data:`WARN_EVERY` seconds), and an info line when
 it answers again -- naming the URL without its password.
 
-The keys of one take are a tree's and its workspace's: a Redis Cluster would refuse a script over
-two slots, so use one Redis (with replicas or Sentinel), not a cluster.
+On a cluster, the keys of one take share a hash slot (a tag of the tree's root, or of the workspace
+when ``workspace_max_hops`` is on: :func:`~otel_guard.budget.redis_fleet.cluster_key`), and redis-py
+follows MOVED, ASK and TRYAGAIN within the take's deadline; a take that meets a failing node fails
+(``budget_on_error``) and the next one finds the new topology. Through Sentinel, the store asks the
+sentinels which node is the master every half second, so after a failover at most about that (and
+the sentinels' own switch) of hops go to the old master and are lost; a ``ReadOnlyError`` from a
+demoted master fails its take and the next take finds the new master.
 """
 
 from __future__ import annotations
@@ -47,11 +55,13 @@ from typing import Any, Final
 
 import redis
 import redis.asyncio
+import redis.sentinel
 from redis.backoff import NoBackoff
-from redis.connection import parse_url
 from redis.retry import Retry
 
-from otel_guard.budget._store import MAX_COUNT, BadCount, Meter, StoreError
+from otel_guard.budget import redis_fleet
+from otel_guard.budget._store import MAX_COUNT, BadCount, Meter, SlotMigrating, StoreError
+from otel_guard.budget.redis_urls import read_store_url
 from otel_guard.settings import current_settings, redacted_url
 
 TIMEOUT: Final = 0.25
@@ -156,7 +166,8 @@ class RedisStore:
     ) -> None:
         self._url = url
         self.name = redacted_url(url)
-        parsed = parse_url(url)  # type: ignore[no-untyped-call]
+        self._read = read = read_store_url(url)
+        parsed = read.options
         given = parsed.get("socket_timeout")
         timeout = float(given) if given is not None else TIMEOUT if timeout is None else timeout
         self.timeout = timeout
@@ -170,12 +181,26 @@ class RedisStore:
             "max_connections": MAX_CONNECTIONS,
             "timeout": timeout,  # the wait for a connection of a pool whose every one is in use
         }
-        connection = _on_deadline(parsed.get("connection_class", redis.connection.Connection))
-        # No retries: a hop that cannot count asks budget_on_error instead of waiting again.
-        pool = redis.BlockingConnectionPool.from_url(
-            url, connection_class=connection, retry=Retry(NoBackoff(), 0), **self._options
+        self._cluster = read.kind == "cluster"
+        self._watch: redis_fleet.MasterWatch | None = None  # Sentinel: which node is the master
+        if read.kind == "single":
+            connection = _on_deadline(parsed.get("connection_class", redis.connection.Connection))
+            # No retries: a hop that cannot count asks budget_on_error instead of waiting again.
+            pool = redis.BlockingConnectionPool.from_url(
+                url, connection_class=connection, retry=Retry(NoBackoff(), 0), **self._options
+            )
+            self._client: Any = redis.Redis(connection_pool=pool)
+        else:
+            options = {**self._options, **{k: v for k, v in read.options.items() if k != "socket_timeout"}}
+            self._fleet_options = options
+            if read.kind == "cluster":
+                self._client = None  # made at the first take: RedisCluster asks its nodes when made
+            else:
+                connection = _SentinelTLSConnection if read.tls else _SentinelConnection
+                self._client, self._watch = redis_fleet.sentinel_client(read, options, connection)
+        self._async_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
         )
-        self._client: Any = redis.Redis(connection_pool=pool)
         self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
@@ -184,19 +209,23 @@ class RedisStore:
         self._warn_every = WARN_EVERY if warn_every is None else warn_every
         self._clock = clock
         self._lock = threading.Lock()
+        self._making = threading.Lock()
         self._answering: bool | None = None  # None: not asked yet
         self._warned_at = -math.inf
         self._quiet = False  # this outage was not told (rate limit): nor will its end be
-        self._password = str(parse_url(url).get("password") or "")  # type: ignore[no-untyped-call]
+        self._password = str(parsed.get("password") or "")
 
     # EVALSHA by hand, EVAL when Redis does not hold the script yet (which also loads it): redis-py's
     # Script object costs twice the round trip itself on every call (measured: 133 µs against 60).
 
     def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         command = self._ask(meters)
-        client = self._client
         deadline = _DEADLINE.set(time.monotonic() + self.timeout)
         try:
+            client = self._client if self._client is not None else self._cluster_client()
+            watch = self._watch
+            if watch is not None and watch.due():
+                watch.check()
             try:
                 result = client.evalsha(_TAKE_SHA, len(meters), *command)
             except redis.exceptions.NoScriptError:
@@ -214,13 +243,13 @@ class RedisStore:
         command = self._ask(meters)
         loop = asyncio.get_running_loop()
         client = self._async_clients.get(loop)
-        if client is None:
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
-                self._url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
-            )
-            client = self._async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
         try:
+            if client is None:
+                client = self._async_clients[loop] = self._async_client(loop)
+            watch = self._async_watches.get(loop)
             async with asyncio.timeout(self.timeout):  # the take's deadline, the pool's wait included
+                if watch is not None and watch.due():
+                    await watch.acheck()
                 try:
                     result = await client.evalsha(_TAKE_SHA, len(meters), *command)
                 except redis.exceptions.NoScriptError:
@@ -231,6 +260,27 @@ class RedisStore:
             self._answered()
         return _taken(result, meters)
 
+    def _cluster_client(self) -> Any:
+        """The cluster's client, made now (it asks the nodes for the topology, under the deadline)."""
+        with self._making:
+            if self._client is None:
+                connection = _TLSConnection if self._read.tls else _TCPConnection
+                self._client = redis_fleet.cluster_client(self._read, self._fleet_options, connection)
+            return self._client
+
+    def _async_client(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The asyncio client of ``loop`` (its own pool, or a cluster's nodes, or Sentinel's)."""
+        read = self._read
+        if read.kind == "cluster":
+            return redis_fleet.AsyncCluster(read, self._fleet_options)
+        if read.kind == "sentinel":
+            client, self._async_watches[loop] = redis_fleet.async_sentinel_client(read, self._fleet_options)
+            return client
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            self._url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+        )
+        return redis.asyncio.Redis(connection_pool=pool)
+
     def probe(self) -> None:
         """Ask Redis once (``PING``, within the store's timeout) if nothing has asked it yet: where the
         guard starts, so a store that cannot be reached says so then, before any hop."""
@@ -238,7 +288,8 @@ class RedisStore:
             return
         deadline = _DEADLINE.set(time.monotonic() + self.timeout)
         try:
-            self._client.ping()
+            client = self._client if self._client is not None else self._cluster_client()
+            client.ping()
         except Exception as exc:
             self._failed(exc)
             return
@@ -251,12 +302,17 @@ class RedisStore:
         if self._down_until > self._clock():
             raise StoreError("the Redis budget store failed a moment ago; not asking again yet")
         command = [meter.key for meter in meters]
+        if self._cluster:
+            command = redis_fleet.cluster_keys(command, current_settings().workspace_max_hops > 0)
         for meter in meters:
             limit, amount = min(meter.limit, MAX_COUNT), min(meter.amount, MAX_COUNT)
             command += (str(limit), str(int(meter.expires_at * 1000)), str(amount))
         return command
 
     def _failed(self, exc: Exception) -> StoreError:
+        if isinstance(exc, redis.exceptions.TryAgainError | redis.exceptions.ClusterError):
+            # A slot on the move (TRYAGAIN, or redirections past redis-py's TTL): this take only.
+            return SlotMigrating(f"the budget store's slot is moving between nodes: {type(exc).__name__}")
         with self._lock:
             now = self._clock()
             self._down_until = now + self._down_for
@@ -296,12 +352,19 @@ class RedisStore:
 
     def used(self, key: str, now: float) -> int:
         """The count under ``key`` now (0 when none): for tests and ``inspect``."""
-        value = self._client.get(key)
+        if self._cluster:
+            key = redis_fleet.cluster_keys([key], current_settings().workspace_max_hops > 0)[0]
+        client = self._client if self._client is not None else self._cluster_client()
+        value = client.get(key)
         return int(value) if value is not None else 0
 
     def close(self) -> None:
-        self._client.close()
-        self._client.connection_pool.disconnect()
+        client = self._client
+        if client is None:
+            return
+        client.close()
+        if not self._cluster:
+            client.connection_pool.disconnect()
 
 
 _DEADLINE: ContextVar[float] = ContextVar("otel_guard_redis_deadline", default=math.inf)
@@ -372,6 +435,14 @@ class _TLSConnection(_OnDeadline, redis.connection.SSLConnection):
 
 
 class _UnixConnection(_OnDeadline, redis.connection.UnixDomainSocketConnection):
+    pass
+
+
+class _SentinelConnection(_OnDeadline, redis.sentinel.SentinelManagedConnection):
+    pass
+
+
+class _SentinelTLSConnection(_OnDeadline, redis.sentinel.SentinelManagedSSLConnection):
     pass
 
 

@@ -17,6 +17,7 @@ from typing import Final, NamedTuple
 
 __all__ = [
     "CUT",
+    "MAX_HELD_BYTES",
     "MAX_LABEL_CHARS",
     "MAX_NAME_CHARS",
     "MAX_PATH_NAMES",
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 MAX_PATH_NAMES: Final = 64
+# The default of --max-held-bytes: the bytes of detection state all held traces may reckon to
+# (docs/processor.md says why 256 MiB, and what the processor's RSS comes to with it).
+MAX_HELD_BYTES: Final = 256 * 1024 * 1024
 # Names and label values come from what senders put in spans: a name is cut to MAX_NAME_CHARS and a
 # cycle label to MAX_LABEL_CHARS, the cut shown by a last character "…" (counted in ``truncated``).
 MAX_NAME_CHARS: Final = 256
@@ -61,5 +65,6 @@ class DetectorLimits:
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
+    max_held_bytes: int = MAX_HELD_BYTES
     trace_ttl: float = 120.0
     count_wait: float = 10.0

@@ -275,6 +275,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_spans_per_trace", _integer, "most spans of one trace held; later ones skip detection", "N", COUNT
     ),
+    Option(
+        "max_held_bytes",
+        _integer,
+        "most bytes of detection state held over all traces, as --max-spans bounds their number; "
+        "past it the least recently active trace goes (one of a single name before one that delegates)",
+        "BYTES",
+        COUNT,
+    ),
     Option("trace_ttl", _seconds, "seconds a trace is held after its latest span", "SECONDS", SECONDS),
     Option(
         "count_wait",
@@ -354,6 +362,7 @@ class ProcessorConfig:
     max_traces: int = 50_000
     max_spans: int = 1_000_000
     max_spans_per_trace: int = 10_000
+    max_held_bytes: int = 256 * 1024 * 1024
     trace_ttl: float = 120.0
     count_wait: float = 10.0
     max_request_bytes: int = 8 * 1024 * 1024

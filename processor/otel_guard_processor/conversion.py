@@ -28,6 +28,9 @@ import json
 import math
 import multiprocessing
 import os
+import select
+import threading
+import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -158,7 +161,9 @@ class Conversion:
             return convert(signal, body)
         if self._processes is None:
             context = multiprocessing.get_context("forkserver")
-            self._processes = ProcessPoolExecutor(self.workers, mp_context=context)
+            self._processes = ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_end_with, initargs=(os.getpid(),)
+            )
         pool = self._processes
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, convert, signal, body)
@@ -176,6 +181,38 @@ class Conversion:
         for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _end_with(processor: int) -> None:
+    """A worker's initializer: the worker ends when the processor does, however it ends (killed
+    too). Else it would outlive it: each worker holds both ends of its pool's queue, so it never
+    reads the end of it, and the forkserver lives as long as a worker does."""
+    try:
+        watched = os.pidfd_open(processor)
+    except ProcessLookupError:
+        os._exit(0)
+    except OSError:  # no pidfd (Linux before 5.3): look every second
+        watched = -1
+
+    def wait() -> None:
+        if watched >= 0:
+            select.select([watched], [], [])
+        else:
+            while _alive(processor):
+                time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=wait, name="otel-guard-processor-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _Gunzip:

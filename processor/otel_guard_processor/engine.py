@@ -9,6 +9,8 @@ Its calls take a whole request's bytes: no Python runs per span.
   ``release_trees()`` and ``drain()`` (at stop: every waiting count made) each hand back the
   :class:`Events` they counted.
 - :class:`EngineDetector`: an Engine behind the tallies the metrics read; the service's detector.
+- :func:`check` ``(request)``: the spans of a request, or the :class:`DecodeError` ``ingest`` would
+  raise for it (it decodes as ``ingest`` does, keeping nothing).
 - :func:`decode_counts` ``(request, keys)``: the spans, links and asked-for attributes a request
   holds; :func:`decode_summary` ``(request, keys)``: what the engine reads of a request as Python
   values, for tests and benchmarks; :func:`dialect_table`: the table the engine reads calls by.
@@ -40,6 +42,7 @@ try:
         Engine,
         EngineFault,
         Events,
+        check,
         decode_counts,
         decode_summary,
         dialect_table,
@@ -57,6 +60,7 @@ __all__ = [
     "EngineFault",
     "Events",
     "SpanAt",
+    "check",
     "decode_counts",
     "decode_summary",
     "dialect_table",
@@ -96,6 +100,7 @@ class EngineDetector:
             max_traces=self.limits.max_traces,
             max_spans=self.limits.max_spans,
             max_spans_per_trace=self.limits.max_spans_per_trace,
+            max_held_bytes=self.limits.max_held_bytes,
             trace_ttl=self.limits.trace_ttl,
             tool_edge_wait=self.limits.count_wait,
             cycle_wait=self.limits.count_wait,
@@ -131,6 +136,16 @@ class EngineDetector:
     @property
     def pending_spans(self) -> int:
         return self.engine.pending_spans
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes the held traces weigh, as the engine reckons them (``max_held_bytes``)."""
+        return self.engine.held_bytes
+
+    @property
+    def delegating_traces(self) -> int:
+        """Held traces with a delegation path of two names or more: evicted after the others."""
+        return self.engine.delegating_traces
 
     def ingest(self, raw: bytes, now: float) -> int:
         """Read one request (its protobuf bytes) received at ``now``; return how many spans it had.

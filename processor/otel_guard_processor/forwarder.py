@@ -174,22 +174,23 @@ class Forwarder:
             raise busy
         self._inflight += 1
         answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        # If the client goes away meanwhile nobody awaits the answer: retrieve it anyway, so a
-        # failure is not reported as an exception never retrieved.
-        answer.add_done_callback(_retrieve)
         lane = self._lanes[method]
         waiting = _Waiting(raw, answer, headers)
         lane.waiting.append(waiting)
         lane.waiting_bytes += len(raw)
-        # A client gone away while its request waits (the answer cancelled) takes its bytes along.
-        answer.add_done_callback(partial(self._left, lane, waiting))
+        answer.add_done_callback(partial(self._answered, lane, waiting))
         if self._closed:
             self._fail_waiting(lane)
         else:
             self._pump(lane)
         return answer
 
-    def _left(self, lane: _Lane, waiting: _Waiting, _: asyncio.Future[bytes]) -> None:
+    def _answered(self, lane: _Lane, waiting: _Waiting, answer: asyncio.Future[bytes]) -> None:
+        # If the client went away nobody awaits the answer: retrieve it anyway, so a failure is
+        # not reported as an exception never retrieved.
+        if not answer.cancelled():
+            answer.exception()
+        # A client gone away while its request waits (the answer cancelled) takes its bytes along.
         if waiting.queued:  # else taken to be sent (or failed) already: counted there
             waiting.queued = False
             lane.waiting.remove(waiting)  # at most max_inflight to look through
@@ -456,11 +457,6 @@ def _shared(method: str, response: bytes, requests: int) -> bytes:
         + (f": {partial.error_message}" if partial.error_message else "")
     )
     return message.SerializeToString()
-
-
-def _retrieve(sending: asyncio.Future[bytes]) -> None:
-    if not sending.cancelled():
-        sending.exception()
 
 
 def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) -> DownstreamError:

@@ -3,10 +3,18 @@
 
 HTTP/2 and gRPC's framing run in the compiled engine, on a thread of their own that never takes
 the interpreter lock (``GrpcServer``, processor/src/grpc): it reads each call whole, inflating
-gzip, and refuses one larger than twice ``max_request_bytes`` (RESOURCE_EXHAUSTED) before it is
-read. This module takes the calls that arrived, a batch at each wake-up of the event loop, and
-answers each with what the pipeline says; the handler refuses a request larger than
-``max_request_bytes`` with the same status and counts it. The handler gets the request's bytes
+gzip up to ``max_request_bytes``, and refuses one larger than twice ``max_request_bytes``
+(RESOURCE_EXHAUSTED) before it is read. What the engine holds is bounded in bytes: a call's bytes,
+from its first frame until :meth:`GrpcReceiver._take` takes it, are drawn from a budget of
+``max_pending_bytes`` (at least one whole message), a connection's share half of it; a call past
+it is refused RESOURCE_EXHAUSTED with the same ``RetryInfo`` as here. A call's ``grpc-timeout``
+is honoured, its request must arrive within ``read_timeout``, a connection with no call is closed
+after ``read_timeout``, and at :func:`max_connections` (below the descriptor limit) a new
+connection closes the one idle the longest.
+
+This module takes the calls that arrived, a batch at each wake-up of the event loop, and answers
+each with what the pipeline says; the handler refuses a request larger than ``max_request_bytes``
+with the same status and counts it. The handler gets the request's bytes
 exactly as they arrived -- the bytes the forwarder sends on.
 
 A retryable error carries a ``google.rpc.Status`` with a ``RetryInfo`` detail in the
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import socket
 import time
 from functools import partial
@@ -46,13 +55,29 @@ _SIGNALS: tuple[Unread | None, ...] = tuple(
 class GrpcReceiver:
     """The engine's gRPC server, its calls answered by the pipeline on the event loop."""
 
-    def __init__(self, pipeline: Pipeline, address: str, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        address: str,
+        max_request_bytes: int,
+        *,
+        read_timeout: float = 30.0,
+        retry_after: float = 1.0,
+    ) -> None:
         self._pipeline = pipeline
         self._max_request_bytes = max_request_bytes
         host, port = parse_address(address, option="listen")
         try:
             self._server = GrpcServer(
-                _addresses(host, port), port, 2 * max_request_bytes, headers=pipeline.forward_headers
+                _addresses(host, port),
+                port,
+                2 * max_request_bytes,
+                max_inflated_bytes=max_request_bytes,
+                max_held_bytes=pipeline.max_pending_bytes,
+                max_connections=max_connections(),
+                read_timeout=read_timeout,
+                retry_after=retry_after,
+                headers=pipeline.forward_headers,
             )
         except OSError as exc:
             raise cannot_listen("listen", address, "OTLP/gRPC", exc) from None
@@ -60,6 +85,11 @@ class GrpcReceiver:
         self.address = address
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of calls received by the engine and not yet taken here."""
+        return self._server.held_bytes
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -131,6 +161,16 @@ class GrpcReceiver:
         if signal is None:
             return await self._pipeline.export(raw, "grpc", started, headers)
         return await self._pipeline.export_unread(signal, raw, "grpc", started, headers)
+
+
+def max_connections() -> int:
+    """The most gRPC connections at once: the descriptor limit (``RLIMIT_NOFILE``'s soft limit)
+    less a quarter of it (at least 64) for everything else the process opens, and at most 4,096
+    (an idle HTTP/2 connection costs tens of kilobytes)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(1, min(4096, soft - max(64, soft // 4)))
 
 
 def _addresses(host: str, port: int) -> list[str]:

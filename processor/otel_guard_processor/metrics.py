@@ -11,16 +11,33 @@ loop's ``chain_root`` when its guard spans name one), and each
 decision series the latest span of that decision; only the OpenMetrics exposition writes them: the
 plain text format has no place for them and leaves them out.
 
+The four metrics whose label values senders choose (cycles, delegations, cycle edges, decisions)
+hold at most ``MAX_SERIES`` label sets each (the detector folds the rest into ``OVERFLOW``), and
+each shows at most ``MAX_FAMILY_BYTES`` of them on ``/metrics``: its series in the order they first
+came while they fit, the rest added into its ``OVERFLOW`` series. A counted series never moves into
+``OVERFLOW`` later (those before it do not grow), so every series only grows. A scrape is at most
+about four times ``MAX_FAMILY_BYTES`` whatever the senders sent.
+
+What a reader would not guess: ``/metrics`` is rendered by :func:`choose_encoder` rather than
+prometheus_client's own, with the same text, and not on the event loop that every receiver shares:
+the scrape copies the tallies there (in the detection queue, so the copy is consistent) and renders
+the copy on a worker thread. The four large metrics' text is kept between scrapes and made again
+only when their counts changed (counts only grow, so their number and sum say so).
+
 Metric names are listed in docs/processor.md; a test checks that list against ``/metrics``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from functools import partial
 from itertools import pairwise
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
+from prometheus_client import exposition
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -30,19 +47,29 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar
 
+from otel_guard_processor._engine import cycle_names
 from otel_guard_processor.bounds import CUT, MAX_SERIES, OVERFLOW, TREE_HOPS_BUCKETS
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "MAX_FAMILY_BYTES",
     "ProcessorCollector",
     "RequestStats",
     "Tallies",
+    "choose_encoder",
     "cycle_edges",
     "new_registry",
 ]
 
 SPAN_OUTCOMES = ("received", "forwarded", "rejected")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MAX_FAMILY_BYTES: Final = 1024 * 1024
+"""The most bytes of series one of the four large metrics shows on ``/metrics`` (in OpenMetrics,
+exemplars included); the rest is added into its ``OVERFLOW`` series."""
+# A series' bytes besides its name and label values: braces, quotes, the value, a newline (at most).
+_SERIES_BYTES: Final = 32
+# An exemplar: ' # {span_id="<16 hex>",trace_id="<32 hex>"} 1.0 <seconds since the epoch>'.
+_EXEMPLAR_BYTES: Final = 100
 
 
 class _Histogram:
@@ -84,6 +111,9 @@ class RequestStats:
         self.detection_errors = 0
         self.inflight = 0
         self.pending_bytes = 0  # of requests held: not yet both answered and detected
+        # Bytes the receivers hold before the pipeline has them (the gRPC receiver's calls being
+        # read or waiting to be taken): in the pending_bytes metric too.
+        self.held_elsewhere: Callable[[], int] = lambda: 0
         self._latency: dict[str, _Histogram] = {}
 
     def request(self, protocol: str, outcome: str, size: int, seconds: float) -> None:
@@ -166,16 +196,23 @@ class _Exemplars(Generic[K]):
     def __init__(self) -> None:
         self._made: dict[K, tuple[SpanAt, Exemplar | None]] = {}
 
-    def of(self, spans: Mapping[K, SpanAt], roots: Mapping[K, str | None] | None = None) -> dict[K, Exemplar]:
+    def of(
+        self, spans: Mapping[K, SpanAt], roots: Mapping[K, str | None] | None = None
+    ) -> Callable[[K], Exemplar | None]:
+        """The exemplar of a series (None without one), made when a scrape shows that series, with
+        its count's chain root where ``roots`` names one."""
         made = self._made
-        out: dict[K, Exemplar] = {}
-        for series, at in spans.items():
+
+        def exemplar_of(series: K) -> Exemplar | None:
+            at = spans.get(series)
+            if at is None:
+                return None
             known = made.get(series)
             if known is None or known[0] is not at:  # a new count: a new span, and its root
                 known = made[series] = (at, exemplar(at, roots.get(series) if roots else None))
-            if known[1] is not None:
-                out[series] = known[1]
-        return out
+            return known[1]
+
+        return exemplar_of
 
 
 def cycle_edges(cycles: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
@@ -189,7 +226,7 @@ def cycle_edges(cycles: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], 
     for (_kind, label), count in cycles.items():
         if label == OVERFLOW:
             continue
-        names = label.split(">")
+        names = cycle_names(label)  # each name's `>` and `\` escaped in the label
         if label.endswith(CUT):
             names.pop()
         for pair in dict.fromkeys(pairwise(names)):
@@ -208,37 +245,89 @@ class ProcessorCollector(Collector):
         self._decision_exemplars = _Exemplars[tuple[str, str, str]]()
         # cycle_edges of the cycles as they were at (number of series, total count): the counts
         # only grow, so any change changes the pair, and an unchanged scrape does not redo it.
-        self._edges_of: tuple[int, int] = (0, 0)
-        self._edges: dict[tuple[str, str], int] = {}
+        self._edge_cache = _Edges()
+        # Per content type: the large metrics' text as of their version (see render).
+        self._rendered: dict[str, dict[str, tuple[tuple[int, int], bytes]]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        detector, stats = self._detector, self._stats
-        yield _counter(
+        for _, build in self._large():
+            yield build()
+        yield from self._small()
+
+    def render(self, encode: Callable[[Collector], bytes], content_type: str) -> bytes:
+        """What ``encode`` (prometheus_client's encoder of ``content_type``) makes of
+        :meth:`collect`, the large metrics' text taken from the previous scrape of the same
+        content type where their counts did not change."""
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        rendered = self._rendered.get(content_type)
+        if rendered is None:
+            if len(self._rendered) >= _FORMATS:  # formats a scraper asked for: few, but its choice
+                self._rendered.clear()
+            rendered = self._rendered[content_type] = {}
+        parts: list[bytes] = []
+        for version, build in self._large():
+            text = rendered.get(build.__name__)
+            if text is None or text[0] != version:
+                text = rendered[build.__name__] = (version, _text(encode, [build()], openmetrics))
+            parts.append(text[1])
+        parts.append(_text(encode, list(self._small()), openmetrics))
+        if openmetrics:
+            parts.append(_EOF)
+        return b"".join(parts)
+
+    def _large(self) -> list[tuple[tuple[int, int], Callable[[], Metric]]]:
+        """The metrics whose label values senders choose: (a version that changes whenever their
+        counts do, their maker)."""
+        detector = self._detector
+        cycles = _version(detector.cycles)
+        return [
+            (cycles, self._cycles),
+            (_version(detector.delegations), self._delegations),
+            (cycles, self._edges),
+            (_version(detector.decisions), self._decisions),
+        ]
+
+    def _cycles(self) -> Metric:
+        return _counter(
             "otel_guard_cycles",
             "Distinct delegation cycles, each counted once in the trace where a name repeats.",
             ("kind", "cycle"),
-            detector.cycles.items(),
-            self._cycle_exemplars.of(detector.cycle_spans, detector.cycle_roots),
+            _capped(self._detector.cycles, "otel_guard_cycles", ("kind", "cycle"), exemplars=True),
+            self._cycle_exemplars.of(self._detector.cycle_spans, self._detector.cycle_roots),
         )
-        yield _counter(
+
+    def _delegations(self) -> Metric:
+        return _counter(
             "otel_guard_delegations",
             "Calls, each counted on the edge from its nearest named ancestor.",
             ("caller", "callee"),
-            detector.delegations.items(),
+            _capped(self._detector.delegations, "otel_guard_delegations", ("caller", "callee")),
         )
-        yield _counter(
+
+    def _edges(self) -> Metric:
+        return _counter(
             "otel_guard_cycle_edges",
             "Counted cycles whose loop takes this delegation edge, each cycle once per edge.",
             ("caller", "callee"),
-            self._cycle_edges().items(),
+            _capped(self._cycle_edges(), "otel_guard_cycle_edges", ("caller", "callee")),
         )
-        yield _counter(
+
+    def _decisions(self) -> Metric:
+        return _counter(
             "otel_guard_span_decisions",
             "Guard decisions read from otel_guard.decision on incoming spans.",
             ("decision", "reason", "agent"),
-            detector.decisions.items(),
-            self._decision_exemplars.of(detector.decision_spans),
+            _capped(
+                self._detector.decisions,
+                "otel_guard_span_decisions",
+                ("decision", "reason", "agent"),
+                exemplars=True,
+            ),
+            self._decision_exemplars.of(self._detector.decision_spans),
         )
+
+    def _small(self) -> Iterator[Metric]:
+        detector, stats = self._detector, self._stats
         tree_hops = HistogramMetricFamily(
             "otel_guard_tree_hops",
             "Hops of a delegation tree (otel_guard.chain.root): the largest otel_guard.budget.hops "
@@ -340,16 +429,26 @@ class ProcessorCollector(Collector):
         )
         yield _gauge(
             "otel_guard_processor_pending_bytes",
-            "Bytes of export requests held: waiting for the downstream's answer or for detection.",
-            stats.pending_bytes,
+            "Bytes of export requests held: being received, waiting for the downstream's answer or "
+            "for detection.",
+            stats.pending_bytes + stats.held_elsewhere(),
         )
 
     def _cycle_edges(self) -> dict[tuple[str, str], int]:
         cycles = self._detector.cycles
         state = (len(cycles), sum(cycles.values()))
-        if state != self._edges_of:
-            self._edges_of, self._edges = state, cycle_edges(cycles)
-        return self._edges
+        edges = self._edge_cache
+        if state != edges.of:
+            edges.of, edges.made = state, cycle_edges(cycles)
+        return edges.made
+
+    def snapshot(self) -> ProcessorCollector:
+        """A collector of the tallies as they are now, sharing this one's kept text and exemplars:
+        to render on another thread while the event loop goes on changing the tallies."""
+        view = copy.copy(self)
+        view._detector = _Snapshot(self._detector)
+        view._stats = _stats_copy(self._stats)
+        return view
 
 
 def _counter(
@@ -357,13 +456,139 @@ def _counter(
     documentation: str,
     labels: tuple[str, ...],
     samples: Iterable[tuple[K, float]],
-    exemplars: Mapping[K, Exemplar] | None = None,
+    exemplars: Callable[[K], Exemplar | None] | None = None,
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(name, documentation, labels=labels)
     for label_values, value in samples:
-        exemplar = exemplars.get(label_values) if exemplars else None
+        exemplar = exemplars(label_values) if exemplars else None
         family.add_metric(list(label_values), value, exemplar=exemplar)
     return family
+
+
+def _capped(
+    tally: Mapping[K, int], name: str, labels: tuple[str, ...], exemplars: bool = False
+) -> list[tuple[K, int]]:
+    """The series of ``tally`` that one metric shows: in the order they came while they fit in
+    MAX_FAMILY_BYTES, then its ``OVERFLOW`` series with the counts of the rest added in."""
+    overflow = tuple(OVERFLOW for _ in labels)
+    # A series' bytes but its label values: its name and labels' names, quotes, value, exemplar.
+    each = len(name) + len("_total") + sum(len(label) + 4 for label in labels) + _SERIES_BYTES
+    each += _EXEMPLAR_BYTES if exemplars else 0
+    room = MAX_FAMILY_BYTES - each - len(OVERFLOW) * len(labels)  # kept for the overflow series
+    shown: list[tuple[K, int]] = []
+    folded = 0
+    for series, count in tally.items():
+        if series == overflow:
+            folded += count
+            continue
+        if room >= 0:
+            room -= each + sum(_escaped_bytes(value) for value in series)
+        if room < 0:
+            folded += count
+            continue
+        shown.append((series, count))
+    if folded or overflow in tally:
+        shown.append((overflow, folded))  # type: ignore[arg-type]
+    return shown
+
+
+def _escaped_bytes(value: str) -> int:
+    """The bytes of a label value in the exposition (UTF-8, ``\\``, ``"`` and newlines escaped)."""
+    return len(value.encode()) + value.count("\\") + value.count('"') + value.count("\n")
+
+
+def _version(tally: Mapping[K, int]) -> tuple[int, int]:
+    """Changes whenever a tally of growing counts does: its number of series and their sum."""
+    return len(tally), sum(tally.values())
+
+
+_FORMATS: Final = 4
+_EOF: Final = b"# EOF\n"
+
+
+class _Families:
+    """Metric families as prometheus_client's encoders take them (anything with ``collect``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _text(encode: Callable[[Collector], bytes], families: list[Metric], openmetrics: bool) -> bytes:
+    text = encode(_Families(families))
+    return text[: -len(_EOF)] if openmetrics and text.endswith(_EOF) else text
+
+
+class _Edges:
+    """cycle_edges of the cycles as they were at ``of`` (number of series, total count)."""
+
+    __slots__ = ("made", "of")
+
+    def __init__(self) -> None:
+        self.of: tuple[int, int] = (0, 0)
+        self.made: dict[tuple[str, str], int] = {}
+
+
+class _Snapshot:
+    """What the metrics read of a detector (:class:`Tallies`), copied."""
+
+    def __init__(self, detector: Tallies) -> None:
+        self.cycles = dict(detector.cycles)
+        self.cycle_spans = dict(detector.cycle_spans)
+        self.cycle_roots = dict(detector.cycle_roots)
+        self.delegations = dict(detector.delegations)
+        self.decisions = dict(detector.decisions)
+        self.decision_spans = dict(detector.decision_spans)
+        self.evictions = dict(detector.evictions)
+        self.dropped = dict(detector.dropped)
+        self.duplicates = detector.duplicates
+        self.truncated = dict(detector.truncated)
+        self.tree_hops = list(detector.tree_hops)
+        self.tree_hops_sum = detector.tree_hops_sum
+        self.tree_evictions = dict(detector.tree_evictions)
+        self.active_traces = detector.active_traces
+        self.active_trees = detector.active_trees
+        self.stored_spans = detector.stored_spans
+        self.pending_spans = detector.pending_spans
+
+
+def _stats_copy(stats: RequestStats) -> RequestStats:
+    copied = copy.copy(stats)
+    for name in ("requests", "received_bytes", "spans", "unread_requests", "downstream_errors"):
+        setattr(copied, name, dict(getattr(stats, name)))
+    copied._latency = {protocol: copy.deepcopy(histogram) for protocol, histogram in stats.latency().items()}
+    return copied
+
+
+def choose_encoder(accept: str) -> tuple[Callable[[CollectorRegistry], bytes | Awaitable[bytes]], str]:
+    """prometheus_client's ``choose_encoder``, for :func:`new_registry`'s registries: the same text
+    (OpenMetrics, exemplars included, when the scraper asks for it, else the plain text format),
+    the large metrics' kept between scrapes where their counts did not change. For such a registry
+    the encoder copies the tallies and returns an awaitable of the text, rendered on a worker thread
+    (``Detection.run`` awaits it in the detection queue)."""
+    encode, content_type = exposition.choose_encoder(accept)
+    return partial(_render, encode, content_type), content_type
+
+
+def _render(
+    encode: Callable[[Collector], bytes], content_type: str, registry: CollectorRegistry
+) -> bytes | Awaitable[bytes]:
+    """A registry of :func:`new_registry`: the tallies copied now, rendered on a worker thread
+    (awaited); any other: rendered now."""
+    if isinstance(registry, _Registry):
+        return asyncio.to_thread(registry.collector.snapshot().render, encode, content_type)
+    return encode(registry)
+
+
+class _Registry(CollectorRegistry):
+    """A registry of one :class:`ProcessorCollector`, which :func:`choose_encoder` renders."""
+
+    def __init__(self, collector: ProcessorCollector) -> None:
+        super().__init__(auto_describe=False)
+        self.collector = collector
+        self.register(collector)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -371,7 +596,5 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 
 
 def new_registry(detector: Tallies, stats: RequestStats) -> CollectorRegistry:
-    """A registry holding only the processor's metrics."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ProcessorCollector(detector, stats))
-    return registry
+    """A registry holding only the processor's metrics (rendered by :func:`choose_encoder`)."""
+    return _Registry(ProcessorCollector(detector, stats))

@@ -7,13 +7,15 @@ work is what keeps spans safe and the clients apart:
 1. take it, or refuse it with RESOURCE_EXHAUSTED and a retry delay when the requests held already
    fill ``max_pending_bytes`` (a request is held, in bytes, from here until it is both answered and
    detected; one request is always taken when none is held); the client keeps the spans and sends
-   them again;
+   them again. A receiver's bytes before this step (a body inflating or converting from OTLP/JSON)
+   are held too (:meth:`Pipeline.hold`);
 2. hand it to detection (:meth:`Detection.take <otel_guard_processor.detection.Detection.take>`):
-   detected at once when nothing waits for detection and it is small, else checked with the
-   engine's decoder and queued (decoded again when its turn comes: cheaper than holding what was
-   read). Either way a request that does not decode is answered INVALID_ARGUMENT, saying at which
-   byte and why, and changes nothing; with ``max_inflight`` requests already waiting for the
-   downstream it is only checked and counted, and refused as busy;
+   detected at once when nothing waits for detection and it is small, else checked with the engine's
+   decoder as detection decodes (one answer whatever the load) and queued (decoded again when its
+   turn comes: cheaper than holding what was read). Either way a request that does not decode is
+   answered INVALID_ARGUMENT, saying at which byte and why, and changes nothing; with
+   ``max_inflight`` requests already waiting for the downstream it is only checked and counted, and
+   refused as busy;
 3. forward the very same bytes;
 4. wait for the downstream's acknowledgement and answer the client with it -- or with a retryable
    error, so the client keeps the spans and sends them again. The answer does not wait for
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import grpc
 
 from otel_guard_processor.detection import Detection
-from otel_guard_processor.engine import DecodeError, decode_counts
+from otel_guard_processor.engine import DecodeError, check
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.headers import Headers
 from otel_guard_processor.metrics import RequestStats
@@ -114,11 +116,9 @@ class Pipeline:
             full = None if forwarder is None else forwarder.busy()
             try:
                 # Detected (or queued for it) only when it goes on downstream: a refused request
-                # comes again. Detection's decode is the check that it is readable.
-                if full is None:
-                    spans = self.detection.take(raw, self._clock(), held.release)
-                else:
-                    spans = decode_counts(raw, ())[0]
+                # comes again. Detection's decode is the check that it is readable; else check(),
+                # which refuses what detection would: one answer whatever the load.
+                spans = self.detection.take(raw, self._clock(), held.release) if full is None else check(raw)
             except DecodeError as exc:
                 held.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"

@@ -60,6 +60,7 @@ class Processor:
                 max_traces=config.max_traces,
                 max_spans=config.max_spans,
                 max_spans_per_trace=config.max_spans_per_trace,
+                max_held_bytes=config.max_held_bytes,
                 trace_ttl=config.trace_ttl,
                 count_wait=config.count_wait,
             ),
@@ -98,7 +99,14 @@ class Processor:
             forward_headers=config.forward_headers or (),
         )
         try:
-            self.grpc = GrpcReceiver(self.pipeline, config.listen, config.max_request_bytes)
+            self.grpc = GrpcReceiver(
+                self.pipeline,
+                config.listen,
+                config.max_request_bytes,
+                read_timeout=config.read_timeout,
+                retry_after=config.retry_after,
+            )
+            self.stats.held_elsewhere = lambda: self.grpc.held_bytes if self.grpc is not None else 0
             await self.grpc.start()
             if config.http_listen is not None:
                 app = build_http_app(self.pipeline, config.max_request_bytes, config.read_timeout)
@@ -149,7 +157,7 @@ class Processor:
         return f"{host}:{server.port}"
 
     def _metrics_app(self) -> Starlette:
-        from prometheus_client.exposition import choose_encoder
+        from otel_guard_processor.metrics import choose_encoder
 
         async def metrics(request: Request) -> Response:
             # OpenMetrics (with the exemplars) when the scraper asks for it, else the plain text

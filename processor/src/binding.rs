@@ -7,6 +7,7 @@
 //! its detection state is lost, never a span. The work itself runs with the GIL released.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -76,6 +77,27 @@ fn decode_counts(
     })
 }
 
+/// check(request) -> spans
+///
+/// Decode a request as `Engine.ingest` does (the same keys, so a string value it reads that is not
+/// UTF-8 too) and count its spans, keeping nothing: DecodeError exactly where `ingest` would raise
+/// it. The service checks a request with it before it answers and detects it later.
+#[pyfunction]
+fn check(py: Python<'_>, request: &[u8]) -> PyResult<usize> {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    guarded(|| {
+        let keys = match KEYS.get() {
+            Some(keys) => keys,
+            None => {
+                let keys = Keys::new(dialects::Key::ALL.iter().map(|key| key.name()))
+                    .map_err(|error| PyValueError::new_err(error.to_string()))?;
+                KEYS.get_or_init(|| keys)
+            }
+        };
+        Ok(decoded(py, request, keys)?.spans.len())
+    })
+}
+
 /// decode_summary(request, keys) -> (scopes, spans)
 ///
 /// What the engine reads of a request, as Python values (for tests and benchmarks: the service
@@ -140,8 +162,8 @@ fn decode_summary<'py>(
     })
 }
 
-/// Engine(*, max_traces=50000, max_spans=1000000, max_spans_per_trace=10000, trace_ttl=120.0,
-///        tool_edge_wait=10.0, cycle_wait=10.0)
+/// Engine(*, max_traces=50000, max_spans=1000000, max_spans_per_trace=10000,
+///        max_held_bytes=268435456, trace_ttl=120.0, tool_edge_wait=10.0, cycle_wait=10.0)
 ///
 /// The detection state of one processor: requests in (`ingest`), counts out (`Events`), in bounded
 /// state (see docs/processor.md). Times are seconds on a clock that does not go back.
@@ -182,6 +204,7 @@ impl PyEngine {
         max_traces = 50_000,
         max_spans = 1_000_000,
         max_spans_per_trace = 10_000,
+        max_held_bytes = 256 * 1024 * 1024,
         trace_ttl = 120.0,
         tool_edge_wait = 10.0,
         cycle_wait = 10.0,
@@ -190,6 +213,7 @@ impl PyEngine {
         max_traces: usize,
         max_spans: usize,
         max_spans_per_trace: usize,
+        max_held_bytes: usize,
         trace_ttl: f64,
         tool_edge_wait: f64,
         cycle_wait: f64,
@@ -198,6 +222,7 @@ impl PyEngine {
             max_traces,
             max_spans,
             max_spans_per_trace,
+            max_held_bytes,
             trace_ttl,
             tool_edge_wait,
             cycle_wait,
@@ -267,6 +292,18 @@ impl PyEngine {
     #[getter]
     fn pending_spans(&self) -> usize {
         self.engine.pending_spans()
+    }
+
+    /// The bytes the traces hold, as the engine reckons them (bounded by `max_held_bytes`).
+    #[getter]
+    fn held_bytes(&self) -> usize {
+        self.engine.held_bytes()
+    }
+
+    /// Traces held that have a delegation path of two names or more (evicted after the others).
+    #[getter]
+    fn delegating_traces(&self) -> usize {
+        self.engine.delegating_traces()
     }
 
     /// Calls that panicked (each raised EngineFault and started the engine again empty).
@@ -474,6 +511,16 @@ fn one_call_rules() -> PyResult<Vec<Rule>> {
     })
 }
 
+/// cycle_names(label) -> [name]
+///
+/// The names a `cycle` label joins: split at each `>` that no `\` escapes, each `\x` read as
+/// `x` (a name's `\` is written `\\` and its `>` `\>`). A label cut to its bound ends in a cut
+/// name, `…` its last character.
+#[pyfunction]
+fn cycle_names(label: &str) -> PyResult<Vec<String>> {
+    guarded(|| Ok(graph::label_names(label)))
+}
+
 /// _fault(message): panic inside the engine, so that the tests can see the panic become
 /// EngineFault and the interpreter carry on.
 #[pyfunction]
@@ -487,11 +534,13 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add("DecodeError", py.get_type::<DecodeError>())?;
     module.add("EngineFault", py.get_type::<EngineFault>())?;
+    module.add_function(wrap_pyfunction!(check, module)?)?;
     module.add_function(wrap_pyfunction!(decode_counts, module)?)?;
     module.add_function(wrap_pyfunction!(decode_summary, module)?)?;
     module.add_function(wrap_pyfunction!(_fault, module)?)?;
     module.add_function(wrap_pyfunction!(dialect_table, module)?)?;
     module.add_function(wrap_pyfunction!(one_call_rules, module)?)?;
+    module.add_function(wrap_pyfunction!(cycle_names, module)?)?;
     module.add_class::<PyEngine>()?;
     module.add_class::<PyEvents>()?;
     crate::grpc_binding::register(module)?;

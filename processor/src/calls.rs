@@ -42,6 +42,10 @@ pub struct Hop {
     pub caller: bool,
     /// How often the guard's chain holds the name (the guard's spans only; 0 otherwise).
     pub name_depth: u32,
+    /// A transfer (a handoff): its spans mark it as one (`otel_guard.hop.kind` `transfer`, or the
+    /// conventions' `gen_ai.transfer.mode` `pass_control`). The agent before it on a path handed
+    /// off and waits for no answer: a return to that agent is no cycle.
+    pub transfer: bool,
 }
 
 pub const SPAN_KIND_SERVER: i32 = 2;
@@ -58,6 +62,7 @@ impl Hop {
         span_kind: i32,
         guard: bool,
         name_depth: i64,
+        transfer: bool,
     ) -> Hop {
         Hop {
             kind,
@@ -72,6 +77,7 @@ impl Hop {
             } else {
                 0
             },
+            transfer,
         }
     }
 
@@ -86,6 +92,7 @@ impl Hop {
             guard: true,
             caller: false,
             name_depth: 0,
+            transfer: false,
         }
     }
 
@@ -218,6 +225,7 @@ const fn hop(kind: Kind, row: RowId, scope: u64) -> Hop {
         guard: false,
         caller: false,
         name_depth: 0,
+        transfer: false,
     }
 }
 
@@ -304,7 +312,7 @@ mod tests {
     }
 
     fn span(kind: Kind, value: &str, scope: u64) -> Hop {
-        Hop::of_span(kind, row(value, true), scope, 1, false, 0)
+        Hop::of_span(kind, row(value, true), scope, 1, false, 0, false)
     }
 
     #[test]
@@ -328,21 +336,39 @@ mod tests {
         server.server = true;
         assert!(same_call(&agent, &server, 1));
         assert!(!same_call(&Hop::named_caller(), &server, 1));
-        let guard = Hop::of_span(Kind::Agent, row("invoke_agent", true), 7, 1, true, 2);
+        let guard = Hop::of_span(Kind::Agent, row("invoke_agent", true), 7, 1, true, 2, false);
         assert!(!same_call(&agent, &guard, 1)); // its chain holds the name twice: a new hop
         assert!(same_call(&agent, &guard, 2));
         assert!(same_call(&guard, &agent, 1)); // the runtime's span of the guard's call
         assert!(same_call(&Hop::chained(), &agent, 1));
         let tool = span(Kind::Tool, "execute_tool", 1);
-        let guard_tool = Hop::of_span(Kind::Tool, row("execute_tool", true), 7, 1, true, 5);
+        let guard_tool = Hop::of_span(Kind::Tool, row("execute_tool", true), 7, 1, true, 5, false);
         assert!(same_call(&tool, &guard_tool, 0));
         assert!(!same_call(&agent, &tool, 1)); // an agent calling a tool named after itself
         assert_eq!(
-            Hop::of_span(Kind::Agent, row("invoke_agent", true), 1, 1, false, 9).name_depth,
+            Hop::of_span(
+                Kind::Agent,
+                row("invoke_agent", true),
+                1,
+                1,
+                false,
+                9,
+                false
+            )
+            .name_depth,
             0
         );
         assert_eq!(
-            Hop::of_span(Kind::Agent, row("invoke_agent", true), 1, 1, true, -3).name_depth,
+            Hop::of_span(
+                Kind::Agent,
+                row("invoke_agent", true),
+                1,
+                1,
+                true,
+                -3,
+                false
+            )
+            .name_depth,
             0
         );
     }

@@ -86,9 +86,13 @@ pub enum Key {
     ChainRoot,
     /// The hops the chain root's tree has used.
     TreeHops,
+    /// A hop's kind, `call` or `transfer` (the guard's spans).
+    HopKind,
+    /// The conventions' transfer mode: `pass_control` (a handoff) or `return_to_caller`.
+    TransferMode,
 }
 
-pub const KEY_COUNT: usize = 21;
+pub const KEY_COUNT: usize = 23;
 
 impl Key {
     pub const ALL: [Key; KEY_COUNT] = [
@@ -113,6 +117,8 @@ impl Key {
         Key::ChainDepth,
         Key::ChainRoot,
         Key::TreeHops,
+        Key::HopKind,
+        Key::TransferMode,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -138,6 +144,8 @@ impl Key {
             Key::ChainDepth => "otel_guard.chain.depth",
             Key::ChainRoot => "otel_guard.chain.root",
             Key::TreeHops => "otel_guard.budget.hops",
+            Key::HopKind => "otel_guard.hop.kind",
+            Key::TransferMode => "gen_ai.transfer.mode",
         }
     }
 }

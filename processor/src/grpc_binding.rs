@@ -13,17 +13,35 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::binding::guarded;
-use crate::grpc::{self, Outcome, Reply, Server};
+use crate::grpc::{self, Limits, Outcome, Reply, Server};
+
+/// `max_held_bytes` when none is given.
+const DEFAULT_HELD_BYTES: usize = 64 << 20;
+
+/// A positive, finite number of seconds as a Duration, or ValueError naming `what`.
+fn seconds(what: &str, value: f64) -> PyResult<Duration> {
+    if !value.is_finite() || value <= 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a positive number of seconds, got {value}"
+        )));
+    }
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| PyValueError::new_err(format!("{what} is too large: {value}")))
+}
 
 /// A call taken from the server: (id, method index, request bytes, reply).
 type TakenCall = (u64, usize, Py<PyBytes>, PyReply);
 
-/// GrpcServer(hosts, port, max_message_bytes, methods=METHODS, headers=())
+/// GrpcServer(hosts, port, max_message_bytes, methods=METHODS, *, max_inflated_bytes=None,
+///            max_held_bytes=None, max_connection_bytes=None, max_connections=1024,
+///            read_timeout=30.0, idle_timeout=None, retry_after=1.0, headers=())
 ///
 /// Unary gRPC `methods` (paths; by default OTLP's three Export methods) over HTTP/2 on `port` of
 /// each address in `hosts` (IP literals; port 0: the port the first one gets). Raises OSError
-/// when none can be bound. Each call's reply carries the values of the request headers named in
-/// `headers` (lowercase names), as `reply.headers`.
+/// when none can be bound. The limits are those of `grpc::Limits`: by default a message inflates
+/// to `max_message_bytes`, 64 MiB (at least one message) is held in all, half of it a connection,
+/// and a connection with no call is closed after `read_timeout`. Each call's reply carries the
+/// values of the request headers named in `headers` (lowercase names), as `reply.headers`.
 #[pyclass(name = "GrpcServer", module = "otel_guard_processor._engine", frozen)]
 pub struct PyGrpcServer {
     server: Server,
@@ -32,12 +50,24 @@ pub struct PyGrpcServer {
 #[pymethods]
 impl PyGrpcServer {
     #[new]
-    #[pyo3(signature = (hosts, port, max_message_bytes, methods=None, headers=Vec::new()))]
+    #[pyo3(signature = (
+        hosts, port, max_message_bytes, methods=None, *, max_inflated_bytes=None,
+        max_held_bytes=None, max_connection_bytes=None, max_connections=1024, read_timeout=30.0,
+        idle_timeout=None, retry_after=1.0, headers=Vec::new()
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         hosts: Vec<String>,
         port: u16,
         max_message_bytes: usize,
         methods: Option<Vec<String>>,
+        max_inflated_bytes: Option<usize>,
+        max_held_bytes: Option<usize>,
+        max_connection_bytes: Option<usize>,
+        max_connections: usize,
+        read_timeout: f64,
+        idle_timeout: Option<f64>,
+        retry_after: f64,
         headers: Vec<String>,
     ) -> PyResult<Self> {
         guarded(|| {
@@ -51,8 +81,21 @@ impl PyGrpcServer {
                 .collect::<PyResult<Vec<_>>>()?;
             let methods = methods.unwrap_or_else(|| grpc::METHODS.map(str::to_owned).to_vec());
             let methods: Vec<&str> = methods.iter().map(String::as_str).collect();
-            let server =
-                Server::bind(&hosts, port, max_message_bytes, &methods).map_err(os_error)?;
+            let mut limits = Limits::new(
+                max_message_bytes,
+                max_held_bytes.unwrap_or(DEFAULT_HELD_BYTES),
+            );
+            if let Some(inflated) = max_inflated_bytes {
+                limits.max_inflated_bytes = inflated;
+            }
+            if let Some(share) = max_connection_bytes {
+                limits.max_connection_bytes = share.clamp(1, limits.max_held_bytes);
+            }
+            limits.max_connections = max_connections.max(1);
+            limits.read_timeout = seconds("read_timeout", read_timeout)?;
+            limits.idle_timeout = seconds("idle_timeout", idle_timeout.unwrap_or(read_timeout))?;
+            limits.retry_after = seconds("retry_after", retry_after)?;
+            let server = Server::bind(&hosts, port, limits, &methods).map_err(os_error)?;
             let headers = headers
                 .iter()
                 .map(|name| name.to_ascii_lowercase())
@@ -69,6 +112,24 @@ impl PyGrpcServer {
             .addresses()
             .first()
             .map_or(0, |address| address.port())
+    }
+
+    /// Bytes of calls received and not yet taken: being read, or waiting for `take()`.
+    #[getter]
+    fn held_bytes(&self) -> usize {
+        self.server.budget().used()
+    }
+
+    /// The most `held_bytes` may be (`max_held_bytes`, or one message when that is larger).
+    #[getter]
+    fn max_held_bytes(&self) -> usize {
+        self.server.limits().max_held_bytes
+    }
+
+    /// A connection's share of `max_held_bytes`.
+    #[getter]
+    fn max_connection_bytes(&self) -> usize {
+        self.server.limits().max_connection_bytes
     }
 
     /// The descriptor to watch for reading: it becomes readable when calls arrive.
@@ -92,14 +153,21 @@ impl PyGrpcServer {
                 .calls
                 .into_iter()
                 .map(|call| {
-                    let request = PyBytes::new(py, call.message.as_slice()).unbind();
+                    // Copied once, from the chunks as they arrived; the budget is given back
+                    // when the message is dropped here.
+                    let message = call.message;
+                    let request = PyBytes::new_with(py, message.len(), |out| {
+                        message.copy_to(out);
+                        Ok(())
+                    })?
+                    .unbind();
                     let reply = PyReply {
                         reply: Mutex::new(Some(call.reply)),
                         headers: call.headers,
                     };
-                    (call.id, call.method, request, reply)
+                    Ok((call.id, call.method, request, reply))
                 })
-                .collect();
+                .collect::<PyResult<_>>()?;
             Ok((calls, arrived.cancelled))
         })
     }

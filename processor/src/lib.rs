@@ -7,6 +7,7 @@
 //! (`binding.rs`, built with the `python` feature), never once per span.
 #![deny(unsafe_code)]
 
+pub mod budget;
 pub mod calls;
 pub mod decode;
 pub mod dialects;

@@ -4,6 +4,12 @@
 //! [`Handle`] kept elsewhere (a span waiting in another trace, a tool call another trace's agent
 //! ran below) tells a live entry from a later one in the same slot. Oldest first; touching an entry
 //! makes it the newest, in constant time.
+//!
+//! Entries are of two classes, each in its own order of use: [`Lru::oldest`] is the oldest of
+//! class 0 while there is one, so that what is evicted first is what matters least (the engine's
+//! traces of one name, before those with a delegation path: see the graph's module docstring).
+//! A tracked Lru also notes the slots of the entries changed ([`Lru::take_changed`]), so that
+//! what an entry weighs is reckoned again only where it may have changed.
 #![forbid(unsafe_code)]
 
 use std::borrow::Borrow;
@@ -26,6 +32,8 @@ struct Slot<K, V> {
     generation: u32,
     prev: u32,
     next: u32,
+    class: u8,
+    changed: bool,
 }
 
 #[derive(Debug)]
@@ -33,8 +41,13 @@ pub struct Lru<K, V> {
     slots: Vec<Slot<K, V>>,
     free: Vec<u32>,
     index: Map<K, u32>,
-    oldest: u32,
-    newest: u32,
+    /// Per class, its oldest and newest slot.
+    oldest: [u32; 2],
+    newest: [u32; 2],
+    /// Per class, its entries.
+    counts: [usize; 2],
+    tracked: bool,
+    changed: Vec<u32>,
 }
 
 impl<K: Hash + Eq + Clone, V> Default for Lru<K, V> {
@@ -43,13 +56,79 @@ impl<K: Hash + Eq + Clone, V> Default for Lru<K, V> {
             slots: Vec::new(),
             free: Vec::new(),
             index: Map::default(),
-            oldest: NIL,
-            newest: NIL,
+            oldest: [NIL; 2],
+            newest: [NIL; 2],
+            counts: [0; 2],
+            tracked: false,
+            changed: Vec::new(),
         }
     }
 }
 
 impl<K: Hash + Eq + Clone, V> Lru<K, V> {
+    /// An Lru that notes the entries changed (see the module docstring).
+    pub fn tracked() -> Self {
+        Lru {
+            tracked: true,
+            ..Lru::default()
+        }
+    }
+
+    #[inline]
+    fn note(&mut self, slot: u32) {
+        if self.tracked {
+            let entry = &mut self.slots[slot as usize];
+            if !entry.changed {
+                entry.changed = true;
+                self.changed.push(slot);
+            }
+        }
+    }
+
+    /// The entries changed (made, or lent out mutably) since the last call, each once: those
+    /// still here.
+    pub fn take_changed(&mut self, out: &mut Vec<Handle>) {
+        out.clear();
+        for slot in self.changed.drain(..) {
+            let entry = &mut self.slots[slot as usize];
+            entry.changed = false;
+            if entry.item.is_some() {
+                out.push(Handle {
+                    slot,
+                    generation: entry.generation,
+                });
+            }
+        }
+    }
+
+    /// Entries of a class.
+    pub fn len_of(&self, class: u8) -> usize {
+        self.counts[usize::from(class)]
+    }
+
+    /// The entry's value, not noted as changed (for the one who reads the changes).
+    pub fn get_mut_unnoted(&mut self, handle: Handle) -> Option<&mut V> {
+        let slot = self.slots.get_mut(handle.slot as usize)?;
+        match &mut slot.item {
+            Some((_, value)) if slot.generation == handle.generation => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The entry's class.
+    pub fn class(&self, handle: Handle) -> Option<u8> {
+        self.alive(handle)
+            .then(|| self.slots[handle.slot as usize].class)
+    }
+
+    /// Move the entry into class 1, as its newest.
+    pub fn promote(&mut self, handle: Handle) {
+        if self.alive(handle) && self.slots[handle.slot as usize].class == 0 {
+            self.unlink(handle.slot);
+            self.slots[handle.slot as usize].class = 1;
+            self.link_newest(handle.slot);
+        }
+    }
     pub fn len(&self) -> usize {
         self.index.len()
     }
@@ -85,7 +164,11 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
     }
 
     pub fn get_mut(&mut self, handle: Handle) -> Option<&mut V> {
-        let slot = self.slots.get_mut(handle.slot as usize)?;
+        if !self.alive(handle) {
+            return None;
+        }
+        self.note(handle.slot);
+        let slot = &mut self.slots[handle.slot as usize];
         match &mut slot.item {
             Some((_, value)) if slot.generation == handle.generation => Some(value),
             _ => None,
@@ -107,6 +190,7 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
                 let entry = &mut self.slots[slot as usize];
                 entry.generation = entry.generation.wrapping_add(1);
                 entry.item = Some((key.clone(), value));
+                entry.class = 0;
                 slot
             }
             None => {
@@ -116,28 +200,41 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
                     generation: 0,
                     prev: NIL,
                     next: NIL,
+                    class: 0,
+                    changed: false,
                 });
                 slot
             }
         };
         self.index.insert(key, slot);
         self.link_newest(slot);
+        self.note(slot);
         self.handle(slot)
     }
 
     /// Make the entry the newest.
     pub fn touch(&mut self, handle: Handle) {
-        if self.alive(handle) && self.newest != handle.slot {
+        if self.alive(handle) && !self.newest.contains(&handle.slot) {
             self.unlink(handle.slot);
             self.link_newest(handle.slot);
         }
     }
 
+    /// The oldest entry of class 0, else of class 1.
     pub fn oldest(&self) -> Option<Handle> {
-        (self.oldest != NIL).then(|| self.handle(self.oldest))
+        self.oldest
+            .iter()
+            .find(|&&slot| slot != NIL)
+            .map(|&slot| self.handle(slot))
     }
 
-    /// The entry after `handle` in age, newer.
+    /// The oldest entry of a class.
+    pub fn oldest_of(&self, class: u8) -> Option<Handle> {
+        let slot = self.oldest[usize::from(class)];
+        (slot != NIL).then(|| self.handle(slot))
+    }
+
+    /// The entry after `handle` in age, newer, of its class.
     pub fn newer(&self, handle: Handle) -> Option<Handle> {
         let next = self.slots.get(handle.slot as usize)?.next;
         (next != NIL).then(|| self.handle(next))
@@ -155,32 +252,35 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let (prev, next) = {
+        let (prev, next, class) = {
             let entry = &self.slots[slot as usize];
-            (entry.prev, entry.next)
+            (entry.prev, entry.next, usize::from(entry.class))
         };
+        self.counts[class] -= 1;
         match prev {
-            NIL => self.oldest = next,
+            NIL => self.oldest[class] = next,
             prev => self.slots[prev as usize].next = next,
         }
         match next {
-            NIL => self.newest = prev,
+            NIL => self.newest[class] = prev,
             next => self.slots[next as usize].prev = prev,
         }
     }
 
     fn link_newest(&mut self, slot: u32) {
-        let newest = self.newest;
+        let class = usize::from(self.slots[slot as usize].class);
+        let newest = self.newest[class];
+        self.counts[class] += 1;
         {
             let entry = &mut self.slots[slot as usize];
             entry.prev = newest;
             entry.next = NIL;
         }
         match newest {
-            NIL => self.oldest = slot,
+            NIL => self.oldest[class] = slot,
             newest => self.slots[newest as usize].next = slot,
         }
-        self.newest = slot;
+        self.newest[class] = slot;
     }
 }
 
@@ -222,5 +322,37 @@ mod tests {
         }
         assert_eq!(lru.len(), 0);
         assert_eq!(order(&lru), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn class_0_goes_first_and_changed_entries_are_noted_once() {
+        let mut lru = Lru::tracked();
+        let a = lru.insert(1, "a");
+        let b = lru.insert(2, "b");
+        let c = lru.insert(3, "c");
+        let mut changed = Vec::new();
+        lru.take_changed(&mut changed);
+        assert_eq!(changed, [a, b, c]);
+        lru.promote(a);
+        assert_eq!(lru.class(a), Some(1));
+        assert_eq!(lru.oldest(), Some(b));
+        assert_eq!(lru.oldest_of(1), Some(a));
+        assert_eq!((lru.len_of(0), lru.len_of(1)), (2, 1));
+        assert_eq!(lru.newer(a), None);
+        lru.touch(b);
+        assert_eq!(order(&lru), [3, 2]);
+        if let Some(value) = lru.get_mut(c) {
+            *value = "C";
+        }
+        lru.get_mut(c);
+        lru.remove(b);
+        let d = lru.insert(4, "d");
+        lru.take_changed(&mut changed);
+        assert_eq!(changed, [c, d]);
+        lru.remove(c);
+        lru.remove(d);
+        assert_eq!(lru.oldest(), Some(a));
+        lru.take_changed(&mut changed);
+        assert!(changed.is_empty());
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use common::counted::Counted;
 use common::spans::*;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use otel_guard_engine::graph::{Engine, Limits};
+use otel_guard_engine::graph::{Engine, Limits, label_names, push_name};
 
 const SWEEP: f64 = 1e12;
 
@@ -543,4 +543,362 @@ fn drain_makes_the_counts_of_spans_still_waiting_for_their_parent_and_names_the_
     assert_eq!(drained.evictions, [0, 0]);
     assert_eq!((engine.stored_spans(), engine.pending_spans()), (0, 0));
     assert_eq!(engine.active_traces(), 0);
+}
+
+#[test]
+fn drain_makes_the_counts_waiting_on_cycle_wait_in_traces_of_every_class() {
+    // A whole loop's trace (its path two names deep: the class evicted last) whose count waits on
+    // cycle_wait: drain makes it, as it does for a trace of one name.
+    let mut engine = Engine::new(Limits::default()).expect("limits");
+    let ingested = engine
+        .ingest(&encode(&[(GUARD, a_loop())]), 0.0)
+        .expect("a request");
+    assert!(ingested.cycles.is_empty());
+    let drained = engine.drain();
+    let labels: Vec<_> = drained
+        .cycles
+        .iter()
+        .map(|cycle| cycle.label.as_str())
+        .collect();
+    assert_eq!(labels, ["planner>budget>planner"]);
+    assert_eq!(engine.active_traces(), 0);
+}
+
+/// The guard's hop span of `chain` (its name last), of kind `call` or `transfer` as the guard
+/// writes it (a transfer's span also carries the conventions' `gen_ai.transfer.mode`).
+fn hop(id: u64, parent: Option<u64>, chain: &[&str], transfer: bool, start: u64) -> Span {
+    let name = format!("invoke_agent {}", chain.last().expect("a name"));
+    let mut span = guarded(span(1, id, parent, &name, start), chain, "allow");
+    span = with(
+        span,
+        "otel_guard.hop.kind",
+        text(if transfer { "transfer" } else { "call" }),
+    );
+    if transfer {
+        span = with(span, "gen_ai.transfer.mode", text("pass_control"));
+    }
+    span
+}
+
+#[test]
+fn a_hand_back_by_transfers_is_no_cycle_and_a_call_back_is_one() {
+    // triage ⇒ faq ⇒ triage by handoffs (the guard's spans, nested as the guard nests them).
+    let handoffs = vec![
+        hop(1, None, &["triage"], false, 1),
+        hop(2, Some(1), &["triage", "faq"], true, 2),
+        hop(3, Some(2), &["triage", "faq", "triage"], true, 3),
+    ];
+    let counted = run(&one(GUARD, handoffs.clone()));
+    assert!(counted.cycles.is_empty(), "{counted:?}");
+    assert_eq!(
+        counted.edges(),
+        [("faq", "triage", 1), ("triage", "faq", 1)]
+    );
+    // The same shape by calls: triage still waits for faq's answer.
+    let calls = vec![
+        hop(1, None, &["triage"], false, 1),
+        hop(2, Some(1), &["triage", "faq"], false, 2),
+        hop(3, Some(2), &["triage", "faq", "triage"], false, 3),
+    ];
+    assert_eq!(
+        run(&one(GUARD, calls)).cycles(),
+        [("cross_function", "triage>faq>triage")]
+    );
+    // A transfer into an agent that still waits (triage called faq, faq hands off to triage).
+    let into_waiting = vec![
+        hop(1, None, &["triage"], false, 1),
+        hop(2, Some(1), &["triage", "faq"], false, 2),
+        hop(3, Some(2), &["triage", "faq", "triage"], true, 3),
+    ];
+    assert_eq!(
+        run(&one(GUARD, into_waiting)).cycles(),
+        [("cross_function", "triage>faq>triage")]
+    );
+    // Handed back, triage calls billing, which calls triage: triage waits there, from its second
+    // place on (the label starts there).
+    let mut again = handoffs;
+    again.push(hop(
+        4,
+        Some(3),
+        &["triage", "faq", "triage", "billing"],
+        false,
+        4,
+    ));
+    again.push(hop(
+        5,
+        Some(4),
+        &["triage", "faq", "triage", "billing", "triage"],
+        false,
+        5,
+    ));
+    assert_eq!(
+        run(&one(GUARD, again)).cycles(),
+        [("cross_function", "triage>billing>triage")]
+    );
+}
+
+#[test]
+fn an_agent_that_handed_off_is_not_waiting_whatever_comes_back_to_it() {
+    // faq was handed control and calls triage: triage handed off, it waits for nothing.
+    let spans = vec![
+        hop(1, None, &["triage"], false, 1),
+        hop(2, Some(1), &["triage", "faq"], true, 2),
+        hop(3, Some(2), &["triage", "faq", "triage"], false, 3),
+    ];
+    assert!(run(&one(GUARD, spans)).cycles.is_empty());
+    // An agent handing off to itself (a new turn of its own) is no cycle; calling itself is.
+    let turn = vec![
+        hop(1, None, &["faq"], false, 1),
+        hop(2, Some(1), &["faq", "faq"], true, 2),
+    ];
+    assert!(run(&one(GUARD, turn)).cycles.is_empty());
+    let call = vec![
+        hop(1, None, &["faq"], false, 1),
+        hop(2, Some(1), &["faq", "faq"], false, 2),
+    ];
+    assert_eq!(run(&one(GUARD, call)).cycles(), [("direct", "faq>faq")]);
+}
+
+#[test]
+fn a_ping_pong_of_transfers_is_no_cycle_here_the_guard_stops_it_at_its_name_depth() {
+    // The engine has no per-name depth of its own: the guard refuses the sixth triage
+    // (name_depth), which the engine counts as the guard's decision.
+    let mut chain = vec!["triage"];
+    let mut spans = vec![hop(1, None, &chain, false, 1)];
+    for id in 2..=11 {
+        chain.push(if id % 2 == 0 { "faq" } else { "triage" });
+        spans.push(hop(id, Some(id - 1), &chain, true, id));
+    }
+    // The sixth triage, refused: its span as the guard writes it.
+    spans.pop();
+    let refused = guarded(
+        span(1, 11, Some(10), "invoke_agent triage", 11),
+        &chain,
+        "refuse",
+    );
+    let refused = with(refused, "otel_guard.reason", text("name_depth"));
+    spans.push(with(refused, "otel_guard.hop.kind", text("transfer")));
+    let counted = run(&one(GUARD, spans));
+    assert!(counted.cycles.is_empty(), "{counted:?}");
+    assert_eq!(
+        counted.decisions[&("refuse".into(), "name_depth".into(), "triage".into())],
+        1
+    );
+}
+
+#[test]
+fn the_conventions_transfer_tool_and_a_runtimes_span_of_a_guarded_transfer_mark_it_too() {
+    // `execute_tool transfer_to_X X` with gen_ai.transfer.mode pass_control, the agent it hands
+    // to run below it: the run is a transfer.
+    let handoff = |id: u64, parent: u64, to: &str, mode: &str| {
+        with(
+            with(
+                span(
+                    1,
+                    id,
+                    Some(parent),
+                    &format!("execute_tool transfer_to_{to} {to}"),
+                    id,
+                ),
+                "gen_ai.tool.name",
+                text(&format!("transfer_to_{to}")),
+            ),
+            "gen_ai.transfer.mode",
+            text(mode),
+        )
+    };
+    let spans = |mode: &str| {
+        vec![
+            span(1, 1, None, "invoke_agent triage", 1),
+            handoff(2, 1, "faq", mode),
+            span(1, 3, Some(2), "invoke_agent faq", 3),
+            handoff(4, 3, "triage", mode),
+            span(1, 5, Some(4), "invoke_agent triage", 5),
+        ]
+    };
+    let counted = run(&one("openai-agents", spans("pass_control")));
+    assert!(counted.cycles.is_empty(), "{counted:?}");
+    assert_eq!(
+        counted.edges(),
+        [("faq", "triage", 1), ("triage", "faq", 1)]
+    );
+    // return_to_caller: an agent called as a tool, which the caller waits for.
+    assert_eq!(
+        run(&one("openai-agents", spans("return_to_caller"))).cycles(),
+        [("cross_function", "triage>faq>triage")]
+    );
+    // The guard's transfer span with the runtime's own span of the same call inside it: one call,
+    // a transfer.
+    let beside = encode(&[
+        (
+            GUARD,
+            vec![
+                hop(1, None, &["triage"], false, 1),
+                hop(2, Some(1), &["triage", "faq"], true, 2),
+                hop(4, Some(3), &["triage", "faq", "triage"], true, 4),
+            ],
+        ),
+        (
+            "openai-agents",
+            vec![
+                span(1, 3, Some(2), "invoke_agent faq", 3),
+                span(1, 5, Some(4), "invoke_agent triage", 5),
+            ],
+        ),
+    ]);
+    assert!(run(&[beside]).cycles.is_empty());
+}
+
+#[test]
+fn a_name_holding_the_separator_or_the_escape_is_escaped_in_its_label() {
+    // An agent `planner>budget` calling itself: one name, not a two-agent loop.
+    let spans = vec![
+        span(1, 1, None, "invoke_agent planner>budget", 1),
+        span(1, 2, Some(1), "invoke_agent planner>budget", 2),
+    ];
+    let counted = run(&one("pydantic-ai", spans));
+    assert_eq!(
+        counted.cycles(),
+        [("direct", r"planner\>budget>planner\>budget")]
+    );
+    assert_eq!(
+        label_names(counted.cycles()[0].1),
+        ["planner>budget", "planner>budget"]
+    );
+    // ... and the two-agent loop reads otherwise.
+    let two = run(&one("pydantic-ai", a_loop())).cycles()[0].1.to_owned();
+    assert_eq!(label_names(&two), ["planner", "budget", "planner"]);
+    // A backslash, alone, at the end, and before a `>`.
+    let names = [r"a\b", "c", r"d\", r"e\>f"];
+    let spans: Vec<Span> = names
+        .iter()
+        .chain(&names[..1])
+        .enumerate()
+        .map(|(at, name)| {
+            let id = at as u64 + 1;
+            span(
+                1,
+                id,
+                (at > 0).then(|| id - 1),
+                &format!("invoke_agent {name}"),
+                id,
+            )
+        })
+        .collect();
+    let counted = run(&one("pydantic-ai", spans));
+    let (kind, label) = counted.cycles()[0];
+    assert_eq!(kind, "cross_function");
+    assert_eq!(label, r"a\\b>c>d\\>e\\\>f>a\\b");
+    assert_eq!(label_names(label), [r"a\b", "c", r"d\", r"e\>f", r"a\b"]);
+}
+
+#[test]
+fn any_label_reads_back_into_its_names() {
+    for names in [
+        vec![""],
+        vec!["", ""],
+        vec![">", "\\"],
+        vec![r"\\>>", "x>", ">y", r"\"],
+        vec!["plain", "names"],
+    ] {
+        let mut label = String::new();
+        for (at, name) in names.iter().enumerate() {
+            if at > 0 {
+                label.push('>');
+            }
+            push_name(&mut label, name);
+        }
+        assert_eq!(label_names(&label), names, "{label}");
+    }
+}
+
+#[test]
+fn one_span_traces_past_capacity_do_not_evict_a_loop_in_progress() {
+    // The issue's attack at max_traces 100: one-span traces between a loop's second and third span.
+    let limits = Limits {
+        max_traces: 100,
+        cycle_wait: 0.0,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    let first = vec![
+        span(1, 1, None, "invoke_agent planner", 1),
+        span(1, 2, Some(1), "invoke_agent budget", 2),
+    ];
+    counted.add(
+        &engine
+            .ingest(&encode(&[("pydantic-ai", first)]), 0.0)
+            .expect("a request"),
+    );
+    for batch in 0..10u64 {
+        let solo = (0..52)
+            .map(|at| span(2 + batch * 52 + at, 1, None, "invoke_agent solo", 1))
+            .collect();
+        counted.add(
+            &engine
+                .ingest(&encode(&[("pydantic-ai", solo)]), 1.0)
+                .expect("a request"),
+        );
+    }
+    assert_eq!(engine.delegating_traces(), 1);
+    let third = vec![span(1, 3, Some(2), "invoke_agent planner", 3)];
+    counted.add(
+        &engine
+            .ingest(&encode(&[("pydantic-ai", third)]), 2.0)
+            .expect("a request"),
+    );
+    assert!(counted.evictions[1] >= 420, "{:?}", counted.evictions);
+    assert_eq!(
+        counted.cycles(),
+        [("cross_function", "planner>budget>planner")]
+    );
+}
+
+#[test]
+fn the_bytes_held_stay_within_max_held_bytes_and_a_chain_is_read_to_its_bound() {
+    let limits = Limits {
+        max_held_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let mut engine = Engine::new(limits).expect("limits");
+    let mut counted = Counted::default();
+    let mut most = 0;
+    for trace in 0..400u64 {
+        let names: Vec<String> = (0..64)
+            .map(|at| format!("{trace:08}-{at:02}-{}", "n".repeat(50)))
+            .collect();
+        let items: Vec<&str> = names.iter().map(String::as_str).collect();
+        let hop = with(
+            with(
+                with(
+                    span(trace + 1, 1, None, "invoke_agent last", 1),
+                    "otel_guard.chain.agents",
+                    texts(&items),
+                ),
+                "otel_guard.chain.depth",
+                int(64),
+            ),
+            "otel_guard.chain.root",
+            text("root"),
+        );
+        counted.add(
+            &engine
+                .ingest(&encode(&[("otel_guard", vec![hop])]), 0.0)
+                .expect("a request"),
+        );
+        most = most.max(engine.held_bytes());
+    }
+    assert!(most <= 1 << 20, "{most}");
+    assert!(counted.evictions[1] > 300, "{:?}", counted.evictions);
+    // Each span holds what its chain's last 4,096 bytes of names make: about 22 KiB, the most.
+    let per_span = engine.held_bytes() / engine.stored_spans();
+    assert!(per_span <= 24 * 1024, "{per_span}");
+    // The last trace's edge is from the chain's last name kept.
+    assert!(
+        counted
+            .edges()
+            .iter()
+            .any(|(caller, callee, _)| caller.starts_with("00000399-63") && *callee == "last")
+    );
 }

@@ -19,8 +19,8 @@ import sys
 
 import pytest
 from otel_guard_processor.bounds import MAX_NAME_CHARS, MAX_PATH_NAMES, DetectorLimits
-from otel_guard_processor.engine import EngineDetector
-from processor_spans import Trace, encode
+from otel_guard_processor.engine import Engine, EngineDetector
+from processor_spans import Trace, encode, guard_attributes
 
 WORST_BYTES_PER_SPAN = 1536  # docs/processor.md's figure; measured about 1,200 here (resident)
 TYPICAL_BYTES_PER_SPAN = 150  # the goal a held span of every bench mix meets (docs/processor.md)
@@ -79,6 +79,41 @@ def measure_mix(mix: str) -> dict[str, float]:
     return {"per_span": (resident_bytes() - before) / spans, "spans": spans}
 
 
+def chain_trace() -> bytes:
+    """One trace of one guard span whose chain holds 64 new names of 62 bytes (all kept: the most
+    one span makes the engine hold)."""
+    agents = [os.urandom(31).hex() for _ in range(64)]
+    trace = Trace()
+    trace.agent(agents[-1], attributes=guard_attributes(agents))
+    return encode(*trace.spans)
+
+
+def measure_reckoned(shape: str) -> dict[str, float]:
+    """In this process: the engine's reckoning of the bytes it holds beside the resident growth,
+    per span, over requests of ``shape`` (a bench mix, or ``chain``), after a first batch."""
+    if shape == "chain":
+        first = [chain_trace() for _ in range(200)]
+        then = [chain_trace() for _ in range(4000)]
+    else:
+        sys.path.insert(0, BENCH)
+        from _processor_traffic import MIXES
+
+        template = MIXES[shape](40)
+        first = [template.next()[0] for _ in range(200)]
+        then = [template.next()[0] for _ in range(1000)]
+    engine = Engine(max_traces=10**6, max_spans=10**8, trace_ttl=1e9, max_held_bytes=2**40)
+    for raw in first:
+        engine.ingest(raw, 0.0)
+    before, reckoned, held = resident_bytes(), engine.held_bytes, engine.stored_spans
+    for raw in then:
+        engine.ingest(raw, 0.0)
+    spans = engine.stored_spans - held
+    return {
+        "resident": (resident_bytes() - before) / spans,
+        "reckoned": (engine.held_bytes - reckoned) / spans,
+    }
+
+
 def in_a_process(call: str) -> dict[str, float]:
     program = f"import json, test_memory_bound as m; print(json.dumps(m.{call}))"
     here = os.path.dirname(__file__)
@@ -109,3 +144,12 @@ def test_a_held_span_costs_at_most_the_documented_bytes_at_worst() -> None:
     per_span = measured["per_span"]
     assert per_span <= WORST_BYTES_PER_SPAN, per_span
     assert per_span >= WORST_BYTES_PER_SPAN / 3, per_span  # the traffic is as costly as it claims
+
+
+@pytest.mark.parametrize("shape", ["guarded", "dialects", "chain"])
+def test_the_engines_reckoning_of_held_bytes_is_the_resident_growth(shape: str) -> None:
+    # --max-held-bytes bounds the reckoning: it is honest only if it is what the heap grows by.
+    measured = in_a_process(f"measure_reckoned({shape!r})")
+    assert 0.85 <= measured["reckoned"] / measured["resident"] <= 1.2, measured
+    if shape == "chain":
+        assert measured["reckoned"] <= 24 * 1024, measured  # the most one span holds (docs)

@@ -262,6 +262,36 @@ def test_the_agent_run_joins_the_request_only_directly_inside_it(
     ]
 
 
+def test_an_async_agent_run_joins_the_request_under_its_name_as_the_guard_takes_it(
+    spans: Any, serve_asgi: Callable[[Any], str]
+) -> None:
+    """``@agentic`` on a coroutine joins too, and compares names in the form the guard takes them
+    (NFKC: the full-width name is ``concierge``); once joined, the same name inside is a re-entry."""
+    entered: list[tuple[str, ...]] = []
+
+    @otel_guard.agentic(name="\uff43oncierge")  # FULLWIDTH LATIN SMALL LETTER C, then "oncierge"
+    async def concierge(again: bool) -> str:
+        entered.append(chain_now())
+        return await concierge(False) if again else "done"
+
+    app = FastAPI()
+
+    @app.post("/ask")
+    async def answer() -> dict[str, str]:
+        return {"answer": await concierge(True)}
+
+    app.add_middleware(GuardMiddleware, agent="concierge")
+    response = httpx.post(f"{serve_asgi(app)}/ask", timeout=CALL_SECONDS)
+
+    assert entered == [("concierge",)]
+    assert response.status_code == 409
+    assert response.json()["reason"] == "cycle"
+    assert hops(spans) == [
+        ("invoke_agent concierge", "allow", ("concierge",)),
+        ("invoke_agent concierge", "refuse", ("concierge", "concierge")),
+    ]
+
+
 # -- a loop between services: refused, and read by the model -------------------------------------
 
 

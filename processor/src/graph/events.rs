@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
+use std::mem;
 
 use crate::ids::Map;
 
@@ -202,4 +203,40 @@ pub fn cut(text: &str, limit: usize) -> Cow<'_, str> {
             Cow::Owned(out)
         }
     }
+}
+
+/// The separator of a `cycle` label's names, and the escape that keeps it out of a name.
+pub const SEPARATOR: char = '>';
+pub const ESCAPE: char = '\\';
+
+/// Append `name` to a `cycle` label, escaped so the label reads back into its names
+/// ([`label_names`]): a `\` is written `\\` and a `>` `\>`.
+pub fn push_name(label: &mut String, name: &str) {
+    if !name.contains([SEPARATOR, ESCAPE]) {
+        label.push_str(name);
+        return;
+    }
+    for c in name.chars() {
+        if c == SEPARATOR || c == ESCAPE {
+            label.push(ESCAPE);
+        }
+        label.push(c);
+    }
+}
+
+/// The names a `cycle` label joins: split at each `>` that no `\` escapes, each `\x` read as `x`.
+/// (A label cut to its bound ends in a cut last name, `…` its last character.)
+pub fn label_names(label: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut name = String::new();
+    let mut chars = label.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ESCAPE => name.extend(chars.next()),
+            SEPARATOR => names.push(mem::take(&mut name)),
+            c => name.push(c),
+        }
+    }
+    names.push(name);
+    names
 }

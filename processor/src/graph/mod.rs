@@ -6,8 +6,11 @@
 //! guard's chain it carries, else the span its first link points to, else the caller it names. A
 //! span whose parent (or linked span) has not arrived waits for it, and settles, with everything
 //! that waited for it, when it does; one whose parent never comes settles when its trace goes (on
-//! its chain, else as a root). A path keeps its last [`MAX_PATH_NAMES`] names. One loop counts
-//! once per trace, labelled from the return that started first; one call counts once on the edge
+//! its chain, else as a root). A path keeps its last [`MAX_PATH_NAMES`] names. A name that comes
+//! back is a loop only where it still waits on the path: a place followed by a transfer (a handoff
+//! its spans mark as one) handed off, and control coming back to it is no loop. One loop counts
+//! once per trace, labelled from the return that started first (each name in the label escaped:
+//! [`push_name`]); one call counts once on the edge
 //! from its nearest named ancestor, per path the larger of the guard's spans' calls and the
 //! others' (beside the guard another instrumentation records the same calls beside its spans).
 //!
@@ -42,11 +45,14 @@ use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
 
-pub use events::{Cycle, CycleKind, Events, Reason, cut};
-pub use limits::{
-    BadLimits, Limits, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_PATH_NAMES, MAX_ROOT_BYTES,
+pub use events::{
+    Cycle, CycleKind, ESCAPE, Events, Reason, SEPARATOR, cut, label_names, push_name,
 };
-use trace::{CallFacts, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting};
+pub use limits::{
+    BadLimits, Limits, MAX_CHAIN_BYTES, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_NAME_CHARS,
+    MAX_PATH_NAMES, MAX_ROOT_BYTES,
+};
+use trace::{CallFacts, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, alloc};
 
 use crate::calls::Hop;
 use crate::decode::{self, DecodeError, Keys, Request, Value};
@@ -69,6 +75,27 @@ pub struct Engine {
     shared: Shared,
     stored: usize,
     pending: usize,
+    /// The bytes the traces weighed when last weighed, per class (see [`Lru`]): traces of one
+    /// name, and those with a delegation path.
+    held: [usize; 2],
+    changed: Vec<Handle>,
+    /// The trace that eviction spares while a span of it is read.
+    reading: Option<Handle>,
+}
+
+/// Spans read between two checks of the bounds within one request.
+const CHECK_EVERY: usize = 256;
+
+/// A trace id as kept: as sent up to MAX_ID_BYTES, else its first 16 bytes and a keyed hash.
+fn kept(id: &[u8], keys: Keyed) -> Cow<'_, [u8]> {
+    if id.len() <= MAX_ID_BYTES {
+        return Cow::Borrowed(id);
+    }
+    let mut out = Vec::with_capacity(32);
+    out.extend_from_slice(&id[..16]);
+    out.extend_from_slice(&ids::hash_of(keys, id).to_le_bytes());
+    out.extend_from_slice(&ids::hash_of(keys, &(id, 1u8)).to_le_bytes());
+    Cow::Owned(out)
 }
 
 /// A scope of the request being read.
@@ -78,6 +105,13 @@ struct ScopeFacts<'a> {
     guard: bool,
 }
 
+/// Whether a call span marks its call as a transfer (a handoff): the guard's
+/// `otel_guard.hop.kind` `transfer`, or the conventions' `gen_ai.transfer.mode` `pass_control`.
+fn transfer(attributes: &Attributes<'_, '_>) -> bool {
+    attributes.text(Key::HopKind) == Some("transfer")
+        || attributes.text(Key::TransferMode) == Some("pass_control")
+}
+
 impl Engine {
     pub fn new(limits: Limits) -> Result<Engine, BadLimits> {
         let limits = limits.check()?;
@@ -85,7 +119,7 @@ impl Engine {
             Keys::new(Key::ALL.iter().map(|key| key.name())).map_err(|_| BadLimits("keys"))?;
         Ok(Engine {
             keys,
-            traces: Lru::default(),
+            traces: Lru::tracked(),
             trees: Lru::default(),
             shared: Shared {
                 limits,
@@ -99,6 +133,9 @@ impl Engine {
             },
             stored: 0,
             pending: 0,
+            held: [0; 2],
+            changed: Vec::new(),
+            reading: None,
         })
     }
 
@@ -124,6 +161,16 @@ impl Engine {
         self.pending
     }
 
+    /// The bytes the traces hold, as reckoned after the latest call (see [`Limits`]).
+    pub fn held_bytes(&self) -> usize {
+        self.held[0] + self.held[1]
+    }
+
+    /// Traces held that have a delegation path (of two names or more), which go after the others.
+    pub fn delegating_traces(&self) -> usize {
+        self.traces.len_of(1)
+    }
+
     /// Read one request (the protobuf bytes of an `ExportTraceServiceRequest`) received at `now`
     /// (seconds, on a clock that does not go back); what it counted. A request that does not
     /// decode changes nothing.
@@ -144,6 +191,7 @@ impl Engine {
         let mut current: Option<(&[u8], Handle, bool)> = None;
         let spans = &decoded.spans;
         let mut at = 0;
+        let mut read = 0;
         while at < spans.len() {
             let scope = spans[at].scope;
             let end = spans[at..]
@@ -163,11 +211,16 @@ impl Engine {
                 }];
                 let facts = &scopes[span.scope as usize];
                 self.span(&decoded, span, facts, &mut current, &mut trees);
+                read += 1;
+                if read % CHECK_EVERY == 0 {
+                    self.enforce_budget(current.map(|(_, handle, _)| handle));
+                    current = None;
+                }
             }
             at = end;
         }
         self.note_trees(trees);
-        self.enforce_span_budget();
+        self.enforce_budget(current.map(|(_, handle, _)| handle));
         self.count_due(now);
         Ok(self.take_events())
     }
@@ -178,15 +231,22 @@ impl Engine {
         self.shared.now = now;
         let deadline = now - self.shared.limits.trace_ttl;
         let mut group = Vec::new();
-        let mut at = self.traces.oldest();
-        while let Some(handle) = at {
-            match self.traces.get(handle) {
-                Some(trace) if trace.last_seen <= deadline => group.push(handle),
-                _ => break,
+        for class in [0, 1] {
+            let mut at = self.traces.oldest_of(class);
+            while let Some(handle) = at {
+                match self.traces.get(handle) {
+                    Some(trace) if trace.last_seen <= deadline => {
+                        group.push((trace.last_seen, handle))
+                    }
+                    _ => break,
+                }
+                at = self.traces.newer(handle);
             }
-            at = self.traces.newer(handle);
         }
+        group.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let group: Vec<Handle> = group.into_iter().map(|(_, handle)| handle).collect();
         self.evict(&group, Reason::Ttl);
+        self.reckon();
         while let Some(oldest) = self.trees.oldest() {
             match self.trees.get(oldest) {
                 Some(tree) if tree.last_seen <= deadline => {
@@ -212,10 +272,13 @@ impl Engine {
     /// would, make every due count, and let go of every trace and tree. Not counted as evictions.
     pub fn drain(&mut self) -> Events {
         let mut group = Vec::new();
-        let mut at = self.traces.oldest();
-        while let Some(handle) = at {
-            group.push(handle);
-            at = self.traces.newer(handle);
+        for class in [0, 1] {
+            // Both classes of traces (one name, and a delegation path: see `promote`).
+            let mut at = self.traces.oldest_of(class);
+            while let Some(handle) = at {
+                group.push(handle);
+                at = self.traces.newer(handle);
+            }
         }
         let evictions = self.shared.events.evictions;
         self.evict(&group, Reason::Ttl);
@@ -272,8 +335,10 @@ impl Engine {
             }
             _ => {
                 let handle = self.touch(span.trace_id);
+                let limits = &self.shared.limits;
                 let full = self.traces.get(handle).is_some_and(|trace| {
-                    trace.spans.len() >= self.shared.limits.max_spans_per_trace
+                    trace.spans.len() >= limits.max_spans_per_trace
+                        || trace.weighed >= limits.max_held_bytes
                 });
                 *current = Some((span.trace_id, handle, full));
                 (handle, full)
@@ -404,6 +469,7 @@ impl Engine {
                     span.kind,
                     scope.guard,
                     attributes.integer(Key::NameDepth).unwrap_or(0),
+                    transfer(attributes),
                 ),
                 conditional: row.conditional,
             })
@@ -423,7 +489,7 @@ impl Engine {
             _ => None,
         };
         Facts {
-            span_id: Cow::Borrowed(span.span_id),
+            span_id: kept(span.span_id, self.shared.keys),
             start: span.start_time_unix_nano,
             call,
             decision,
@@ -461,9 +527,18 @@ impl Engine {
         if names.is_empty() {
             return None;
         }
-        let drop = names.len().saturating_sub(MAX_PATH_NAMES);
-        names.drain(..drop);
-        Some(names)
+        let mut bytes = 0;
+        let kept = names
+            .iter()
+            .rev()
+            .take(MAX_PATH_NAMES)
+            .take_while(|name| {
+                bytes += name.len();
+                bytes <= MAX_CHAIN_BYTES
+            })
+            .count();
+        names.drain(..names.len() - kept);
+        (!names.is_empty()).then_some(names)
     }
 
     /// The path of the earlier hops of a chain.
@@ -483,7 +558,8 @@ impl Engine {
     /// The trace of `trace_id`, made the newest (made when new, the oldest evicted at capacity).
     fn touch(&mut self, trace_id: &[u8]) -> Handle {
         let now = self.shared.now;
-        if let Some(handle) = self.traces.find(trace_id) {
+        let trace_id = kept(trace_id, self.shared.keys);
+        if let Some(handle) = self.traces.find(&*trace_id) {
             self.traces.touch(handle);
             if let Some(trace) = self.traces.get_mut(handle) {
                 trace.last_seen = now;
@@ -491,17 +567,21 @@ impl Engine {
             return handle;
         }
         if self.traces.len() >= self.shared.limits.max_traces
-            && let Some(oldest) = self.traces.oldest()
+            && let Some(victim) = self.victim(self.reading)
         {
-            self.evict(&[oldest], Reason::Capacity);
+            self.evict(&[victim], Reason::Capacity);
         }
-        self.traces
-            .insert(trace_id.into(), Trace::new(now, self.shared.keys))
+        self.traces.insert(
+            trace_id.into_owned().into(),
+            Trace::new(now, self.shared.keys),
+        )
     }
 
     /// The trace a root links into; the root's own trace stays the newest.
     fn holder(&mut self, trace_id: &[u8], own: Handle) -> Handle {
+        self.reading = Some(own);
         let holder = self.touch(trace_id);
+        self.reading = None;
         self.traces.touch(own);
         holder
     }
@@ -518,16 +598,16 @@ impl Engine {
         self.pending += 1;
         if let Some(trace) = self.traces.get_mut(own) {
             trace.spans.insert(span, PathRef::WAITING);
+            trace.heap += waiting.heap();
             trace.rare(keys).pending.insert(span, Box::new(waiting));
         }
         if let Some(trace) = self.traces.get_mut(holder) {
             let waiter = Waiter { trace: own, span };
-            trace
-                .rare(keys)
-                .waiting
-                .entry(awaited)
-                .or_default()
-                .push(waiter);
+            let group = trace.rare(keys).waiting.entry(awaited).or_default();
+            let before = group_bytes(group);
+            group.push(waiter);
+            let grown = group_bytes(group) - before;
+            trace.heap += grown;
         }
     }
 
@@ -538,7 +618,9 @@ impl Engine {
             return;
         };
         trace.spans.insert(span, path);
-        if trace.awaited(&span) {
+        let awaited = trace.awaited(&span);
+        self.promote(handle, path);
+        if awaited {
             self.release(handle, span, path);
         }
     }
@@ -549,9 +631,10 @@ impl Engine {
         let mut stack = vec![(holder, span, path)];
         while let Some((holder, awaited, path)) = stack.pop() {
             let Some(group) = self.traces.get_mut(holder).and_then(|trace| {
-                let group = trace.rare.as_mut()?.waiting.remove(&awaited);
+                let group = trace.rare.as_mut()?.waiting.remove(&awaited)?;
+                trace.heap -= group_bytes(&group);
                 trace.tidy();
-                group
+                Some(group)
             }) else {
                 continue;
             };
@@ -568,7 +651,9 @@ impl Engine {
                     continue;
                 };
                 trace.spans.insert(waiter.span, settled);
-                if trace.awaited(&waiter.span) {
+                let awaited = trace.awaited(&waiter.span);
+                self.promote(waiter.trace, settled);
+                if awaited {
                     stack.push((waiter.trace, waiter.span, settled));
                 }
             }
@@ -579,6 +664,7 @@ impl Engine {
     fn take_waiting(&mut self, waiter: Waiter) -> Option<Box<Waiting>> {
         let trace = self.traces.get_mut(waiter.trace)?;
         let waiting = trace.rare.as_mut()?.pending.remove(&waiter.span)?;
+        trace.heap -= waiting.heap();
         trace.tidy();
         self.pending -= 1;
         Some(waiting)
@@ -598,7 +684,9 @@ impl Engine {
             return;
         };
         trace.spans.insert(waiter.span, path);
-        if trace.awaited(&waiter.span) {
+        let awaited = trace.awaited(&waiter.span);
+        self.promote(waiter.trace, path);
+        if awaited {
             self.release(waiter.trace, waiter.span, path);
         }
     }
@@ -659,12 +747,68 @@ impl Engine {
         }
     }
 
-    fn enforce_span_budget(&mut self) {
-        while self.stored > self.shared.limits.max_spans && self.traces.len() > 1 {
-            let Some(oldest) = self.traces.oldest() else {
+    /// A trace with a span whose path holds two names or more goes into the class that is
+    /// evicted last.
+    fn promote(&mut self, handle: Handle, path: PathRef) {
+        if path.len >= 2
+            && !path.waits()
+            && self.traces.class(handle) == Some(0)
+            && let Some(trace) = self.traces.get(handle)
+        {
+            let weighed = trace.weighed;
+            self.held[0] -= weighed;
+            self.held[1] += weighed;
+            self.traces.promote(handle);
+        }
+    }
+
+    /// Weigh again the traces changed since they were last weighed.
+    fn reckon(&mut self) {
+        let mut changed = mem::take(&mut self.changed);
+        self.traces.take_changed(&mut changed);
+        for &handle in &changed {
+            let key = self.traces.key(handle).map_or(0, |key| key.len());
+            let class = usize::from(self.traces.class(handle).unwrap_or(0));
+            if let Some(trace) = self.traces.get_mut_unnoted(handle) {
+                let weight = trace.weigh(key);
+                self.held[class] = self.held[class] - trace.weighed + weight;
+                trace.weighed = weight;
+            }
+        }
+        self.changed = changed;
+    }
+
+    /// The trace to evict at capacity, but `spare` (the trace being read): the oldest of those
+    /// with no delegation path, unless those with one hold more than their share (three quarters
+    /// of the traces or of the bytes), or there are none; else the oldest with one.
+    fn victim(&self, spare: Option<Handle>) -> Option<Handle> {
+        let limits = &self.shared.limits;
+        let crowded = self.traces.len_of(1) > limits.max_traces / 4 * 3
+            || self.held[1] > limits.max_held_bytes / 4 * 3;
+        let order: [u8; 2] = if crowded { [1, 0] } else { [0, 1] };
+        for class in order {
+            let mut at = self.traces.oldest_of(class);
+            while let Some(handle) = at {
+                if Some(handle) != spare {
+                    return Some(handle);
+                }
+                at = self.traces.newer(handle);
+            }
+        }
+        None
+    }
+
+    /// Evict traces until the spans and the bytes held are within their bounds (the trace being
+    /// read, `spare`, stays).
+    fn enforce_budget(&mut self, spare: Option<Handle>) {
+        self.reckon();
+        let limits = self.shared.limits;
+        while self.stored > limits.max_spans || self.held_bytes() > limits.max_held_bytes {
+            let Some(victim) = self.victim(spare) else {
                 break;
             };
-            self.evict(&[oldest], Reason::Capacity);
+            self.evict(&[victim], Reason::Capacity);
+            self.reckon();
         }
     }
 
@@ -732,7 +876,9 @@ impl Engine {
             };
             trace.count_due(shared, handle, &trace_id, None);
             self.flush();
+            let class = usize::from(self.traces.class(handle).unwrap_or(0));
             if let Some((_, trace)) = self.traces.remove(handle) {
+                self.held[class] -= trace.weighed;
                 self.stored -= trace.spans.len();
                 self.pending -= trace.rare.as_ref().map_or(0, |rare| rare.pending.len());
                 self.shared.events.evictions[reason as usize] += 1;
@@ -777,4 +923,9 @@ impl Engine {
             }
         }
     }
+}
+
+/// The bytes a group of spans waiting for one span holds.
+fn group_bytes(group: &Vec<Waiter>) -> usize {
+    alloc(group.capacity() * mem::size_of::<Waiter>())
 }

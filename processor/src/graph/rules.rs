@@ -4,7 +4,7 @@
 
 use std::mem;
 
-use super::events::CycleKind;
+use super::events::{CycleKind, SEPARATOR, push_name};
 use super::trace::{
     CallFacts, CycleState, Due, Facts, NONE, Node, NodeRef, PathRef, Run, Shared, Trace,
 };
@@ -54,11 +54,16 @@ impl Engine {
         match step {
             Step::Link => base,
             Step::Again => {
+                // One call: a transfer when any of its spans marks it as one.
                 let node = last.map_or(NONE, |last| last.node);
-                trace.with_last(base, name, call.hop, node)
+                let hop = Hop {
+                    transfer: call.hop.transfer || last.is_some_and(|last| last.hop.transfer),
+                    ..call.hop
+                };
+                trace.with_last(base, name, hop, node)
             }
             Step::New => {
-                Self::returned(trace, shared, handle, facts, base, name);
+                Self::returned(trace, shared, handle, facts, base, name, call.hop.transfer);
                 Self::new_call(trace, shared, handle, base, name, call.hop)
             }
             Step::RunOfTool => self.run_of_tool(handle, facts, name, call, base),
@@ -79,11 +84,16 @@ impl Engine {
         let Some(trace) = traces.get_mut(handle) else {
             return below;
         };
-        let tool = trace
-            .last(below)
-            .and_then(|entry| trace.node_ref(handle, entry.node));
+        let last = trace.last(below).copied();
+        let tool = last.and_then(|entry| trace.node_ref(handle, entry.node));
+        // The run is a transfer when the tool's span or its own marks one (the conventions'
+        // `execute_tool transfer_to_X X` with `gen_ai.transfer.mode` `pass_control`).
+        let hop = Hop {
+            transfer: call.hop.transfer || last.is_some_and(|entry| entry.hop.transfer),
+            ..call.hop
+        };
         let base = trace.without_last(below);
-        Self::returned(trace, shared, handle, facts, base, name);
+        Self::returned(trace, shared, handle, facts, base, name, hop.transfer);
         // The run is kept by the tool's trace, under the agent's name as that trace knows it.
         let ran = tool.and_then(|tool| {
             let owner = traces.get_mut(tool.trace)?;
@@ -98,10 +108,10 @@ impl Engine {
             }
             let trace = traces.get_mut(handle).expect("the trace being read");
             let node = trace.node_for(handle, run.node);
-            return trace.plus(base, name, call.hop, node);
+            return trace.plus(base, name, hop, node);
         }
         let trace = traces.get_mut(handle).expect("the trace being read");
-        let path = Self::new_call(trace, shared, handle, base, name, call.hop);
+        let path = Self::new_call(trace, shared, handle, base, name, hop);
         let node = trace.last(path).map(|entry| NodeRef {
             trace: handle,
             index: entry.node,
@@ -191,8 +201,11 @@ impl Engine {
         path
     }
 
-    /// Note the cycle of `name` if it is on `path` (from its latest occurrence): counted once per
-    /// loop and trace, from the return that started first.
+    /// Note the cycle of `name` (arriving by a transfer or not) if it is on `path` where it still
+    /// waits (from its latest such place): counted once per loop and trace, from the return that
+    /// started first. A place waits unless the place after it (for the last, the arriving call)
+    /// is a transfer: an agent that handed off waits for no answer, and control coming back to it
+    /// is no cycle.
     fn returned(
         trace: &mut Trace,
         shared: &mut Shared,
@@ -200,13 +213,25 @@ impl Engine {
         facts: &Facts<'_>,
         path: PathRef,
         name: u32,
+        transfer: bool,
     ) {
-        let mut names = mem::take(&mut shared.scratch);
-        trace.names_of(path, &mut names);
-        let Some(at) = names.iter().rposition(|&known| known == name) else {
-            shared.scratch = names;
+        let mut after = transfer;
+        let mut tail = path.tail;
+        let mut waits = None;
+        for back in 0..path.len {
+            let entry = trace.entry(tail);
+            if entry.name == name && !after {
+                waits = Some(usize::from(path.len - 1 - back));
+                break;
+            }
+            after = entry.hop.transfer;
+            tail = entry.parent;
+        }
+        let Some(at) = waits else {
             return;
         };
+        let mut names = mem::take(&mut shared.scratch);
+        trace.names_of(path, &mut names);
         let kind = if at < usize::from(path.crossed) {
             CycleKind::CrossTrace
         } else if at == names.len() - 1 {
@@ -236,10 +261,10 @@ impl Engine {
         let label = |trace: &Trace, shared: &mut Shared| -> Box<str> {
             let mut label = String::new();
             for &id in turn {
-                label.push_str(trace.name(id));
-                label.push('>');
+                push_name(&mut label, trace.name(id));
+                label.push(SEPARATOR);
             }
-            label.push_str(trace.name(name));
+            push_name(&mut label, trace.name(name));
             shared
                 .cut(&label, MAX_LABEL_CHARS)
                 .into_owned()

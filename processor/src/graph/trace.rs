@@ -5,10 +5,10 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::mem;
+use std::mem::{self, size_of};
 
 use super::events::{Cycle, CycleKind, Events, cut};
-use super::{Limits, MAX_LABEL_CHARS, MAX_PATH_NAMES};
+use super::{Limits, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_PATH_NAMES};
 use crate::calls::Hop;
 use crate::ids::{self, Keyed, Map, SpanId};
 use crate::lru::Handle;
@@ -64,6 +64,53 @@ pub(super) struct Waiting {
     pub(super) facts: Facts<'static>,
     /// The earlier hops of the guard's chain it carries, for when its parent never comes.
     pub(super) chain: Option<Vec<Box<str>>>,
+}
+
+impl Waiting {
+    /// The bytes it holds, itself included.
+    pub(super) fn heap(&self) -> usize {
+        let facts = &self.facts;
+        let mut bytes = alloc(size_of::<Waiting>()) + alloc(facts.span_id.len());
+        if let Some(call) = &facts.call {
+            bytes += alloc(call.name.len());
+        }
+        if let Some((verdict, reason)) = &facts.decision {
+            bytes += alloc(verdict.len()) + alloc(reason.len());
+        }
+        if let Some(chain) = &self.chain {
+            bytes += vec_bytes(chain) + chain.iter().map(|name| alloc(name.len())).sum::<usize>();
+        }
+        bytes
+    }
+}
+
+/// What an allocation of `bytes` takes of the heap: glibc's malloc adds 8 bytes, rounds to 16,
+/// and gives no less than 32.
+pub(super) const fn alloc(bytes: usize) -> usize {
+    if bytes == 0 {
+        return 0;
+    }
+    let rounded = (bytes + 8 + 15) & !15;
+    if rounded < 32 { 32 } else { rounded }
+}
+
+pub(super) fn vec_bytes<T>(items: &Vec<T>) -> usize {
+    alloc(items.capacity() * size_of::<T>())
+}
+
+/// A hash map's table: its buckets (a key, a value and a control byte each) and a group of
+/// control bytes, as the standard library's map (hashbrown) sizes it for its capacity.
+pub(super) fn map_bytes<K, V>(map: &Map<K, V>) -> usize {
+    let capacity = map.capacity();
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        capacity + 1
+    } else {
+        capacity / 7 * 8
+    };
+    alloc(buckets * (size_of::<(K, V)>() + 1) + 16)
 }
 
 /// A span that waits in some trace's index: its own trace, and its id.
@@ -196,6 +243,11 @@ pub(super) struct Trace {
     pub(super) rare: Option<Box<Rare>>,
     /// The first `otel_guard.chain.root` its guard spans named (a cycle's `chain_root`).
     pub(super) root: Option<Box<str>>,
+    /// What the trace's names, waiting spans and index keys hold on the heap (what
+    /// [`Trace::weigh`] cannot read from a length).
+    pub(super) heap: usize,
+    /// What it weighed when last weighed (what the engine's total holds of it).
+    pub(super) weighed: usize,
 }
 
 /// What only some traces need.
@@ -244,7 +296,43 @@ impl Trace {
             queued: false,
             rare: None,
             root: None,
+            heap: 0,
+            weighed: 0,
         }
+    }
+
+    /// The bytes the trace holds, reckoned from its parts' lengths and capacities (`key`: its id's
+    /// length): itself in its slot and the engine's index, the id kept twice, its tables, what
+    /// `heap` counts, its loops.
+    pub(super) fn weigh(&self, key: usize) -> usize {
+        let mut bytes = size_of::<Trace>() + 48 + 40 + 2 * alloc(key);
+        bytes += map_bytes(&self.spans)
+            + vec_bytes(&self.names)
+            + vec_bytes(&self.entries)
+            + vec_bytes(&self.nodes)
+            + vec_bytes(&self.tallies)
+            + vec_bytes(&self.runs)
+            + self.runs.len() * alloc(MAX_ID_BYTES)
+            + vec_bytes(&self.due)
+            + self.root.as_ref().map_or(0, |root| alloc(root.len()))
+            + self.heap;
+        if let Some(rare) = &self.rare {
+            bytes += alloc(size_of::<Rare>())
+                + map_bytes(&rare.waiting)
+                + map_bytes(&rare.pending)
+                + vec_bytes(&rare.cycles)
+                + map_bytes(&rare.cycle_index)
+                + map_bytes(&rare.run_index)
+                + map_bytes(&rare.name_index)
+                + map_bytes(&rare.tally_index);
+            for cycle in &rare.cycles {
+                bytes += alloc(cycle.label.len()) + alloc(cycle.span_id.len());
+            }
+            for key in rare.cycle_index.keys() {
+                bytes += alloc(key.len() * size_of::<u32>());
+            }
+        }
+        bytes
     }
 
     /// Let go of what waiting held once nothing waits (and of the rare parts once all empty).
@@ -290,14 +378,17 @@ impl Trace {
         }
         let id = u32::try_from(self.names.len()).unwrap_or(NONE);
         self.names.push(name.into());
+        self.heap += alloc(name.len());
         if self.names.len() > SCANNED {
             let rare = self.rare.get_or_insert_with(|| Box::new(Rare::new(keys)));
             if rare.name_index.is_empty() {
                 for (at, known) in self.names.iter().enumerate() {
                     rare.name_index.insert(known.clone(), at as u32);
+                    self.heap += alloc(known.len());
                 }
             } else {
                 rare.name_index.insert(name.into(), id);
+                self.heap += alloc(name.len());
             }
         }
         id
@@ -489,6 +580,7 @@ impl Trace {
                     self.names_of(tally.path, &mut key);
                     key.push(u32::from(tally.tool));
                     indexed.push((Box::<[u32]>::from(key.as_slice()), index as u32));
+                    self.heap += alloc(key.len() * size_of::<u32>());
                 }
             }
             self.rare(keys).tally_index.extend(indexed);

@@ -7,8 +7,9 @@ They must count alike -- cycles, the span each cycle's count names, delegation e
 tree hops, spans received and received again -- on every recording of
 ``tests/processor/dialects/corpus`` (``runtimes/`` included: Google ADK's own spans, CrewAI under
 OpenLLMetry) in several arrival orders, batch splits, a retry, key-first and value-first encodings;
-on hypothesis span forests of every style; and on the forests the detector gets wrong
-(``KNOWN_FOREST_DIFFERENCES``), where the reference is right.
+on hypothesis span forests of every style; on chains of calls and handoffs (a return through a
+transfer is no cycle); and on the forests the detector gets wrong (``KNOWN_FOREST_DIFFERENCES``),
+where the reference is right.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import pytest
 from corpus_spans import read_spans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from otel_guard_processor._engine import one_call_rules
+from otel_guard_processor._engine import cycle_names, one_call_rules
 from otel_guard_processor.engine import Engine, EngineDetector, dialect_table
 from processor_spans import Trace, encode
-from reference import dialects
+from reference import dialects, transfers
 from reference.conventions import FORESTS as SHAPED
 from reference.forests import (
     FIXED_STYLES,
@@ -39,7 +40,7 @@ from reference.forests import (
     requests,
     spans_of,
 )
-from reference.reference import Entry, detect, step
+from reference.reference import Entry, detect, label_names, step
 from reference.test_reference import (
     CONVENTION_COUNTS,
     ENCODINGS,
@@ -326,3 +327,35 @@ def test_the_conventions_shapes_count_as_the_reference_in_any_delivery(
     whole = requests(SHAPED[name](loop), Delivery("ended", 1, [False] * 8, None, [], 0))
     seen = engine(whole).counts
     assert (seen.cycles, seen.delegations) == CONVENTION_COUNTS[(name, loop)]
+
+
+# --- transfers and labels that read back ----------------------------------------------------------
+
+HANDOFF_HOPS = st.lists(
+    st.tuples(st.sampled_from(("triage", "faq", "billing")), st.booleans()), min_size=1, max_size=7
+)
+
+
+@FORESTS
+@given(HANDOFF_HOPS, st.sampled_from(transfers.STYLES), deliveries)
+def test_any_chain_of_calls_and_handoffs_counts_as_the_reference(
+    hops: list[tuple[str, bool]], style: str, delivery: Delivery
+) -> None:
+    """Chains of calls and transfers in the guard's spans, beside a runtime's, and in the
+    conventions' transfer tools (tests/processor/reference/transfers.py), in any delivery."""
+    raws = requests(transfers.spans(hops, style), delivery)
+    assert engine(raws) == reference(raws)
+
+
+def test_labels_escape_as_the_reference_escapes_and_read_back_alike() -> None:
+    trace = Trace()
+    parent = None
+    for name in ("planner>budget", r"a\b", "c>", "planner>budget"):
+        parent = trace.agent(name, parent)
+    raws = [encode(*trace.spans)]
+    ours = engine(raws)
+    assert ours == reference(raws)
+    ((_, label),) = ours.counts.cycles
+    assert cycle_names(label) == label_names(label) == ["planner>budget", r"a\b", "c>", "planner>budget"]
+    for label_ in ("", ">", "\\", "a\\", r"\\>\>", "x…", r"a\>b>c\\>d"):
+        assert cycle_names(label_) == label_names(label_), label_

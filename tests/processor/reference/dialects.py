@@ -177,6 +177,10 @@ CHAIN_AGENTS: Final = "otel_guard.chain.agents"
 CHAIN_DEPTH: Final = "otel_guard.chain.depth"
 CHAIN_ROOT: Final = "otel_guard.chain.root"
 TREE_HOPS: Final = "otel_guard.budget.hops"  # the hops the chain root's tree has used
+# A transfer (a handoff), as its spans mark one: the guard's hop kind, or the conventions' transfer
+# mode (`gen_ai.transfer.mode` `pass_control`; `return_to_caller` is a call).
+HOP_KIND: Final = "otel_guard.hop.kind"
+TRANSFER_MODE: Final = "gen_ai.transfer.mode"
 
 
 TABLE: Final = Table()

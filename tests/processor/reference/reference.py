@@ -11,7 +11,12 @@ takes the first by start time, then span id.
 One call is one hop: a named span directly below an entry of the same name is that call again when
 :func:`same_call` says so, and a span read as an agent run directly below a tool call is that
 tool's run (the tool's entry gives way to the agent's). Every other named span is a new call, and
-a cycle when its name is already on the path.
+a cycle when its name is already on the path where it still *waits*: an entry waits unless the
+entry after it (for the last, the new call) is a transfer (a handoff its spans mark as one:
+:attr:`Span.transfer`), for an agent that handed off waits for no answer.
+
+A cycle's label joins its names by ``>``, each name escaped (:func:`label`: a backslash before each
+backslash and each ``>`` in a name), so that it reads back into its names (:func:`label_names`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,33 @@ SpanKey = tuple[bytes, bytes]  # (trace id, span id)
 
 def cut(text: str, limit: int = MAX_NAME_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
+
+
+def label(names: Iterable[str]) -> str:
+    """A cycle's label: its names joined by ``>``, each ``\\`` in them written ``\\\\`` and each ``>``
+    ``\\>``, cut to its bound."""
+    escaped = (name.replace("\\", "\\\\").replace(">", "\\>") for name in names)
+    return cut(">".join(escaped), MAX_LABEL_CHARS)
+
+
+def label_names(text: str) -> list[str]:
+    """The names a label joins: split at each ``>`` no ``\\`` escapes, each ``\\x`` read as ``x``."""
+    names: list[str] = []
+    name: list[str] = []
+    escaped = False
+    for char in text:
+        if escaped:
+            name.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ">":
+            names.append("".join(name))
+            name = []
+        else:
+            name.append(char)
+    names.append("".join(name))
+    return names
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -81,6 +113,13 @@ class Span:
         if value is None or not value.HasField("array_value"):
             return None
         return [item.string_value for item in value.array_value.values]
+
+    @property
+    def transfer(self) -> bool:
+        """Whether the span marks its call as a transfer (a handoff)."""
+        return (
+            self.text(dialects.HOP_KIND) == "transfer" or self.text(dialects.TRANSFER_MODE) == "pass_control"
+        )
 
     def call(self, table: Table = TABLE) -> Call | None:
         """The call this span records, its name cut to its bound; None when it is none."""
@@ -146,6 +185,7 @@ class Entry:
     guard: bool = False  # the inline guard's span (or its chain)
     name_depth: int = 0
     caller: bool = False  # only the callee's gen_ai.caller.agent.name put it here
+    transfer: bool = False  # a handoff: the entry before it waits for no answer
 
 
 @dataclass(frozen=True)
@@ -347,6 +387,7 @@ class Detection:
             server=span.kind in SERVER_KINDS,
             guard=span.guard,
             name_depth=max(span.integer(dialects.NAME_DEPTH) or 0, 0) if span.guard else 0,
+            transfer=span.transfer,
         )
         last = base.entries[-1] if base.entries else None
         found = step(last, entry, base.names.count(entry.name), self.table)
@@ -355,18 +396,20 @@ class Detection:
         self.decide(span, call.name)
         if found == RUN_OF_TOOL:
             return self.run_of_tool(span, entry, base)
-        if found == AGAIN:
+        if found == AGAIN:  # one call: a transfer when any of its spans marks it as one
             assert last is not None
-            return base.with_last(replace(entry, node=last.node))
-        self.returned(span, base, entry.name)
+            return base.with_last(replace(entry, node=last.node, transfer=entry.transfer or last.transfer))
+        self.returned(span, base, entry)
         return self.new_call(span, base, entry)
 
     def run_of_tool(self, span: Span, entry: Entry, below: Path) -> Path:
         """An agent run directly below a tool call: the tool's run, in the agent's name."""
         tool = below.entries[-1].node
         assert tool is not None
+        # A transfer when the tool's span marks one (execute_tool transfer_to_X X, pass_control).
+        entry = replace(entry, transfer=entry.transfer or below.entries[-1].transfer)
         base = below.without_last()
-        self.returned(span, base, entry.name)
+        self.returned(span, base, entry)
         ran = tool.runs.get(entry.name)
         if ran is not None:  # another span of the same run (Traceloop's task and agent)
             return base.plus(replace(entry, node=ran))
@@ -382,12 +425,16 @@ class Detection:
         self.nodes.append(node)
         return base.plus(replace(entry, node=node))
 
-    def returned(self, span: Span, path: Path, name: str) -> None:
-        """Note the cycle of ``name`` if it is on ``path``: from its latest occurrence."""
-        names = path.names
-        if name not in names:
+    def returned(self, span: Span, path: Path, entry: Entry) -> None:
+        """Note the cycle of ``entry``'s name if it stands on ``path`` where it still waits: from
+        the latest such place. A place waits unless the place after it (for the last, ``entry``)
+        is a transfer."""
+        name, names = entry.name, path.names
+        after = (*path.entries[1:], entry)
+        waits = [at for at, place in enumerate(path.entries) if place.name == name and not after[at].transfer]
+        if not waits:
             return
-        at = len(names) - 1 - names[::-1].index(name)
+        at = waits[-1]
         if at < path.crossed:
             kind = "cross_trace"
         elif at == len(names) - 1:
@@ -396,8 +443,9 @@ class Detection:
             kind = "cross_function"
         loop = names[at:]
         least = min(loop[i:] + loop[:i] for i in range(len(loop)))
-        label = cut(">".join((*loop, name)), MAX_LABEL_CHARS)
-        self.returns.append(Return(span.trace_id, (span.start, span.span_id), kind, least, label))
+        self.returns.append(
+            Return(span.trace_id, (span.start, span.span_id), kind, least, label((*loop, name)))
+        )
 
     def decide(self, span: Span, name: str) -> None:
         verdict = span.text(dialects.DECISION)

@@ -26,7 +26,11 @@ from processor_spans import Trace, encode
 from test_corpus import ORDERS
 from test_value_first import value_first_request
 
-from reference import dialects
+from otel_guard.chain import Chain, TransferHop
+from otel_guard.chain import Hop as GuardHop
+from otel_guard.policy import decide
+from otel_guard.settings import Settings
+from reference import dialects, transfers
 from reference.conventions import CLIENT, MCP_SCOPE, SERVER, Builder
 from reference.conventions import FORESTS as SHAPED
 from reference.dialects import AGENT, OPENINFERENCE_LANGCHAIN, TABLE, TOOL, Table
@@ -42,7 +46,9 @@ from reference.forests import (
     requests,
     spans_of,
 )
-from reference.reference import Metrics, detect
+from reference.reference import Metrics, detect, label_names
+from reference.reference import label as label_of
+from reference.transfers import Hop
 
 RUNTIMES = CORPUS / "runtimes"
 RECORDINGS = [
@@ -474,3 +480,97 @@ def test_without_the_protocol_rows_spans_named_by_their_method_alone_are_no_call
     raws = requests(spans.forest, WHOLE)
     assert reference(raws).delegations == {("planner", "search"): 1}
     assert reference(raws, without).delegations == {}
+
+
+# --- transfers (reference/transfers.py) and labels that read back ---------------------------------
+
+HAND_BACK: list[Hop] = [("triage", False), ("faq", True), ("triage", True)]
+HAND_BACK_BY_CALLS: list[Hop] = [("triage", False), ("faq", False), ("triage", False)]
+NOW = 1_000_000.0
+
+
+def chained(hops: Sequence[Hop], style: str) -> Counts:
+    return reference(requests(transfers.spans(hops, style), WHOLE))
+
+
+@pytest.mark.parametrize("style", transfers.STYLES)
+def test_a_hand_back_by_transfers_is_no_cycle_and_the_same_shape_by_calls_is_one(style: str) -> None:
+    """triage ⇒ faq ⇒ triage by handoffs (the OpenAI Agents SDK's customer-service shape) is no
+    loop: triage handed off and waits for nothing; by calls it is the loop it always was."""
+    handed = chained(HAND_BACK, style)
+    assert handed.cycles == {}
+    assert handed.delegations == {("triage", "faq"): 1, ("faq", "triage"): 1}
+    assert chained(HAND_BACK_BY_CALLS, style).cycles == {("cross_function", "triage>faq>triage"): 1}
+
+
+@pytest.mark.parametrize("style", transfers.STYLES)
+def test_a_return_to_an_agent_still_waiting_is_a_cycle_from_its_latest_waiting_place(style: str) -> None:
+    # A transfer into an agent that waits (triage called faq, faq hands off to triage).
+    into = [("triage", False), ("faq", False), ("triage", True)]
+    assert chained(into, style).cycles == {("cross_function", "triage>faq>triage"): 1}
+    # Handed back, triage calls billing, which calls triage: triage waits from its second place.
+    back = [*HAND_BACK, ("billing", False), ("triage", False)]
+    assert chained(back, style).cycles == {("cross_function", "triage>billing>triage"): 1}
+    # faq, handed control, calls triage: triage handed off. faq handing off to itself: a new turn.
+    assert chained([("triage", False), ("faq", True), ("triage", False)], style).cycles == {}
+    assert chained([("faq", False), ("faq", True)], style).cycles == {}
+    assert chained([("faq", False), ("faq", False)], style).cycles == {("direct", "faq>faq"): 1}
+
+
+def test_a_ping_pong_of_transfers_is_no_cycle_in_the_processor() -> None:
+    """The processor has no per-name depth: the guard stops a ping-pong of handoffs at
+    max_name_depth, and the processor counts that refusal among the guard's decisions."""
+    hops = [("triage", False), *[("faq", True), ("triage", True)] * 5]
+    assert chained(hops, "guard").cycles == {}
+    assert chained(hops, "conventions").cycles == {}
+
+
+def _guard_says_cycle(hops: Sequence[Hop]) -> bool:
+    """Whether the inline guard (cycle_rule agent) refuses any hop of ``hops`` as a cycle."""
+    made = [TransferHop(agent) if transfer else GuardHop(agent) for agent, transfer in hops]
+    settings_ = Settings(cycle_rule="agent", max_depth=64, observe_max_depth=64, max_name_depth=64)
+    for at in range(1, len(made)):
+        arrival = Chain(tuple(made[:at]), "ab" * 16, "default", NOW - 10, NOW + 290)
+        if decide(arrival, made[at], settings_, NOW).reason == "cycle":
+            return True
+    return False
+
+
+HOPS = st.lists(
+    st.tuples(st.sampled_from(("triage", "faq", "billing")), st.booleans()), min_size=1, max_size=7
+)
+
+
+@FORESTS
+@given(HOPS, st.sampled_from(transfers.STYLES), deliveries)
+def test_the_reference_finds_a_loop_in_a_chain_exactly_where_the_guard_refuses_a_cycle(
+    hops: list[Hop], style: str, delivery: Delivery
+) -> None:
+    """The guard's own rule (otel_guard.policy.waiting) as the oracle: a chain of calls and
+    handoffs, however its spans are written and delivered, holds a loop for the processor exactly
+    when the guard would refuse one of its hops as a cycle."""
+    found = reference(requests(transfers.spans(hops, style), replace(delivery, lost=[]))).cycles
+    assert bool(found) == _guard_says_cycle(hops), found
+
+
+def test_a_name_holding_the_separator_or_the_escape_reads_back_from_its_label() -> None:
+    # The agent `planner>budget` calling itself: one name, not a two-agent loop.
+    trace = Trace()
+    trace.agent("planner>budget", trace.agent("planner>budget"))
+    (label,) = [label for _, label in reference([encode(*trace.spans)]).cycles]
+    assert label == r"planner\>budget>planner\>budget"
+    assert label_names(label) == ["planner>budget", "planner>budget"]
+    # Backslashes: alone, last, and before a `>`.
+    trace = Trace()
+    parent = None
+    for name in (r"a\b", "c", "d\\", r"e\>f", r"a\b"):
+        parent = trace.agent(name, parent)
+    (label,) = [label for _, label in reference([encode(*trace.spans)]).cycles]
+    assert label == r"a\\b>c>d\\>e\\\>f>a\\b"
+    assert label_names(label) == [r"a\b", "c", "d\\", r"e\>f", r"a\b"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab>\\…", max_size=6), min_size=1, max_size=6))
+def test_any_label_within_its_bound_reads_back_into_its_names(names: list[str]) -> None:
+    assert label_names(label_of(names)) == names
