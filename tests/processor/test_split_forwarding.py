@@ -85,7 +85,9 @@ def span_ids(requests: list[bytes]) -> Counter[bytes]:
 async def test_a_request_larger_than_the_downstream_takes_goes_as_parts_each_span_once(
     start_processor: ProcessorFactory, limited: LimitedSink
 ) -> None:
-    processor = await start_processor(forward=limited.address)
+    # Three 5.7 MB requests at once on one connection: room for them in the gRPC receiver's share
+    # of a connection (half of --max-pending-bytes; past it a client is told to retry).
+    processor = await start_processor(forward=limited.address, max_pending_bytes=64 * MIB)
     raw = large_request(5 * MIB)
     assert len(raw) > LIMIT
     assert await export(processor, raw, timeout=10) == b""  # before: RESOURCE_EXHAUSTED, retry, for ever
