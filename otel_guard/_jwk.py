@@ -24,7 +24,7 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any, Final
 
-from otel_guard.chain import _KID, KID_RULE, InvalidToken, _b64decode, _b64encode
+from otel_guard._jws import _KID, KID_RULE, InvalidToken, _b64decode, _b64encode
 
 EDDSA: Final = "EdDSA"
 ES256: Final = "ES256"
@@ -93,7 +93,7 @@ class AsymmetricKey:
 
     @property
     def secret(self) -> tuple[str, str]:
-        """What tells two keys apart (:class:`~otel_guard.chain.Keyring` equality): the public JWK's
+        """What tells two keys apart (:class:`~otel_guard.keys.Keyring` equality): the public JWK's
         ``x`` and ``y``, and whether it signs. Never the private key."""
         return (self.jwk["x"] + self.jwk.get("y", ""), "private" if self.can_sign else "public")
 

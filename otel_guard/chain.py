@@ -25,40 +25,69 @@ refusal, never into "no chain".
 
 from __future__ import annotations
 
-import binascii
-import hashlib
-import hmac
 import json
 import random
 import re
-import secrets
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
+from typing import Any, Final, Literal, NamedTuple
+
+# The token's basics and its keys live below this module; the names other modules take from here
+# (in __all__) stay.
+from otel_guard._jws import (
+    _COMPACT,
+    MAX_QUOTED,
+    InvalidToken,
+    _b64decode,
+    _b64encode,
+    _check_header,
+    _json_object,
+    _json_text,
+    quoted,
+)
+from otel_guard.keys import Keyring, generate_key, generate_key_pair
+
+__all__ = [
+    "MAX_QUOTED",
+    "MAX_TIME",
+    "MAX_TOKEN_LENGTH",
+    "TOKEN_VERSION",
+    "Chain",
+    "ChainToken",
+    "Hop",
+    "HopKind",
+    "InvalidToken",
+    "Keyring",
+    "NoSigningKey",
+    "TransferHop",
+    "VerifiedTokens",
+    "check_hop",
+    "decode",
+    "decode_unsigned",
+    "encode",
+    "generate_key",
+    "generate_key_pair",
+    "name_problem",
+    "new_root",
+    "normal_name",
+    "quoted",
+    "start_chain",
+    "verified_tokens",
+]
 
 TOKEN_VERSION: Final = 1
 MAX_TOKEN_LENGTH: Final = 4096 - len("otel_guard.chain=")
 """The longest token the W3C baggage propagator carries (it drops members of 4096 bytes or more)."""
-MIN_SECRET_BYTES: Final = 32
 # A chain's times (iat, exp) are seconds since 1970 before this bound (2242): anything else is not a
 # time any guard wrote, and would overflow the clocks that read it.
 MAX_TIME: Final = 2.0**33
 # The scripts whose letters look alike: a name may not mix them (see name_problem()).
 _LOOK_ALIKE_SCRIPTS: Final = frozenset({"LATIN", "CYRILLIC", "GREEK"})
-# Text a token's sender chose (a key id, an algorithm, a claim) is quoted in refusals cut to this.
-MAX_QUOTED: Final = 64
 
-_KID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
-KID_RULE: Final = "1-64 characters of A-Z a-z 0-9 . _ ~ -"
 _ROOT = re.compile(r"[0-9a-f]{32}")
 _UNSIGNED_HEADER: Final = "eyJhbGciOiJub25lIn0"  # base64url of {"alg":"none"}
-_COMPACT = (",", ":")
-
-
-class InvalidToken(ValueError):
-    """A token that is not a valid delegation chain; the message says what is wrong with it."""
 
 
 class NoSigningKey(RuntimeError):
@@ -155,273 +184,6 @@ def new_root() -> str:
 def start_chain(hop: Hop, workspace: str, now: float, ttl: float) -> Chain:
     """A new chain whose first hop is ``hop``."""
     return Chain((hop,), new_root(), workspace, now, now + ttl)
-
-
-# -- keys ---------------------------------------------------------------------------------------
-
-
-# base64url with the standard codec: the alphabet is mapped to the standard one, and the standard
-# characters are mapped to "*" so that strict decoding refuses them (and "=", as JWS has no padding).
-_FROM_B64URL: Final = bytes.maketrans(b"-_+/=", b"+/***")
-_TO_B64URL: Final = bytes.maketrans(b"+/", b"-_")
-_PADDING: Final = (b"", b"===", b"==", b"=")
-
-
-def _b64encode(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).translate(_TO_B64URL).rstrip(b"=").decode("ascii")
-
-
-def _b64decode(segment: str) -> bytes:
-    try:
-        data = segment.encode("ascii").translate(_FROM_B64URL)
-        return binascii.a2b_base64(data + _PADDING[len(data) & 3], strict_mode=True)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidToken(f"token is not base64url ({exc})") from None
-
-
-class _Key:
-    """One HMAC-SHA256 key, with its inner and outer hash states computed once (RFC 2104)."""
-
-    __slots__ = ("_inner", "_outer", "header", "kid", "secret")
-
-    alg: Final = "HS256"
-    aliases: Final = frozenset({"HS256"})
-    can_sign: Final = True
-    signature_length: Final = 43  # base64url of 32 bytes
-
-    def __init__(self, kid: str, secret: bytes) -> None:
-        self.kid = kid
-        self.secret = secret
-        # The base64url JWS header this library writes for this key.
-        self.header = _b64encode(
-            json.dumps({"alg": "HS256", "kid": kid, "typ": "JWT"}, separators=_COMPACT).encode()
-        )
-        block = (hashlib.sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
-
-    def sign(self, message: bytes) -> bytes:
-        """HMAC-SHA256 of ``message``: the same bytes as ``hmac.digest``, without re-keying each time."""
-        inner = self._inner.copy()
-        inner.update(message)
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()
-
-    def verify(self, message: bytes, signature: str) -> bool:
-        """Whether ``signature`` (base64url) is this key's over ``message`` (compared in constant time)."""
-        return hmac.compare_digest(_b64encode(self.sign(message)), signature)
-
-
-if TYPE_CHECKING:
-    from otel_guard._jwk import AsymmetricKey, PublicKeys
-
-    AnyKey: TypeAlias = _Key | AsymmetricKey
-
-
-class Keyring:
-    """The keys a process signs and verifies with: the first of its own keys signs, every key verifies.
-
-    Its own keys (setting ``keys``) are shared secrets (``HS256``) and private keys (``EdDSA``,
-    ``ES256``: a key pair, its public half derived); the public keys of a JWKS (setting ``jwks``)
-    verify only. A keyring of public keys only has no :attr:`signing` key: it verifies every chain
-    and signs none (see :attr:`ChainToken.travels`). A token is verified with the key its header's
-    ``kid`` names, and only with the algorithm that key is for: an ``HS256`` token naming a public
-    key (its bytes taken for a secret, the classic confusion) is refused, as is ``none``.
-
-    Rotation: add the new key second everywhere (its public key to the verifiers' JWKS), then move
-    it first, then drop the old one.
-    """
-
-    __slots__ = ("_by_header", "_by_kid", "_own", "_public", "signing")
-
-    signing: AnyKey | None
-
-    def __init__(
-        self,
-        keys: Mapping[str, object] | Iterable[tuple[str, object]] = (),
-        public: PublicKeys | Iterable[AsymmetricKey] | None = None,
-    ) -> None:
-        pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
-        published = tuple(_public_keys(public))
-        if not pairs and not published:
-            raise ValueError("keys: at least one key is needed")
-        own: dict[str, AnyKey] = {}
-        for kid, material in pairs:
-            if not isinstance(kid, str) or _KID.fullmatch(kid) is None:
-                raise ValueError(f"keys: key id {kid!r} must be {KID_RULE}")
-            if kid in own:
-                raise ValueError(f"keys: key id {kid!r} is listed twice")
-            own[kid] = _own_key(kid, material)
-        by_kid = dict(own)
-        for key in published:
-            known = by_kid.get(key.kid)
-            if known is None:
-                by_kid[key.kid] = key
-            elif isinstance(known, _Key) or not known.same_public_key(key):
-                raise ValueError(f"jwks: key id {key.kid!r} is also in keys, with another key")
-            # else: the JWKS holds this signer's own public key (one file for a whole fleet): its own
-            # key stands for it.
-        self._own = tuple(own.values())
-        self._public = published
-        self._by_kid = by_kid
-        self._by_header = {key.header: key for key in by_kid.values()}
-        self.signing = self._own[0] if self._own else None
-
-    @classmethod
-    def parse(cls, text: str) -> Keyring:
-        """Read ``OTEL_GUARD_KEYS``: comma-separated ``kid:secret`` (a shared secret, base64url, for
-        ``HS256``; ``kid:HS256:secret`` says so explicitly) and ``kid:EdDSA:d`` / ``kid:ES256:d``
-        (a private key: its JWK member ``d``, base64url; see :mod:`otel_guard._jwk`)."""
-        pairs: list[tuple[str, object]] = []
-        for number, raw in enumerate(text.split(","), 1):
-            item = raw.strip()
-            if not item:
-                continue
-            kid, sep, encoded = item.partition(":")
-            if not sep:
-                # Not repeated: an item without its "kid:" may be a bare secret.
-                raise ValueError(f"keys: item {number} is not of the form kid:secret")
-            kid = kid.strip()
-            alg, sep, material = encoded.partition(":")
-            if not sep:
-                alg, material = "HS256", encoded
-            alg = alg.strip()
-            try:
-                # Padding is accepted here (keys made with urlsafe_b64encode have it); tokens stay strict.
-                decoded = _b64decode(material.strip().rstrip("="))
-            except InvalidToken:
-                raise ValueError(f"keys: the secret of key {kid!r} is not base64url") from None
-            if alg.upper() == "HS256":
-                pairs.append((kid, decoded))
-                continue
-            from otel_guard import _jwk
-
-            asymmetric = _jwk.algorithm(alg)
-            if asymmetric is None:
-                raise ValueError(
-                    f"keys: key {kid!r} names the algorithm {quoted(alg)}; one of HS256, EdDSA, ES256"
-                )
-            if _KID.fullmatch(kid) is None:
-                raise ValueError(f"keys: key id {kid!r} must be {KID_RULE}")
-            pairs.append((kid, _jwk.private_key(kid, asymmetric, decoded)))
-        return cls(pairs)
-
-    def with_public(self, public: PublicKeys | None) -> Keyring | None:
-        """This keyring's own keys with the public keys ``public`` (replacing any it had), or ``None``
-        when that leaves no key; itself when nothing changes (the guard's caches key on it)."""
-        published = public.keys if public is not None else ()
-        if published == self._public:
-            return self
-        if not self._own and not published:
-            return None
-        return Keyring([(key.kid, key) for key in self._own], published)
-
-    @property
-    def kids(self) -> tuple[str, ...]:
-        """Every key id that verifies, its own keys' first."""
-        return tuple(self._by_kid)
-
-    def key_for(self, header: str) -> AnyKey:
-        """The key a token's header segment names; raises :class:`InvalidToken` if there is none, or
-        if the header's ``alg`` is not the one that key is for."""
-        known = self._by_header.get(header)
-        if known is not None:
-            return known
-        # A header another library wrote (other key order, spacing): read it properly.
-        fields = _json_object(_b64decode(header), "header")
-        _check_header(fields)
-        alg = fields.get("alg")
-        if alg not in _ALGORITHMS:
-            raise InvalidToken(f"token algorithm {quoted(alg)} is not HS256, EdDSA or ES256")
-        kid = fields.get("kid")
-        if not isinstance(kid, str):
-            raise InvalidToken("token header has no key id (kid)")
-        key = self._by_kid.get(kid)
-        if key is None:
-            raise InvalidToken(f"token is signed with unknown key id {quoted(kid)}")
-        if alg not in key.aliases:
-            raise InvalidToken(f"token algorithm {alg} does not match key {quoted(kid)}, an {key.alg} key")
-        return key
-
-    def __repr__(self) -> str:  # never shows a secret
-        return f"Keyring(kids={list(self._by_kid)})"
-
-    def _material(self) -> dict[str, tuple[str, object]]:
-        return {kid: (key.alg, key.secret) for kid, key in self._by_kid.items()}
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Keyring)
-            and self.kids == other.kids
-            and (self.signing.kid if self.signing else None) == (other.signing.kid if other.signing else None)
-            and self._material() == other._material()
-        )
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._by_kid))
-
-
-def _public_keys(public: PublicKeys | Iterable[AsymmetricKey] | None) -> Iterable[AsymmetricKey]:
-    if public is None:
-        return ()
-    from otel_guard._jwk import PublicKeys
-
-    return public.keys if isinstance(public, PublicKeys) else public
-
-
-_ALGORITHMS: Final = ("HS256", "EdDSA", "Ed25519", "ES256")
-"""The ``alg`` header values a token may name (``Ed25519``: RFC 9864's name for EdDSA on Ed25519)."""
-
-
-def _own_key(kid: str, material: object) -> AnyKey:
-    """The signing key of ``material``: secret bytes (HS256), or an Ed25519 / P-256 private key."""
-    if isinstance(material, bytes | bytearray):
-        if len(material) < MIN_SECRET_BYTES:
-            raise ValueError(f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes")
-        return _Key(kid, bytes(material))
-    if isinstance(material, _Key):
-        return material
-    from otel_guard import _jwk
-
-    if isinstance(material, _jwk.AsymmetricKey):
-        if not material.can_sign:
-            raise ValueError(f"keys: key {kid!r} is a public key; public keys go in jwks")
-        return material
-    key = _jwk.from_private_object(kid, material)
-    if key is None:
-        raise ValueError(
-            f"keys: the secret of key {kid!r} must be at least {MIN_SECRET_BYTES} bytes, "
-            "or an Ed25519 or P-256 private key"
-        )
-    return key
-
-
-def generate_key(kid: str | None = None) -> tuple[str, str]:
-    """A fresh (key id, base64url secret of 32 random bytes) pair for ``OTEL_GUARD_KEYS``.
-
-    Raises ``ValueError`` for a key id that ``OTEL_GUARD_KEYS`` would not accept (an empty one
-    included: no silent random id in its place).
-    """
-    if kid is None:
-        kid = f"k{secrets.token_hex(4)}"
-    elif _KID.fullmatch(kid) is None:
-        raise ValueError(f"key id {kid!r} must be {KID_RULE}")
-    return kid, _b64encode(secrets.token_bytes(MIN_SECRET_BYTES))
-
-
-def generate_key_pair(alg: str, kid: str | None = None) -> tuple[str, str, dict[str, str]]:
-    """A fresh key pair for ``alg`` (``EdDSA``/``ed25519`` or ``ES256``): (key id, the
-    ``OTEL_GUARD_KEYS`` value after ``kid:``, i.e. ``EdDSA:<d>``, and the public JWK for the
-    verifiers' JWKS). ``ValueError`` for an unknown algorithm or a bad key id."""
-    from otel_guard import _jwk
-
-    asymmetric = _jwk.algorithm(alg)
-    if asymmetric is None:
-        raise ValueError(f"algorithm {alg!r} is not one of ed25519, es256")
-    kid, _ = generate_key(kid)
-    d, jwk = _jwk.generate(kid, asymmetric)
-    return kid, f"{asymmetric}:{d}", jwk
 
 
 # -- encoding -----------------------------------------------------------------------------------
@@ -774,29 +536,6 @@ def encode(chain: Chain, keyring: Keyring | None) -> str:
 # -- decoding -----------------------------------------------------------------------------------
 
 
-_JSON = json.JSONDecoder()
-
-
-def _json_object(raw: bytes, what: str) -> dict[str, Any]:
-    return _json_text(raw, what)[1]
-
-
-def _json_text(raw: bytes, what: str) -> tuple[str, dict[str, Any]]:
-    """``raw`` as text, and the JSON object it holds; raises :class:`InvalidToken` for anything else."""
-    try:
-        text = raw.decode()
-        # raw_decode skips json.loads' encoding sniffing and trailing-whitespace scan (a third of
-        # its cost here); anything after the value is refused below.
-        value, end = _JSON.raw_decode(text)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidToken(f"token {what} is not JSON ({type(exc).__name__})") from None
-    if end != len(text):
-        raise InvalidToken(f"token {what} has data after its JSON value")
-    if not isinstance(value, dict):
-        raise InvalidToken(f"token {what} is not a JSON object")
-    return text, value
-
-
 def _number(value: object, name: str) -> float:
     number = None
     if type(value) is float:
@@ -806,20 +545,6 @@ def _number(value: object, name: str) -> float:
     if number is None or not 0 <= number <= MAX_TIME:  # NaN fails this too
         raise InvalidToken(f"token claim {name!r} must be a time in seconds from 1970 to 2242")
     return number
-
-
-def quoted(value: object) -> str:
-    """``repr(value)`` cut to MAX_QUOTED characters: how a refusal repeats what a sender chose."""
-    text = repr(value)
-    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 1] + "…"
-
-
-def _check_header(fields: Mapping[str, Any]) -> None:
-    """RFC 7515 4.1.11: a verifier must refuse a token whose ``crit`` names what it does not know."""
-    if "crit" in fields:
-        raise InvalidToken(
-            f"token header lists critical extensions {quoted(fields['crit'])} this guard does not know"
-        )
 
 
 _CLAIMS_READ: Final = len(("v", "root", "ws", "iat", "exp", "hops"))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_guard import chain as chain_module
+from otel_guard import keys as keys_module
 from otel_guard.chain import (
     MAX_QUOTED,
     MAX_TOKEN_LENGTH,
@@ -156,13 +156,13 @@ def test_token_length_is_known_before_signing_and_matches() -> None:
 
 def test_token_signs_lazily_once_and_keeps_the_text(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bytes] = []
-    original = chain_module._Key.sign
+    original = keys_module._Key.sign
 
     def counting(self: Any, message: bytes) -> bytes:
         calls.append(message)
         return original(self, message)
 
-    monkeypatch.setattr(chain_module._Key, "sign", counting)
+    monkeypatch.setattr(keys_module._Key, "sign", counting)
     token = ChainToken(sample_chain(), KEYRING)
     nested = token.extended(Hop("fx"), KEYRING).extended(Hop("tax"), KEYRING)
     assert calls == []  # making and extending tokens signs nothing
