@@ -29,6 +29,8 @@ class Sink:
     """A downstream OTLP/gRPC receiver of every signal that records the raw bytes of every request
     it acks: traces in ``received``, metrics and logs in ``unread["metrics"]`` and ``unread["logs"]``."""
 
+    max_receive_bytes = 64 * 1024 * 1024  # gRPC's receive limit: a Collector's default is 4 MiB
+
     def __init__(self) -> None:
         self.received: list[bytes] = []
         self.unread: dict[str, list[bytes]] = {"metrics": [], "logs": []}
@@ -42,7 +44,7 @@ class Sink:
 
     async def start(self, port: int = 0) -> None:
         self._server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", self.max_receive_bytes)]
         )
         services = {SERVICE: self.received, METRICS_SERVICE: self.unread["metrics"],
                     LOGS_SERVICE: self.unread["logs"]}  # fmt: skip

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
-from functools import partial
 
 import grpc
 import grpc.aio
@@ -23,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
-from processor_helpers import LOGS_SERVICE, METRICS_SERVICE, SERVICE, ProcessorFactory, Sink, export
+from processor_helpers import LOGS_SERVICE, ProcessorFactory, Sink, export
 from processor_spans import Trace, encode
 
 MIB = 1024 * 1024
@@ -33,22 +32,7 @@ LIMIT = 4 * MIB  # the Collector's OTLP receiver's default (grpc-go's), and this
 class LimitedSink(Sink):
     """The processor tests' sink with a gRPC receive limit, as a Collector has by default."""
 
-    async def start(self, port: int = 0) -> None:
-        self._server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", LIMIT)]
-        )
-        services = {SERVICE: self.received, METRICS_SERVICE: self.unread["metrics"],
-                    LOGS_SERVICE: self.unread["logs"]}  # fmt: skip
-        self._server.add_generic_rpc_handlers(
-            tuple(
-                grpc.method_handlers_generic_handler(
-                    service, {"Export": grpc.unary_unary_rpc_method_handler(partial(self._export, into))}
-                )
-                for service, into in services.items()
-            )
-        )
-        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
-        await self._server.start()
+    max_receive_bytes = LIMIT
 
 
 @pytest.fixture
