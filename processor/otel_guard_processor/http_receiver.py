@@ -202,8 +202,12 @@ def _reply(
         headers["Retry-After"] = str(max(1, math.ceil(answer.retry_after)))
     message = status_pb2.Status(code=answer.code.value[0], message=answer.message)
     payload = json_format.MessageToJson(message).encode() if is_json else message.SerializeToString()
-    return Response(payload, status_code=status or http_status(answer.code), media_type=media_type,
-                    headers=headers)  # fmt: skip
+    if status is None:
+        # RESOURCE_EXHAUSTED with no retry delay is a request too large to take as it is (a span
+        # larger than the downstream takes): 413, which OTLP/HTTP clients drop, not 429.
+        too_large = answer.code == grpc.StatusCode.RESOURCE_EXHAUSTED and answer.retry_after is None
+        status = 413 if too_large else http_status(answer.code)
+    return Response(payload, status_code=status, media_type=media_type, headers=headers)
 
 
 class _QuietServer(uvicorn.Server):

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
+import httpx
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -22,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
-from processor_helpers import LOGS_SERVICE, ProcessorFactory, Sink, export
+from processor_helpers import LOGS_SERVICE, ProcessorFactory, Sink, export, http_url
 from processor_spans import Trace, encode
 
 MIB = 1024 * 1024
@@ -135,6 +136,16 @@ async def test_a_request_of_one_span_larger_than_the_limit_is_refused_without_a_
     trailers = refused.value.trailing_metadata()
     assert isinstance(trailers, grpc.aio.Metadata)
     assert "grpc-status-details-bin" not in trailers
+    # Over OTLP/HTTP: 413, which clients drop (a 429 they would send again for ever).
+    async with httpx.AsyncClient() as client:
+        answered = await client.post(
+            http_url(processor),
+            content=encode(*trace.spans),
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=10,
+        )
+    assert answered.status_code == 413
+    assert "Retry-After" not in answered.headers
     assert limited.received == []
 
 
