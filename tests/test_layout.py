@@ -104,3 +104,14 @@ def test_the_chain_knows_nothing_of_opentelemetry() -> None:
     for module in ("otel_guard.chain", "otel_guard.keys", "otel_guard._jwk", "otel_guard._jws"):
         source = MODULES[module].read_text(encoding="utf-8")
         assert "opentelemetry" not in source, module
+
+
+def test_every_test_module_has_a_name_of_its_own() -> None:
+    """pytest imports test modules by their file's name (its default import mode): two test files of
+    one name in different folders stop the whole session at collection."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        if "node_modules" not in path.parts:
+            seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fresh_environment import clean_environment
 from opentelemetry import baggage, context
 
 import otel_guard
@@ -103,14 +104,6 @@ def token_from_carrier(carrier: dict[str, str]) -> str:
 @pytest.fixture
 def carrier_token() -> Callable[[dict[str, str]], str]:
     return token_from_carrier
-
-
-def clean_environment(**settings: str) -> dict[str, str]:
-    """The environment of a fresh process: no OTEL_* or pytest variables, then ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST_"))}
-    env["PYTHONPATH"] = str(REPO)
-    env.update(settings)
-    return env
 
 
 def _run(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import clean_environment
+from fresh_environment import clean_environment
 from test_key_rollout import SERVICE, _stop, _wait_ready, call, free_port, services
 
 import otel_guard

@@ -1,6 +1,6 @@
 """Handoffs and calls through the inline guard, exporting its spans over OTLP/gRPC.
 
-Run by tests/processor/test_transfers.py as ``python transfers_app.py HOST:PORT``: the spans go to
+Run by tests/processor/test_transfer_spans.py as ``python transfers_app.py HOST:PORT``: the spans go to
 the processor under test, each scenario in a trace of its own. The guard runs in enforce mode; each
 refusal is printed as one JSON line (reason, agent, the refused chain's path), so the test can
 compare what the guard allowed and refused with what the processor counts from the spans alone.
