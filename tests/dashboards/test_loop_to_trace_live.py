@@ -69,7 +69,9 @@ def test_each_loop_is_an_exemplar_on_the_cycle_panel_with_its_trace_id(stack: St
             assert [e["trace_id"] for e in found.get(cycle, [])] == [trace_id], found
             (exemplar,) = found[cycle]
             assert len(exemplar["span_id"]) == 16
-            assert set(exemplar) == {"trace_id", "span_id"}
+            # The guard's spans name their chain's root: it finds a cross-trace loop's other traces.
+            assert set(exemplar) == {"trace_id", "span_id", "chain_root"}
+            assert re.fullmatch("[0-9a-f]{32}", exemplar["chain_root"])
 
     eventually(check, timeout=30)
 
