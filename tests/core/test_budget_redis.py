@@ -33,6 +33,13 @@ REPO = Path(__file__).resolve().parents[2]
 BUDGET_HOPS = "otel_guard.budget.hops"
 
 
+def counting_url(redis_server: RedisServer) -> str:
+    """The store URL of the tests that count exactly: a take gets 2 s, not 0.25 (on a loaded machine
+    a take past its deadline is refused, which these tests are not about; the deadline has tests of
+    its own in test_budget_redis_bounds.py)."""
+    return f"{redis_server.url}?socket_timeout=2"
+
+
 def test_the_script_takes_all_meters_or_none(redis_server: RedisServer) -> None:
     store = RedisStore(redis_server.url)
     now = time.time()
@@ -51,7 +58,7 @@ def test_the_script_takes_all_meters_or_none(redis_server: RedisServer) -> None:
 
 
 def test_a_tree_count_expires_with_its_chain(redis_server: RedisServer) -> None:
-    otel_guard.configure(max_hops=10, budget_store=redis_server.url, ttl=60)
+    otel_guard.configure(max_hops=10, budget_store=counting_url(redis_server), ttl=60)
     with delegate("planner") as planner:
         pass
     assert planner.chain is not None
@@ -64,7 +71,7 @@ def test_a_tree_count_expires_with_its_chain(redis_server: RedisServer) -> None:
 
 
 def test_twenty_threads_racing_through_redis_never_overshoot(redis_server: RedisServer) -> None:
-    otel_guard.configure(max_hops=11, budget_store=redis_server.url)
+    otel_guard.configure(max_hops=11, budget_store=counting_url(redis_server))
     allowed, refused = race_for_the_last_units(20)
     assert len(allowed) == 10
     assert refused == ["budget"] * 10
@@ -77,7 +84,7 @@ def spend_in_processes(
     env = {
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(REPO),
-        "OTEL_GUARD_BUDGET_STORE": redis_server.url,
+        "OTEL_GUARD_BUDGET_STORE": counting_url(redis_server),
         "OTEL_TRACES_EXPORTER": "none",
         **settings,
     }
@@ -110,7 +117,7 @@ def spend_in_processes(
 
 def test_two_processes_share_one_trees_budget_exactly(redis_server: RedisServer) -> None:
     """The planner here, two workers' processes there: 40 hops wanted, 25 in the budget, 25 made."""
-    otel_guard.configure(max_hops=25, budget_store=redis_server.url)
+    otel_guard.configure(max_hops=25, budget_store=counting_url(redis_server))
     carrier: dict[str, str] = {}
     with delegate("planner") as planner:  # hop 1 of 25, in this process
         propagate.inject(carrier)
@@ -183,7 +190,7 @@ def test_a_store_that_failed_answers_at_once_until_its_pause_is_over(tmp_path: P
 
 async def test_async_hops_count_through_the_asyncio_client(redis_server: RedisServer) -> None:
     """``async with delegate(...)`` awaits the store: 20 branches of 3 hops, 30 in the budget."""
-    otel_guard.configure(max_hops=30, budget_store=redis_server.url)
+    otel_guard.configure(max_hops=30, budget_store=counting_url(redis_server))
     allowed: list[int] = []
     refused: list[str] = []
 
@@ -224,8 +231,8 @@ def test_a_tree_spends_one_budget_across_an_http_hop_between_two_processes(redis
     import httpx
     from redis_server import free_port
 
-    settings = {"OTEL_GUARD_BUDGET_STORE": redis_server.url, "OTEL_GUARD_MAX_HOPS": "6"}
-    otel_guard.configure(max_hops=6, budget_store=redis_server.url)
+    settings = {"OTEL_GUARD_BUDGET_STORE": counting_url(redis_server), "OTEL_GUARD_MAX_HOPS": "6"}
+    otel_guard.configure(max_hops=6, budget_store=counting_url(redis_server))
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OTEL_TRACES_EXPORTER": "none", **settings}
     server = subprocess.Popen(

@@ -264,7 +264,7 @@ def test_a_reshard_mid_run_loses_no_count(tmp_path: Path, metric_reader: Any) ->
     and each makes them all."""
     with running_cluster(tmp_path, replicas=0) as cluster:
         otel_guard.configure(
-            budget_store=cluster.url,
+            budget_store=f"{cluster.url}?socket_timeout=2",
             max_hops=150,
             max_model_requests=1000,  # a take of two keys in the tree's slot
             budget_on_error="refuse",
