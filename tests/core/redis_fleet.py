@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import redis
-from redis_server import free_port
+from redis_server import RedisServer, free_port
 
 READY_TIMEOUT = 20.0
 """Seconds at most for a cluster to be formed, a failover to end, a reshard to finish."""
@@ -63,28 +63,13 @@ def cluster_port() -> int:
     raise AssertionError("no free port with a free cluster bus port")
 
 
-class Node:
+class Node(RedisServer):
     """One ``redis-server`` (or sentinel) process on 127.0.0.1, in a directory of its own."""
 
     def __init__(self, directory: Path, *options: str, config: Path | None = None) -> None:
-        self.port = cluster_port() if "--cluster-enabled" in options else free_port()
-        self.directory = directory / str(self.port)
-        self.directory.mkdir(parents=True)
-        self._config = [str(config)] if config is not None else []
-        self._options = options
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self._process = subprocess.Popen(
-            [_binary("redis-server"), *self._config, "--bind", "127.0.0.1", "--port", str(self.port),
-             "--dir", str(self.directory), *self._options],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        wait_until(f"redis on port {self.port} answers", lambda: bool(self.client().ping()), 10.0)
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0, socket_connect_timeout=1.0)
+        port = cluster_port() if "--cluster-enabled" in options else free_port()
+        (directory / str(port)).mkdir(parents=True)
+        super().__init__(directory / str(port), *options, port=port, config=config)
 
     def ask(self, *command: str | int) -> object:
         client = self.client()
@@ -92,12 +77,6 @@ class Node:
             return client.execute_command(*command)
         finally:
             client.close()
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait(10)
 
     @property
     def address(self) -> str:

@@ -31,44 +31,46 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One ``redis-server`` with no persistence, in ``directory``; ``stop()`` and ``start()`` again
-    on the same port (a Redis outage, then its return)."""
+    """One ``redis-server`` in ``directory`` (with no persistence unless ``options`` say otherwise);
+    ``stop()`` and ``start()`` again on the same port (a Redis outage, then its return)."""
 
-    def __init__(self, directory: Path) -> None:
+    NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
+
+    def __init__(
+        self, directory: Path, *options: str, port: int | None = None, config: Path | None = None
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise AssertionError("redis-server is missing: scripts/bootstrap installs Debian's redis-server")
         self._binary = binary
-        self._directory = directory
-        self.port = free_port()
+        self.directory = directory
+        self.port = free_port() if port is None else port
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._config = [str(config)] if config is not None else []
+        self._options = options or self.NO_PERSISTENCE
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self._process = subprocess.Popen(
-            [
-                self._binary,
-                "--bind", "127.0.0.1",
-                "--port", str(self.port),
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(self._directory),
-            ],
+            [self._binary, *self._config, "--bind", "127.0.0.1", "--port", str(self.port),
+             "--dir", str(self.directory), *self._options],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5)
+        client = self.client()
         deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if client.ping():
-                    break
-            except redis.RedisError:
-                if time.monotonic() > deadline or self._process.poll() is not None:
-                    self.stop()
-                    raise AssertionError(f"redis-server did not start on port {self.port}") from None
-                time.sleep(0.05)
-        client.close()
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except redis.RedisError:
+                    if time.monotonic() > deadline or self._process.poll() is not None:
+                        self.stop()
+                        raise AssertionError(f"redis-server did not start on port {self.port}") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
 
     def stop(self) -> None:
         process, self._process = self._process, None
@@ -86,7 +88,7 @@ class RedisServer:
         self._process.send_signal(signal.SIGCONT)
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0, socket_connect_timeout=1.0)
 
 
 @contextmanager
