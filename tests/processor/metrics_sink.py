@@ -1,57 +1,31 @@
-"""A real OTLP/gRPC ``MetricsService`` on 127.0.0.1 for the tests of ``--metrics-forward``: grpcio
-serving opentelemetry-proto's generated service, keeping every request it acknowledged."""
+"""A real OTLP/gRPC metrics receiver on 127.0.0.1 for the tests of ``--metrics-forward``: the
+processor tests' :class:`Sink` (grpcio, every signal), with its metrics requests read back parsed."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import grpc
-import grpc.aio
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from processor_helpers import Sink
 
 Points = dict[tuple[tuple[str, str], ...], Any]
 
 
-class MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
-    """Keeps each ExportMetricsServiceRequest in ``requests``; ``arrived`` is set at each."""
-
-    def __init__(self) -> None:
-        self.requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
-        self.arrived = asyncio.Event()
-        self._server: grpc.aio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        await self.start_on("127.0.0.1:0")
-
-    async def start_on(self, address: str) -> None:
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(address)
-        await self._server.start()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(None)
-            self._server = None
+class MetricsSink(Sink):
+    """A :class:`Sink` whose acknowledged metrics requests are ``requests``, in arrival order."""
 
     @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def Export(
-        self, request: metrics_service_pb2.ExportMetricsServiceRequest, context: Any
-    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
-        self.requests.append(request)
-        self.arrived.set()
-        return metrics_service_pb2.ExportMetricsServiceResponse()
+    def requests(self) -> list[metrics_service_pb2.ExportMetricsServiceRequest]:
+        return [
+            metrics_service_pb2.ExportMetricsServiceRequest.FromString(raw) for raw in self.unread["metrics"]
+        ]
 
     async def wait_for(self, count: int, timeout: float) -> None:
-        """Return once ``count`` requests arrived; fail after ``timeout`` seconds."""
+        """Return once ``count`` metrics requests arrived; fail after ``timeout`` seconds."""
         async with asyncio.timeout(timeout):
-            while len(self.requests) < count:
+            while len(self.unread["metrics"]) < count:
                 self.arrived.clear()
                 await self.arrived.wait()
 
