@@ -6,12 +6,15 @@ Everything listens on 127.0.0.1 port 0; whoever starts a server stops it.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -101,6 +104,32 @@ async def export(processor: Processor, raw: bytes, timeout: float = 10.0) -> byt
         call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
         response: bytes = await call(raw, timeout=timeout)
         return response
+
+
+async def run_guarded_app(app: Path, processor: Processor, timeout: float) -> list[Any]:
+    """Run a test program that exports the real guard's spans to ``processor`` over OTLP/gRPC; the
+    JSON objects it printed, a line each (what its guard refused). Its last batch may still be in
+    the processor when it ends: :func:`settled` waits for it."""
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(app), grpc_address(processor)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+async def settled(processor: Processor, cycles: int) -> None:
+    """Wait (10 s at most) until ``processor`` counted ``cycles`` loops and holds no request, then
+    until the detection that runs after each answer is done."""
+    for _ in range(100):
+        if len(processor.detector.cycles) >= cycles and processor.stats.inflight == 0:
+            break
+        await asyncio.sleep(0.1)
+    await processor.detection.settled()
 
 
 async def scrape(processor: Processor) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -3,14 +3,10 @@ the same loops the guard refused -- without the processor reading any token."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from processor_helpers import ProcessorFactory, grpc_address, scrape, series
+from processor_helpers import ProcessorFactory, run_guarded_app, scrape, series, settled
 
 APP = Path(__file__).with_name("guarded_agents_app.py")
 
@@ -19,27 +15,14 @@ APP = Path(__file__).with_name("guarded_agents_app.py")
 @pytest.mark.slow
 async def test_processor_finds_the_loops_the_guard_refused(start_processor: ProcessorFactory) -> None:
     processor = await start_processor()
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(APP), grpc_address(processor)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    refusals = [json.loads(line) for line in result.stdout.splitlines()]
+    refusals = await run_guarded_app(APP, processor, timeout=60)
     # What the guard refused, as the program saw it.
     assert {(r["reason"], r["agent"], tuple(r["chain"])) for r in refusals} == {
         ("cycle", "planner", ("planner", "budget")),
         ("cycle", "summarize", ("summarize",)),
         ("cycle", "planner", ("planner", "budget")),
     }
-    for _ in range(100):  # the exporter's last batch may still be in flight
-        if processor.detector.cycles and processor.stats.inflight == 0:
-            break
-        await asyncio.sleep(0.1)
-    await processor.detection.settled()  # detection runs after the answer
+    await settled(processor, cycles=3)
     assert processor.detector.cycles == {
         ("cross_function", "planner>budget>planner"): 1,
         ("direct", "summarize>summarize"): 1,

@@ -5,15 +5,11 @@ shape by calls counts one; and names holding ``>`` or ``\\`` read back from thei
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from otel_guard_processor.metrics import cycle_edges
-from processor_helpers import ProcessorFactory, grpc_address, scrape, series
+from processor_helpers import ProcessorFactory, run_guarded_app, scrape, series, settled
 
 APP = Path(__file__).with_name("transfers_app.py")
 
@@ -23,17 +19,9 @@ async def test_a_hand_back_by_handoffs_is_no_cycle_and_by_calls_is_one(
     start_processor: ProcessorFactory,
 ) -> None:
     processor = await start_processor()
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(APP), grpc_address(processor)],
-        capture_output=True,
-        text=True,
-        timeout=25,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    printed = await run_guarded_app(APP, processor, timeout=25)
     # What the guard refused: the call back, and the two loops; never the hand-back.
-    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+    assert printed == [
         {"reason": "cycle", "agent": "triage", "chain": "triage → faq"},
         {"reason": "cycle", "agent": "planner>budget", "chain": "planner>budget"},
         {"reason": "cycle", "agent": "fx\\eu", "chain": "fx\\eu → rates"},
@@ -43,11 +31,7 @@ async def test_a_hand_back_by_handoffs_is_no_cycle_and_by_calls_is_one(
         ("direct", r"planner\>budget>planner\>budget"): 1,
         ("cross_function", r"fx\\eu>rates>fx\\eu"): 1,
     }
-    for _ in range(100):  # the exporter's last batch may still be in flight
-        if len(processor.detector.cycles) == len(expected) and processor.stats.inflight == 0:
-            break
-        await asyncio.sleep(0.1)
-    await processor.detection.settled()  # detection runs after the answer
+    await settled(processor, cycles=len(expected))
     assert processor.detector.cycles == expected
     samples = await scrape(processor)
     assert series(samples, "otel_guard_cycles_total") == {(label, kind): 1 for kind, label in expected}
