@@ -22,13 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc.aio
 import pytest
+from fleet import Instance, TimedSink, collector_in_front, stream_loop_traces
 from metrics_sink import MetricsSink, metrics_of, number, points
-from processor_helpers import EXPORT
-from test_collector_configs import collector
-from test_collector_pipelines import config_for_test, free_port, received_span_ids, wait_for_port
-from test_collector_scaleout import Instance, TimedSink, loop_trace_in_two, request_spans
+from test_collector_pipelines import received_span_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -92,7 +89,6 @@ async def test_a_fleet_stopped_and_restarted_counts_every_loop_once(tmp_path: Pa
         await sink.start()
     instances = [PushingInstance(tmp_path, n, sink.address, pushes.address) for n, sink in enumerate(sinks)]
     victim = instances[1]
-    process: subprocess.Popen[str] | None = None
     statuses: list[int] = []
 
     async def stop_and_restart(start: float) -> None:
@@ -103,66 +99,25 @@ async def test_a_fleet_stopped_and_restarted_counts_every_loop_once(tmp_path: Pa
         await victim.ready()
 
     try:
-        for instance in instances:
-            instance.start()
-        for instance in instances:
-            await instance.ready()
-        port, http_port = free_port(), free_port()
-        hosts = {f"otel-guard-processor-{n}:4317": i.address for n, i in enumerate(instances)}
-        config = config_for_test(tmp_path, "scaleout", port, http_port, hosts)
-        with (tmp_path / "collector.log").open("w") as log:
-            process = subprocess.Popen(
-                [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=log, text=True
-            )
-        await wait_for_port(port, process)
-        accepted: set[bytes] = set()
-        traces = 0
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            send = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-            later: list[bytes] = []
-            start = time.monotonic()
-            chaos = asyncio.ensure_future(stop_and_restart(start))
-            tick = 0
-            while True:
-                batch: list[bytes] = []
-                if time.monotonic() - start < STREAM:
-                    first, second = loop_trace_in_two()
-                    traces += 1
-                    batch.append(first)
-                    later.append(second)
-                if len(later) > LAG or (time.monotonic() - start >= STREAM and later):
-                    batch.append(later.pop(0))
-                if not batch:
-                    break
-                for raw in batch:
-                    await send(raw, timeout=10)
-                    accepted.update(span.span_id for span in request_spans(raw))
-                tick += 1
-                await asyncio.sleep(max(0.0, start + tick * TICK - time.monotonic()))
-            await chaos
-        # Every span the Collector took reaches a store (what waited for the victim is retried).
-        deadline = time.monotonic() + WAIT
-        while not accepted <= set().union(*(set(received_span_ids(sink)) for sink in sinks)):
-            assert time.monotonic() < deadline, "spans the Collector accepted never reached a store"
-            await asyncio.sleep(0.1)
-        statuses += await asyncio.gather(*(asyncio.to_thread(instance.terminate) for instance in instances))
+        async with collector_in_front(tmp_path, instances) as port:
+            sent = await stream_loop_traces(port, tick=TICK, lag=LAG, seconds=STREAM, chaos=stop_and_restart)
+            # Every span the Collector took reaches a store (what waited for the victim is retried).
+            deadline = time.monotonic() + WAIT
+            while not set(sent.accepted) <= set().union(*(set(received_span_ids(sink)) for sink in sinks)):
+                assert time.monotonic() < deadline, "spans the Collector accepted never reached a store"
+                await asyncio.sleep(0.1)
+            terminated = (asyncio.to_thread(instance.terminate) for instance in instances)
+            statuses += await asyncio.gather(*terminated)
     finally:
-        if process is not None:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for instance in instances:
-            instance.stop()
         for sink in sinks:
             await sink.stop()
         await pushes.stop()
+    assert sent.refused == 0  # the Collector took every request (into its queue)
     assert statuses == [0, 0, 0, 0]  # each stop a graceful drain
     counted = loops_per_process(pushes)
-    print(f"{traces} loops; counted per process (the victim's first life first): {list(counted.values())}")
+    per_process = list(counted.values())
+    print(f"{sent.traces} loops; counted per process (the victim's first life first): {per_process}")
     assert len(counted) == 4  # three instances and the victim's second life, each pushed at its drain
     # The victim's first life counted loops, all still waiting on --count-wait when it was stopped.
     assert next(iter(counted.values())) > 0
-    assert sum(counted.values()) == traces  # every loop counted, once, across the fleet
+    assert sum(counted.values()) == sent.traces  # every loop counted, once, across the fleet

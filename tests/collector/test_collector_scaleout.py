@@ -22,10 +22,6 @@ traces split across the restart -- are printed and recorded (``record_property``
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,21 +30,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import grpc
-import grpc.aio
-import httpx
 import pytest
+from fleet import (
+    Instance,
+    TimedSink,
+    collector_in_front,
+    cycles_of,
+    request_spans,
+    stream_loop_traces,
+    waiting,
+)
 from opentelemetry import baggage, context
 from opentelemetry import trace as trace_api
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.service import Processor
-from processor_helpers import EXPORT, Sink, export
-from processor_spans import Trace, encode, guard_attributes
-from prometheus_client.parser import text_string_to_metric_families
-from test_collector_configs import collector
-from test_collector_pipelines import Pipeline, config_for_test, free_port, received_span_ids, wait_for_port
+from processor_helpers import export
+from test_collector_pipelines import Pipeline, received_span_ids
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate
@@ -91,16 +89,6 @@ def guarded_tree(spans: Any) -> bytes:
     recorded = spans.all()
     assert len({span.context.trace_id for span in recorded}) == 3
     return bytes(encode_spans(recorded).SerializeToString())
-
-
-def request_spans(raw: bytes) -> list[Any]:
-    request = ExportTraceServiceRequest.FromString(raw)
-    return [
-        span
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
-    ]
 
 
 def has_chain_root(span: Any) -> bool:
@@ -190,132 +178,7 @@ LAG = 62
 STREAM = 9.0  # seconds of traces
 KILL_AFTER = 4.0  # the victim is killed at its first request this far into the stream
 DOWN = 3.0  # and started again this long after
-TRACE_TTL = 6.0  # past the two requests' gap and the batches, short enough to settle in the test
 ACK_DELAY = 0.3  # the victim's store acknowledges a request this long after it stored it
-
-
-class TimedSink(Sink):
-    """A store that records when it stored each request, and may acknowledge it ``ack_delay`` later
-    (written, not yet acknowledged: what a request in flight when its sender dies leaves behind)."""
-
-    def __init__(self, ack_delay: float = 0.0) -> None:
-        super().__init__()
-        self.ack_delay = ack_delay
-        self.times: list[float] = []
-        self.stored = asyncio.Event()
-
-    async def _export(
-        self, into: list[bytes], raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
-    ) -> bytes:
-        response = await super()._export(into, raw, context)
-        if into is not self.received:  # metrics or logs: not spans stored
-            return response
-        self.times.append(time.monotonic())
-        self.stored.set()
-        await asyncio.sleep(self.ack_delay)
-        return response
-
-    def arrivals(self) -> list[tuple[float, bytes, bytes]]:
-        """(when, trace id, span id) of every span stored."""
-        return [
-            (when, span.trace_id, span.span_id)
-            for when, raw in zip(self.times, self.received, strict=True)
-            for span in request_spans(raw)
-        ]
-
-
-class Instance:
-    """``python -m otel_guard_processor`` on fixed ports (to come back on them), forwarding to a store."""
-
-    def __init__(self, tmp_path: Path, index: int, forward: str) -> None:
-        self.port, self.metrics_port = free_port(), free_port()
-        self.forward = forward
-        self.log = tmp_path / f"processor-{index}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "otel_guard_processor",
-            f"--listen={self.address}",
-            f"--forward={self.forward}",
-            f"--prometheus=127.0.0.1:{self.metrics_port}",
-            f"--trace-ttl={TRACE_TTL}",
-            "--count-wait=0",  # each loop counted as it is seen: the scrape before the kill reads it
-            "--drain-timeout=2",
-            "--log-level=warning",
-        ]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-
-    async def ready(self) -> float:
-        """Wait until it serves; return when it did."""
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                await asyncio.sleep(0.05)
-                continue
-            writer.close()
-            await writer.wait_closed()
-            return time.monotonic()
-        raise AssertionError(f"the processor did not listen on {self.port} within {WAIT} s")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-
-    async def scrape(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-        async with httpx.AsyncClient() as client:
-            response = await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
-        response.raise_for_status()
-        samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-        return samples
-
-
-def cycles_of(samples: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> Counter[str]:
-    """Loops counted, by kind."""
-    found: Counter[str] = Counter()
-    for labels, value in samples.get("otel_guard_cycles_total", {}).items():
-        found[dict(labels)["kind"]] += int(value)
-    return +found
-
-
-def waiting(samples: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> float:
-    return sum(samples.get("otel_guard_processor_waiting_spans", {}).values())
-
-
-def loop_trace_in_two() -> tuple[bytes, bytes]:
-    """planner → budget, then (later) budget → planner, refused: as the guard records it."""
-    trace, root = Trace(), os.urandom(16).hex()
-    planner = trace.agent("planner", attributes=guard_attributes(["planner"], root), scope="otel_guard")
-    budget = trace.agent(
-        "budget", planner, attributes=guard_attributes(["planner", "budget"], root), scope="otel_guard"
-    )
-    refused = guard_attributes(["planner", "budget", "planner"], root, decision="refuse", reason="cycle")
-    repeat = trace.agent("planner", budget, attributes=refused, scope="otel_guard")
-    return encode(planner, budget), encode(repeat)
 
 
 async def test_an_instance_killed_mid_stream_loses_no_accepted_span(
@@ -326,7 +189,6 @@ async def test_an_instance_killed_mid_stream_loses_no_accepted_span(
         await sink.start()
     instances = [Instance(tmp_path, n, sink.address) for n, sink in enumerate(sinks)]
     victim, victim_sink = instances[1], sinks[1]
-    process: subprocess.Popen[str] | None = None
     moments: dict[str, float] = {}
     before_kill: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     in_flight: set[bytes] = set()  # the spans of the request the victim died holding
@@ -348,78 +210,30 @@ async def test_an_instance_killed_mid_stream_loses_no_accepted_span(
         moments["ready"] = await victim.ready()
 
     try:
-        for instance in instances:
-            instance.start()
-        for instance in instances:
-            await instance.ready()
-        port, http_port = free_port(), free_port()
-        hosts = {f"otel-guard-processor-{n}:4317": i.address for n, i in enumerate(instances)}
-        config = config_for_test(tmp_path, "scaleout", port, http_port, hosts)
-        with (tmp_path / "collector.log").open("w") as log:
-            process = subprocess.Popen(
-                [collector(), f"--config={config}"], stdout=subprocess.DEVNULL, stderr=log, text=True
-            )
-        await wait_for_port(port, process)
+        async with collector_in_front(tmp_path, instances) as port:
+            sent = await stream_loop_traces(port, tick=TICK, lag=LAG, seconds=STREAM, chaos=kill_and_restart)
+            accepted, traces = sent.accepted, sent.traces
 
-        accepted: Counter[bytes] = Counter()
-        refused_by_collector = traces = 0
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            send = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-            later: list[bytes] = []
-            start = time.monotonic()
-            chaos = asyncio.ensure_future(kill_and_restart(start))
-            tick = 0
+            # Every accepted span stored, and the request in flight at the kill sent again: the
+            # Collector retries what was not acknowledged (its backoff: 5 s, then 1.5 times longer).
+            def delivered() -> bool:
+                stored = sum((received_span_ids(s) for s in sinks), Counter[bytes]())
+                return set(accepted) <= set(stored) and all(stored[span] > 1 for span in in_flight)
+
+            deadline = moments["killed"] + 2 * WAIT / 3
+            while not delivered():
+                assert time.monotonic() < deadline, "spans the Collector accepted never reached a store"
+                await asyncio.sleep(0.1)
+            moments["delivered"] = time.monotonic()
+            await asyncio.sleep(0.5)  # what would come twice has come
+            # Spans waiting for a parent the killed process held settle after the trace TTL.
+            deadline = time.monotonic() + Instance.trace_ttl + 8
             while True:
-                batch: list[bytes] = []
-                if time.monotonic() - start < STREAM:
-                    first, second = loop_trace_in_two()
-                    traces += 1
-                    batch.append(first)
-                    later.append(second)
-                if len(later) > LAG or (time.monotonic() - start >= STREAM and later):
-                    batch.append(later.pop(0))
-                if not batch:
+                final = [await instance.scrape() for instance in instances]
+                if not any(waiting(samples) for samples in final) or time.monotonic() > deadline:
                     break
-                for raw in batch:
-                    try:
-                        await send(raw, timeout=10)
-                    except grpc.aio.AioRpcError:
-                        refused_by_collector += 1
-                        continue
-                    accepted.update(span.span_id for span in request_spans(raw))
-                tick += 1
-                await asyncio.sleep(max(0.0, start + tick * TICK - time.monotonic()))
-            await chaos
-
-        # Every accepted span stored, and the request in flight at the kill sent again: the
-        # Collector retries what was not acknowledged (its backoff: 5 s, then 1.5 times longer).
-        def delivered() -> bool:
-            stored = sum((received_span_ids(s) for s in sinks), Counter[bytes]())
-            return set(accepted) <= set(stored) and all(stored[span] > 1 for span in in_flight)
-
-        deadline = moments["killed"] + 2 * WAIT / 3
-        while not delivered():
-            assert time.monotonic() < deadline, "spans the Collector accepted never reached a store"
-            await asyncio.sleep(0.1)
-        moments["delivered"] = time.monotonic()
-        await asyncio.sleep(0.5)  # what would come twice has come
-        # Spans waiting for a parent the killed process held settle after the trace TTL.
-        deadline = time.monotonic() + TRACE_TTL + 8
-        while True:
-            final = [await instance.scrape() for instance in instances]
-            if not any(waiting(samples) for samples in final) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.25)
+                await asyncio.sleep(0.25)
     finally:
-        if process is not None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for instance in instances:
-            instance.stop()
         for sink in sinks:
             await sink.stop()
 
@@ -428,7 +242,7 @@ async def test_an_instance_killed_mid_stream_loses_no_accepted_span(
         stored.update(received_span_ids(sink))
     lost = len(set(accepted) - set(stored))
     duplicated = sum(stored.values()) - len(stored)
-    assert refused_by_collector == 0  # the Collector took every request (into its queue)
+    assert sent.refused == 0  # the Collector took every request (into its queue)
     assert lost == 0  # and stored every span it took
     assert set(stored) == set(accepted)
     # At least once: the request the victim died holding (stored downstream, never acknowledged)
