@@ -85,16 +85,16 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits for messages of at most `max_message_bytes`, `max_held_bytes` held in all: a
-    /// connection's share half of it, and never less than one whole message (nor the total less).
+    /// The limits for messages of at most `max_message_bytes`, `max_held_bytes` held in all, a
+    /// connection's share half of it (a call alone in the budget is taken whatever its size:
+    /// [`ByteBudget`]'s rule).
     pub fn new(max_message_bytes: usize, max_held_bytes: usize) -> Self {
-        let one_call = max_message_bytes.saturating_add(message::PREFIX);
-        let held = max_held_bytes.max(one_call);
+        let held = max_held_bytes.max(1);
         Limits {
             max_message_bytes,
             max_inflated_bytes: max_message_bytes,
             max_held_bytes: held,
-            max_connection_bytes: (held / 2).max(one_call),
+            max_connection_bytes: (held / 2).max(1),
             max_connections: 1024,
             read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
@@ -255,6 +255,16 @@ impl Server {
     pub fn with_headers(mut self, names: Vec<String>) -> Self {
         if let Some(serving) = Arc::get_mut(&mut self.serving) {
             serving.headers = names;
+        }
+        self
+    }
+
+    /// Draw every call's bytes from `budget` (shared with other holders) rather than a budget of
+    /// its own of `max_held_bytes`; before [`Server::start`] only (after it, nothing changes).
+    #[must_use]
+    pub fn with_budget(mut self, budget: Arc<ByteBudget>) -> Self {
+        if let Some(serving) = Arc::get_mut(&mut self.serving) {
+            serving.budget = budget;
         }
         self
     }
