@@ -86,6 +86,7 @@ class GrpcReceiver:
         self.address = address
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._refused = 0  # of the engine's refusals for want of budget, those counted in the stats
 
     @property
     def held_bytes(self) -> int:
@@ -110,7 +111,16 @@ class GrpcReceiver:
             task.cancel()
         await asyncio.gather(*unanswered, return_exceptions=True)
 
+    def count_refusals(self) -> None:
+        """Count the calls the engine refused for want of budget since the last count as busy
+        requests (``otel_guard_processor_requests_total{outcome="busy"}``)."""
+        refused = self._server.refused_busy
+        for _ in range(refused - self._refused):
+            self._pipeline.stats.request("grpc", "busy", 0, 0.0)
+        self._refused = refused
+
     def _take(self) -> None:
+        self.count_refusals()
         calls, cancelled = self._server.take()
         if calls:
             started = time.perf_counter()

@@ -169,6 +169,8 @@ class Processor:
             # format. In the detection queue: after every request acknowledged so far.
             encode, content_type = choose_encoder(request.headers.get("accept", ""))
             self._scraped = [*self._scraped[-1:], time.monotonic()]
+            if self.grpc is not None:
+                self.grpc.count_refusals()
             body = await self.detection.run(partial(encode, self.registry))
             if self.detection.stopped:
                 self._last_read.set()
@@ -181,6 +183,8 @@ class Processor:
             await asyncio.sleep(SWEEP_INTERVAL)
             self.detection.expire(time.monotonic())
             self.loop_log.flush()
+            if self.grpc is not None:
+                self.grpc.count_refusals()
 
     async def stop(self) -> None:
         """Drain and stop; safe to call more than once."""
@@ -192,6 +196,7 @@ class Processor:
         drain = self.config.drain_timeout
         stopping = []
         if self.grpc is not None:
+            self.grpc.count_refusals()
             stopping.append(self.grpc.stop(drain))
         if self.http is not None:
             stopping.append(self.http.stop())

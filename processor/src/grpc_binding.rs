@@ -138,6 +138,12 @@ impl PyGrpcServer {
         self.server.limits().max_held_bytes
     }
 
+    /// How many calls it refused for want of budget (RESOURCE_EXHAUSTED with a retry delay).
+    #[getter]
+    fn refused_busy(&self) -> u64 {
+        self.server.refused_busy()
+    }
+
     /// A connection's share of `max_held_bytes`.
     #[getter]
     fn max_connection_bytes(&self) -> usize {

@@ -186,6 +186,8 @@ struct Serving {
     inflating: Arc<Semaphore>,
     epoch: Instant,
     headers: Vec<String>,
+    /// Calls refused for want of budget (RESOURCE_EXHAUSTED with a retry delay), ever.
+    refused_busy: AtomicU64,
 }
 
 impl Server {
@@ -244,6 +246,7 @@ impl Server {
                 inflating: Arc::new(Semaphore::new(INFLATING)),
                 epoch: Instant::now(),
                 headers: Vec::new(),
+                refused_busy: AtomicU64::new(0),
             }),
             state: Mutex::new(State::Bound(listeners)),
         })
@@ -280,6 +283,11 @@ impl Server {
 
     pub fn limits(&self) -> &Limits {
         &self.serving.limits
+    }
+
+    /// How many calls were refused for want of budget since the server was bound.
+    pub fn refused_busy(&self) -> u64 {
+        self.serving.refused_busy.load(Ordering::Relaxed)
     }
 
     /// The descriptor that becomes readable when calls arrive: then call [`Server::take`].
@@ -612,7 +620,12 @@ async fn call(
                 serving.limits.read_timeout.as_secs_f64()
             ),
         ),
-        Ok(Err(refused)) => refused,
+        Ok(Err(refused)) => {
+            if refused.code == code::RESOURCE_EXHAUSTED && refused.details.is_some() {
+                serving.refused_busy.fetch_add(1, Ordering::Relaxed);
+            }
+            refused
+        }
         Ok(Ok((method, message, headers))) => {
             let (answer, mut answered) = oneshot::channel();
             let id = inbox.next_id.fetch_add(1, Ordering::Relaxed);
