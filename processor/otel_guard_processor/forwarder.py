@@ -219,16 +219,23 @@ class Forwarder:
         """Send what waits when nothing is in flight, or a full send beside those that are."""
         merge = self._merge_bytes()
         while lane.waiting and (not lane.sending or (lane.waiting_bytes >= merge and lane.sending < SENDS)):
-            self._send_next(lane)
+            if not self._send_next(lane):
+                # The budget holds no join now: each request goes alone (its send is held already),
+                # rather than one at a time behind a slow downstream.
+                while lane.waiting:
+                    self._send_next(lane)
+                return
 
-    def _send_next(self, lane: _Lane) -> None:
+    def _send_next(self, lane: _Lane) -> bool:
         """Send what waits in ``lane``: the oldest request, and those after it while they fit in
         MERGE_BYTES (or the downstream's limit, if smaller) and the budget holds their join; a
-        request whose client went away is dropped."""
+        request whose client went away is dropped. False when others waited and the budget held
+        no join (the oldest went alone)."""
         group: list[tuple[bytes, asyncio.Future[bytes]]] = []
         size = 0
         merge = self._merge_bytes()
-        joined = self._hold(min(merge, lane.waiting_bytes)) if len(lane.waiting) > 1 else None
+        joinable = len(lane.waiting) > 1
+        joined = self._hold(min(merge, lane.waiting_bytes)) if joinable else None
         if joined is None:
             merge = 0  # the oldest alone: its send is held already
         waiting = lane.waiting
@@ -254,14 +261,14 @@ class Forwarder:
             waiting.extendleft(reversed(others))
         if joined is not None:
             joined.resize(size if len(group) > 1 else 0)  # only shrinks
-        if not group:
-            if joined is not None:
-                joined.release()
-            return
-        lane.sending += 1
-        sending = asyncio.get_running_loop().create_task(self._send(lane, group, headers, joined))
-        self._sends.add(sending)
-        sending.add_done_callback(self._sends.discard)
+        if group:
+            lane.sending += 1
+            sending = asyncio.get_running_loop().create_task(self._send(lane, group, headers, joined))
+            self._sends.add(sending)
+            sending.add_done_callback(self._sends.discard)
+        elif joined is not None:
+            joined.release()
+        return joined is not None or not joinable
 
     def _hold(self, size: int) -> Reservation | None:
         """``size`` bytes of the budget for a copy the forwarder makes, or None when it cannot."""

@@ -145,6 +145,18 @@ impl Taken {
         grown
     }
 
+    /// The same bytes, held of the outermost budget only: a connection's share given back, the
+    /// global budget's kept (for a holder that outlives the connection's reading).
+    pub fn into_root(mut self) -> Taken {
+        let bytes = std::mem::take(&mut self.bytes);
+        let mut budget = Arc::clone(&self.budget);
+        while let Some(parent) = budget.parent.clone() {
+            budget.used.fetch_sub(bytes, Ordering::AcqRel);
+            budget = parent;
+        }
+        Taken { budget, bytes }
+    }
+
     /// Give back `fewer` of the bytes (at most all of them) and keep the rest.
     pub fn shrink(&mut self, fewer: usize) {
         let fewer = fewer.min(self.bytes);
@@ -218,6 +230,10 @@ mod tests {
         assert!(!other.try_grow(2), "the share is 5 and 4 are held");
         assert!(other.try_grow(1));
         assert!(!alone.try_grow(1), "no longer the only holder: held to the limit");
+        let moved = other.into_root();
+        assert_eq!((global.used(), share.used(), moved.bytes()), (5, 4, 1));
+        drop(moved);
+        let other = share.empty();
         drop(alone);
         drop(other);
         assert_eq!((global.used(), share.used()), (0, 0));
