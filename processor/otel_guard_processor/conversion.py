@@ -133,8 +133,8 @@ class Conversion:
     async def inflate(self, body: bytes, limit: int, held: Reservation) -> bytes:
         """The gzip ``body`` inflated (one member or more, as RFC 1952 allows), every byte out held
         in ``held`` (which keeps them). Raises :class:`TooLarge` the moment it passes ``limit``
-        bytes, :class:`Busy` when the budget cannot hold the next step's bytes (or the join of the
-        steps), ``zlib.error`` when it is not gzip or ends inside a member."""
+        bytes, :class:`Busy` when the budget cannot hold the next step's bytes, ``zlib.error`` when
+        it is not gzip or ends inside a member."""
         gunzip = _Gunzip(body)
         parts: list[bytes] = []
         size = 0
@@ -159,14 +159,8 @@ class Conversion:
             parts.append(chunk)
             room = self._inflate_step
         gunzip.finish()
-        if len(parts) == 1:
-            return parts[0]
-        if not held.grow(size):  # the parts and their join, for a moment
-            raise Busy
-        inflated = b"".join(parts)
-        parts.clear()
-        held.shrink(size)
-        return inflated
+        # The join is not held: a moment's copy on the event loop, one at a time.
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def to_protobuf(self, signal: str, body: bytes, held: Reservation) -> bytes:
         """:func:`convert` of ``body``: on the loop when it is small, else in a worker process,

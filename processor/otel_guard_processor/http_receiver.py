@@ -173,8 +173,9 @@ def _too_large(pipeline: Pipeline, max_request_bytes: int, started: float) -> An
 
 async def _read_body(request: Request, limit: int, held: Reservation) -> bytes:
     """The body as sent, each chunk held in the budget before it is kept; :class:`TooLarge` as
-    soon as it passes ``limit`` bytes, :class:`Busy` when the budget cannot hold the next chunk
-    (or the join of them all: the chunks and the body are both held for a moment)."""
+    soon as it passes ``limit`` bytes, :class:`Busy` when the budget cannot hold the next chunk.
+    The join of the chunks is not held: it is one body's copy for a moment on the event loop, at
+    most one at a time (``max_request_bytes``, in the worst case's sum once)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge
@@ -187,14 +188,7 @@ async def _read_body(request: Request, limit: int, held: Reservation) -> bytes:
         if not held.grow(len(chunk)):
             raise Busy
         chunks.append(chunk)
-    if len(chunks) == 1:
-        return chunks[0]
-    if not held.grow(size):
-        raise Busy
-    body = b"".join(chunks)
-    chunks.clear()
-    held.shrink(size)
-    return body
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _reply(
