@@ -199,8 +199,12 @@ mod tests {
         let global = ByteBudget::new(10);
         let left = ByteBudget::within(&global, 6);
         let right = ByteBudget::within(&global, 6);
-        let mut held = left.try_take(6).unwrap();
-        assert!(!held.try_grow(1), "the child's share is 6");
+        let mut held = left.try_take(5).unwrap();
+        let beside = left.try_take(1).unwrap();
+        assert!(
+            !held.try_grow(1),
+            "the child's share is 6 (and another holds some)"
+        );
         assert_eq!(global.used(), 6);
         assert!(right.try_take(5).is_none(), "the parent has 4 left");
         assert_eq!(
@@ -211,6 +215,7 @@ mod tests {
         let other = right.try_take(4).unwrap();
         assert_eq!((right.available(), left.available()), (0, 0));
         drop(held);
+        drop(beside);
         drop(other);
         assert_eq!((global.used(), left.used(), right.used()), (0, 0, 0));
     }
@@ -221,7 +226,10 @@ mod tests {
         let share = ByteBudget::within(&global, 5);
         let mut alone = share.empty();
         assert!(alone.could_grow(30));
-        assert!(alone.try_grow(30), "nothing else is held: one request is always taken");
+        assert!(
+            alone.try_grow(30),
+            "nothing else is held: one request is always taken"
+        );
         assert_eq!(global.used(), 30);
         assert!(global.try_take(1).is_none());
         let mut other = share.empty();
@@ -229,7 +237,10 @@ mod tests {
         alone.shrink(26);
         assert!(!other.try_grow(2), "the share is 5 and 4 are held");
         assert!(other.try_grow(1));
-        assert!(!alone.try_grow(1), "no longer the only holder: held to the limit");
+        assert!(
+            !alone.try_grow(1),
+            "no longer the only holder: held to the limit"
+        );
         let moved = other.into_root();
         assert_eq!((global.used(), share.used(), moved.bytes()), (5, 4, 1));
         drop(moved);

@@ -29,7 +29,9 @@ impl PyMemoryBudget {
     #[new]
     fn new(limit: usize) -> PyResult<Self> {
         if limit == 0 {
-            return Err(PyValueError::new_err("a memory budget's limit must be at least 1 byte"));
+            return Err(PyValueError::new_err(
+                "a memory budget's limit must be at least 1 byte",
+            ));
         }
         Ok(PyMemoryBudget {
             budget: ByteBudget::new(limit),
