@@ -28,7 +28,7 @@ from processor_helpers import EXPORT, Sink, processor_process, ready_port
 from processor_spans import Trace, encode, guard_attributes
 
 MIB = 1 << 20
-ATTACK_SECONDS = 12.0
+ATTACK_SECONDS = 10.0
 
 # docs/processor.md, *Memory*: the worst case of the defaults, in MiB, as the sum of the bounds.
 BASE = 64  # the interpreter, the engine, the listeners (50 measured idle)
@@ -238,6 +238,13 @@ async def test_every_attack_at_once_stays_under_the_stated_worst_case(four_mib_s
         bomb_headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
         try:
             with Resident(process.pid) as resident:
+                # First one OTLP/JSON body of 7.8 MB alone: nothing else held, it is taken, and its
+                # conversion's share (in a worker, started for it) is in the budget too.
+                alone_started = time.monotonic()
+                async with httpx.AsyncClient(timeout=45) as client:
+                    alone = (await client.post(url, content=big_json, headers=json_headers)).status_code
+                print(f"a JSON body alone: {alone} in {time.monotonic() - alone_started:.1f} s")
+                ends = time.monotonic() + ATTACK_SECONDS
                 await asyncio.gather(
                     asyncio.to_thread(raw_floods),
                     *(grpc_sender("grpc 7.9 MiB", [big]) for _ in range(2)),
@@ -249,10 +256,6 @@ async def test_every_attack_at_once_stays_under_the_stated_worst_case(four_mib_s
                 )
                 for sock in sockets:
                     sock.close()
-                # Then one OTLP/JSON body of 7.8 MB alone: nothing else held, it is taken and its
-                # conversion's share (in a worker) is in the budget too.
-                async with httpx.AsyncClient(timeout=30) as client:
-                    alone = (await client.post(url, content=big_json, headers=json_headers)).status_code
                 await asyncio.sleep(0.5)
                 end_main, end_total = resident.now()
         finally:
@@ -269,7 +272,8 @@ async def test_every_attack_at_once_stays_under_the_stated_worst_case(four_mib_s
     assert resident.peak_total <= WORST_CASE, report
     assert max(end_total, resident.peak_total) <= WORST_CASE, report
     # Without the workers and the held spans (about 10 MiB here), the processor stays within the
-    # budget's part of the sum: before the one budget, the 40 uploads alone held 316 MiB.
+    # budget's part of the sum (415 MiB measured): before the one budget, 532 MiB (the 40 uploads
+    # alone held 316 MiB, outside any count).
     assert resident.peak_main <= budget_part, report
     # The attacks were served: each kind was taken at least once or refused as the bounds say.
     assert "OK" in outcomes["grpc 7.9 MiB"], report
