@@ -316,8 +316,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_pending_bytes",
         _integer,
-        "most bytes of requests held (waiting for the downstream's answer or for detection); past it "
-        "a request gets RESOURCE_EXHAUSTED / 429 with a retry delay and is not forwarded",
+        "the one memory budget of requests: most bytes held by the receivers (being received, "
+        "inflated or converted from JSON), waiting for detection or the downstream, and being "
+        "forwarded; past it a request gets RESOURCE_EXHAUSTED / 429 with a retry delay, never held",
         "BYTES",
         COUNT,
     ),
@@ -368,7 +369,7 @@ class ProcessorConfig:
     max_request_bytes: int = 8 * 1024 * 1024
     forward_timeout: float = 10.0
     max_inflight: int = 256
-    max_pending_bytes: int = 32 * 1024 * 1024
+    max_pending_bytes: int = 128 * 1024 * 1024
     retry_after: float = 1.0
     read_timeout: float = 30.0
     drain_timeout: float = 15.0

@@ -6,8 +6,9 @@ The event loop answers every gRPC call and ``/metrics`` too, so what takes long 
 - gzip is inflated in steps of at most ``inflate_step`` bytes out (the first, of at most
   ``inline_inflate`` bytes, on the loop: most bodies are done in it), each later step on a thread,
   and it stops the moment the inflated size passes the limit (:class:`TooLarge`): a bomb costs the
-  inflation of the limit, never of the whole bomb. The caller is asked before each step's bytes are
-  kept (``grow``): a request whose bytes would pass the memory budget stops there (:class:`Busy`).
+  inflation of the limit, never of the whole bomb. Each step's bytes are held in the request's
+  reservation of the memory budget before they are kept: a request whose bytes would pass it stops
+  there (:class:`Busy`).
 - OTLP/JSON is converted by :func:`convert`, any failure a :class:`MalformedRequest` that says what
   and, for a number out of range, where.
 
@@ -18,7 +19,9 @@ and the loop ran 7% of its idle turns); on two worker processes 12 ms (max 42 ms
 5.1 s. zlib lets go of the lock while it inflates, so threads do for gzip. A body up to
 ``inline_json`` bytes is converted on the loop: that takes less than the hand-over to a process.
 The processes start (forkserver) with the first larger body, about a second, and stay; each holds
-about 13 times the JSON it converts while it does (104 MiB at the peak for 7.8 MiB).
+about 13 times the JSON it converts while it does (104 MiB at the peak for 7.8 MiB), and the
+processor its pickled copy: :data:`JSON_HELD` times the body is held in the budget while it converts
+(on the loop too), before it is handed over, so a flood of JSON is refused busy rather than held.
 """
 
 from __future__ import annotations
@@ -32,15 +35,15 @@ import select
 import threading
 import time
 import zlib
-from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final
 
+from otel_guard_processor._engine import Reservation
 from otel_guard_processor.otlp import MalformedRequest, json_to_protobuf
 from otel_guard_processor.signals import UNREAD
 
-__all__ = ["Busy", "Conversion", "TooLarge", "Unavailable", "convert"]
+__all__ = ["JSON_HELD", "Busy", "Conversion", "TooLarge", "Unavailable", "convert"]
 
 INFLATE_STEP: Final = 1 << 20
 """Bytes out of one inflation step on a thread (about a millisecond of zlib)."""
@@ -48,6 +51,9 @@ INLINE_INFLATE: Final = 64 << 10
 """Bytes out of the first inflation step, on the event loop (a few tens of microseconds)."""
 INLINE_JSON: Final = 4 << 10
 """OTLP/JSON bodies up to this size are converted on the event loop (about a millisecond)."""
+JSON_HELD: Final = 14
+"""Bytes held in the memory budget a byte of OTLP/JSON while it converts: the worker's peak growth
+(13.3 times the body, measured: ``tests/processor/test_memory_budget.py``) and the pickled copy."""
 
 
 class TooLarge(Exception):
@@ -124,10 +130,11 @@ class Conversion:
         self._threads: ThreadPoolExecutor | None = None
         self._processes: ProcessPoolExecutor | None = None
 
-    async def inflate(self, body: bytes, limit: int, grow: Callable[[int], bool]) -> bytes:
-        """The gzip ``body`` inflated (one member or more, as RFC 1952 allows). Raises
-        :class:`TooLarge` the moment it passes ``limit`` bytes, :class:`Busy` when ``grow(n)``
-        refuses the next ``n`` bytes, ``zlib.error`` when it is not gzip or ends inside a member."""
+    async def inflate(self, body: bytes, limit: int, held: Reservation) -> bytes:
+        """The gzip ``body`` inflated (one member or more, as RFC 1952 allows), every byte out held
+        in ``held`` (which keeps them). Raises :class:`TooLarge` the moment it passes ``limit``
+        bytes, :class:`Busy` when the budget cannot hold the next step's bytes, ``zlib.error`` when
+        it is not gzip or ends inside a member."""
         gunzip = _Gunzip(body)
         parts: list[bytes] = []
         size = 0
@@ -147,16 +154,28 @@ class Conversion:
             size += len(chunk)
             if size > limit:
                 raise TooLarge
-            if not grow(len(chunk)):
+            if not held.grow(len(chunk)):
                 raise Busy
             parts.append(chunk)
             room = self._inflate_step
         gunzip.finish()
-        return b"".join(parts)
+        # The join is not held: a moment's copy on the event loop, one at a time.
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def to_protobuf(self, signal: str, body: bytes) -> bytes:
-        """:func:`convert` of ``body``: on the loop when it is small, else in a worker process.
-        Raises :class:`MalformedRequest`, :class:`Unavailable` when the worker died."""
+    async def to_protobuf(self, signal: str, body: bytes, held: Reservation) -> bytes:
+        """:func:`convert` of ``body``: on the loop when it is small, else in a worker process,
+        :data:`JSON_HELD` times the body held in ``held`` meanwhile. Raises :class:`Busy` when the
+        budget cannot hold that, :class:`MalformedRequest`, :class:`Unavailable` when the worker
+        died."""
+        share = JSON_HELD * len(body)
+        if not held.grow(share):
+            raise Busy
+        try:
+            return await self._convert(signal, body)
+        finally:
+            held.shrink(share)
+
+    async def _convert(self, signal: str, body: bytes) -> bytes:
         if len(body) <= self._inline_json:
             return convert(signal, body)
         if self._processes is None:

@@ -47,9 +47,13 @@ than the limit on its own is not sent: with other parts sent it is counted as re
 ``partial_success``, and a request of nothing else is answered with the downstream's
 RESOURCE_EXHAUSTED, without a retry delay.
 
-The bytes waiting here are those the pipeline holds within ``max_pending_bytes``: a request whose
-client goes away while it waits leaves the queue at once (its bytes with it), as it leaves the
-pipeline's count.
+Memory: every byte here is in the processor's one memory budget (``max_pending_bytes``). A
+request waiting here, and the gRPC client's copy of it while it is sent, are held by the pipeline
+(it takes twice a request's bytes while it is forwarded), so a send never waits for budget. What
+the forwarder adds is held here: the joined bytes of a send of several requests (a join the budget
+cannot hold now is not made: the oldest request goes alone), and the parts of a split request (past
+the budget: RESOURCE_EXHAUSTED with a retry delay). A request whose client goes away while it waits
+leaves the queue at once, its bytes with it.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from otel_guard_processor._engine import MemoryBudget, Reservation
 from otel_guard_processor.headers import Headers
 from otel_guard_processor.signals import LOGS, METRICS, UNREAD
 from otel_guard_processor.split import split
@@ -107,8 +112,18 @@ class DownstreamError(Exception):
 class Forwarder:
     """One gRPC channel to the downstream, with a bound on requests in flight."""
 
-    def __init__(self, target: str, *, timeout: float, max_inflight: int, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float,
+        max_inflight: int,
+        max_message_bytes: int,
+        budget: MemoryBudget | None = None,
+    ) -> None:
         self.target = target
+        # Alone (no budget given), its joins and parts are held in a budget of its own, unbounded.
+        self._budget = budget if budget is not None else MemoryBudget(1 << 62)
         self._timeout = timeout
         self._max_inflight = max_inflight
         self._inflight = 0
@@ -204,15 +219,25 @@ class Forwarder:
         """Send what waits when nothing is in flight, or a full send beside those that are."""
         merge = self._merge_bytes()
         while lane.waiting and (not lane.sending or (lane.waiting_bytes >= merge and lane.sending < SENDS)):
-            self._send_next(lane)
+            if not self._send_next(lane):
+                # The budget holds no join now: each request goes alone (its send is held already),
+                # rather than one at a time behind a slow downstream.
+                while lane.waiting:
+                    self._send_next(lane)
+                return
 
-    def _send_next(self, lane: _Lane) -> None:
+    def _send_next(self, lane: _Lane) -> bool:
         """Send what waits in ``lane``: the oldest request, and those after it while they fit in
-        MERGE_BYTES (or the downstream's limit, if smaller); a request whose client went away is
-        dropped."""
+        MERGE_BYTES (or the downstream's limit, if smaller) and the budget holds their join; a
+        request whose client went away is dropped. False when others waited and the budget held
+        no join (the oldest went alone)."""
         group: list[tuple[bytes, asyncio.Future[bytes]]] = []
         size = 0
         merge = self._merge_bytes()
+        joinable = len(lane.waiting) > 1
+        joined = self._hold(min(merge, lane.waiting_bytes)) if joinable else None
+        if joined is None:
+            merge = 0  # the oldest alone: its send is held already
         waiting = lane.waiting
         headers = waiting[0].headers if waiting else ()
         others: list[_Waiting] = []  # of other headers: they stay, in their order
@@ -234,15 +259,27 @@ class Forwarder:
             size += len(raw)
         if others:
             waiting.extendleft(reversed(others))
-        if not group:
-            return
-        lane.sending += 1
-        sending = asyncio.get_running_loop().create_task(self._send(lane, group, headers))
-        self._sends.add(sending)
-        sending.add_done_callback(self._sends.discard)
+        if joined is not None:
+            joined.resize(size if len(group) > 1 else 0)  # only shrinks
+        if group:
+            lane.sending += 1
+            sending = asyncio.get_running_loop().create_task(self._send(lane, group, headers, joined))
+            self._sends.add(sending)
+            sending.add_done_callback(self._sends.discard)
+        elif joined is not None:
+            joined.release()
+        return joined is not None or not joinable
+
+    def _hold(self, size: int) -> Reservation | None:
+        """``size`` bytes of the budget for a copy the forwarder makes, or None when it cannot."""
+        return self._budget.reserve(size)
 
     async def _send(
-        self, lane: _Lane, group: list[tuple[bytes, asyncio.Future[bytes]]], headers: Headers = ()
+        self,
+        lane: _Lane,
+        group: list[tuple[bytes, asyncio.Future[bytes]]],
+        headers: Headers = (),
+        joined: Reservation | None = None,
     ) -> None:
         try:
             raw = group[0][0] if len(group) == 1 else b"".join(raw for raw, _ in group)
@@ -251,6 +288,9 @@ class Forwarder:
             except DownstreamError as error:
                 if len(group) > 1 and not error.retryable:
                     # Perhaps one request's fault: each is sent alone and gets its own answer.
+                    del raw
+                    if joined is not None:
+                        joined.release()
                     await asyncio.gather(*(self._send_alone(lane, item, headers) for item in group))
                 else:
                     for _, answer in group:
@@ -263,6 +303,8 @@ class Forwarder:
                     if not answer.done():
                         answer.set_result(response)
         finally:
+            if joined is not None:
+                joined.release()
             self._inflight -= len(group)
             lane.sending -= 1
             if not self._closed:
@@ -307,7 +349,22 @@ class Forwarder:
         return self._limit
 
     async def _send_parts(self, lane: _Lane, raw: bytes, limit: int, headers: Headers = ()) -> bytes:
-        """Send ``raw`` as parts of at most ``limit`` bytes; the answer of them all."""
+        """Send ``raw`` as parts of at most ``limit`` bytes (held in the budget while they are
+        sent); the answer of them all."""
+        held = self._hold(len(raw))
+        if held is None:
+            raise DownstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the processor holds as many bytes of requests as it may (max_pending_bytes), and a "
+                f"request of {len(raw)} bytes must be split to the {limit} bytes the downstream "
+                f"{self.target} takes; retry later",
+                retryable=True,
+                reason="busy",
+            )
+        with held:
+            return await self._send_cut(lane, raw, limit, headers)
+
+    async def _send_cut(self, lane: _Lane, raw: bytes, limit: int, headers: Headers) -> bytes:
         try:
             cut = split(raw, limit)
         except ValueError as exc:

@@ -4,10 +4,11 @@
 HTTP/2 and gRPC's framing run in the compiled engine, on a thread of their own that never takes
 the interpreter lock (``GrpcServer``, processor/src/grpc): it reads each call whole, inflating
 gzip up to ``max_request_bytes``, and refuses one larger than twice ``max_request_bytes``
-(RESOURCE_EXHAUSTED) before it is read. What the engine holds is bounded in bytes: a call's bytes,
-from its first frame until :meth:`GrpcReceiver._take` takes it, are drawn from a budget of
-``max_pending_bytes`` (at least one whole message), a connection's share half of it; a call past
-it is refused RESOURCE_EXHAUSTED with the same ``RetryInfo`` as here. A call's ``grpc-timeout``
+(RESOURCE_EXHAUSTED) before it is read. A call's bytes, from its first frame, are drawn from the
+processor's one memory budget (the pipeline's :class:`MemoryBudget`, ``max_pending_bytes``), a
+connection's share half of it; a call past it is refused RESOURCE_EXHAUSTED with the same
+``RetryInfo`` as here. The reservation is handed over with the call (:meth:`GrpcReply.reservation`)
+to the pipeline, so the bytes stay held until the request is answered and detected. A call's ``grpc-timeout``
 is honoured, its request must arrive within ``read_timeout``, a connection with no call is closed
 after ``read_timeout``, and at :func:`max_connections` (below the descriptor limit) a new
 connection closes the one idle the longest.
@@ -35,7 +36,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
-from otel_guard_processor._engine import METHODS, GrpcReply, GrpcServer
+from otel_guard_processor._engine import METHODS, GrpcReply, GrpcServer, Reservation
 from otel_guard_processor.config import parse_address
 from otel_guard_processor.headers import BadHeader, Headers, pick
 from otel_guard_processor.listeners import cannot_listen
@@ -73,7 +74,7 @@ class GrpcReceiver:
                 port,
                 2 * max_request_bytes,
                 max_inflated_bytes=max_request_bytes,
-                max_held_bytes=pipeline.max_pending_bytes,
+                budget=pipeline.budget,
                 max_connections=max_connections(),
                 read_timeout=read_timeout,
                 retry_after=retry_after,
@@ -85,10 +86,11 @@ class GrpcReceiver:
         self.address = address
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._refused = 0  # of the engine's refusals for want of budget, those counted in the stats
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of calls received by the engine and not yet taken here."""
+        """Bytes held of the memory budget (by every holder: it is the pipeline's)."""
         return self._server.held_bytes
 
     async def start(self) -> None:
@@ -109,7 +111,16 @@ class GrpcReceiver:
             task.cancel()
         await asyncio.gather(*unanswered, return_exceptions=True)
 
+    def count_refusals(self) -> None:
+        """Count the calls the engine refused for want of budget since the last count as busy
+        requests (``otel_guard_processor_requests_total{outcome="busy"}``)."""
+        refused = self._server.refused_busy
+        for _ in range(refused - self._refused):
+            self._pipeline.stats.request("grpc", "busy", 0, 0.0)
+        self._refused = refused
+
     def _take(self) -> None:
+        self.count_refusals()
         calls, cancelled = self._server.take()
         if calls:
             started = time.perf_counter()
@@ -128,19 +139,25 @@ class GrpcReceiver:
 
     async def _export(self, signal: Unread | None, raw: bytes, reply: GrpcReply, started: float) -> None:
         """One Export call: of traces (``signal`` None), or of metrics or logs."""
-        try:
-            answer = await self._answer(signal, raw, started, reply.headers)
-        except Exception as exc:  # a bug: answered as grpc.aio answers a handler's exception
-            _log.exception("otel-guard processor: an Export call failed")
-            reply.fail(grpc.StatusCode.UNKNOWN.value[0], f"Unexpected {type(exc).__name__}: {exc}")
-            return
+        with reply.reservation() as held:  # the request's bytes, until the pipeline takes them over
+            try:
+                answer = await self._answer(signal, raw, started, reply.headers, held)
+            except Exception as exc:  # a bug: answered as grpc.aio answers a handler's exception
+                _log.exception("otel-guard processor: an Export call failed")
+                reply.fail(grpc.StatusCode.UNKNOWN.value[0], f"Unexpected {type(exc).__name__}: {exc}")
+                return
         if answer.code == grpc.StatusCode.OK:
             reply.ok(answer.response)
         else:
             reply.fail(answer.code.value[0], answer.message, _details(answer))
 
     async def _answer(
-        self, signal: Unread | None, raw: bytes, started: float, kept: list[tuple[str, bytes]]
+        self,
+        signal: Unread | None,
+        raw: bytes,
+        started: float,
+        kept: list[tuple[str, bytes]],
+        held: Reservation,
     ) -> Answer:
         if len(raw) > self._max_request_bytes:
             return self._pipeline.refuse(
@@ -159,8 +176,8 @@ class GrpcReceiver:
                 return self._pipeline.refuse("grpc", "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
                                              len(raw), started)  # fmt: skip
         if signal is None:
-            return await self._pipeline.export(raw, "grpc", started, headers)
-        return await self._pipeline.export_unread(signal, raw, "grpc", started, headers)
+            return await self._pipeline.export(raw, "grpc", started, headers, held)
+        return await self._pipeline.export_unread(signal, raw, "grpc", started, headers, held)
 
 
 def max_connections() -> int:

@@ -4,9 +4,12 @@ server it and ``/metrics`` run on.
 Requests are ``application/x-protobuf`` (forwarded as the bytes received) or ``application/json``
 (OTLP/JSON: hex ids, converted to protobuf and forwarded so), optionally ``Content-Encoding:
 gzip``. The body is read with a limit: more than ``max_request_bytes`` -- as sent or once
-decompressed -- is answered 413 without reading (or inflating) the rest. Inflation and the JSON
-conversion run off the event loop (:mod:`otel_guard_processor.conversion`), their bytes counted in
-``max_pending_bytes`` meanwhile (past it: 429). Answers follow the OTLP/HTTP
+decompressed -- is answered 413 without reading (or inflating) the rest. Every byte of it, from
+the first chunk, is held in the processor's one memory budget (``max_pending_bytes``), and so are
+what it inflates to and the JSON conversion's share (:data:`~otel_guard_processor.conversion.JSON_HELD`
+times the body while it converts); past it the request is answered 429 with ``Retry-After`` at
+once, the rest of the body unread. Inflation and the JSON conversion run off the event loop
+(:mod:`otel_guard_processor.conversion`). Answers follow the OTLP/HTTP
 specification: the response (or a ``google.rpc.Status`` on error) in the request's content type,
 400 for a malformed request, 415 for another content type or encoding, 429 / 503 with
 ``Retry-After`` when the client should retry.
@@ -37,11 +40,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from otel_guard_processor._engine import Reservation
 from otel_guard_processor.conversion import Busy, Conversion, TooLarge, Unavailable
 from otel_guard_processor.headers import BadHeader, pick
 from otel_guard_processor.listeners import bind
 from otel_guard_processor.otlp import MalformedRequest
-from otel_guard_processor.pipeline import Answer, Holding, Pipeline, http_status
+from otel_guard_processor.pipeline import Answer, Pipeline, http_status
 from otel_guard_processor.signals import UNREAD, Unread
 
 __all__ = ["AsgiServer", "build_http_app"]
@@ -106,59 +110,57 @@ def _endpoint(
                                      f"unsupported Content-Encoding {encoding!r}; use gzip or none",
                                      0, started)  # fmt: skip
             return reply(answer, status=415)
-        try:
-            async with asyncio.timeout(read_timeout):
-                body = await _read_body(request, max_request_bytes)
-        except TimeoutError:
-            answer = pipeline.refuse("http", "timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
-                                     f"request body not received within read_timeout ({read_timeout:g} s)",
-                                     0, started)  # fmt: skip
-            response = reply(answer, status=408)
-            response.headers["connection"] = "close"
-            return response
-        except TooLarge:
-            return reply(_too_large(pipeline, max_request_bytes, started), status=413)
-        if encoding == "gzip" or is_json:
-            holding = pipeline.hold("http", len(body), started)
-            if isinstance(holding, Answer):
-                return reply(holding)
+        # Every byte of the request, from its first chunk until the pipeline has it, held here.
+        with pipeline.budget.empty() as held:
             try:
-                body = await _to_protobuf(body, encoding == "gzip", is_json, holding)
+                async with asyncio.timeout(read_timeout):
+                    body = await _read_body(request, max_request_bytes, held)
+            except TimeoutError:
+                answer = pipeline.refuse("http", "timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
+                                         f"request body not received within read_timeout "
+                                         f"({read_timeout:g} s)", 0, started)  # fmt: skip
+                response = reply(answer, status=408)
+                response.headers["connection"] = "close"
+                return response
             except TooLarge:
                 return reply(_too_large(pipeline, max_request_bytes, started), status=413)
             except Busy:
-                return reply(pipeline.busy("http", len(body), started))
+                return reply(pipeline.busy("http", held.bytes, started))
+            size = len(body)
+            try:
+                if encoding == "gzip":
+                    body = await conversion.inflate(body, max_request_bytes, held)
+                    held.shrink(size)  # the body as sent is let go of
+                if is_json:
+                    body = await conversion.to_protobuf(signal_name, body, held)
+                if not held.resize(len(body)):
+                    raise Busy
+            except TooLarge:
+                return reply(_too_large(pipeline, max_request_bytes, started), status=413)
+            except Busy:
+                return reply(pipeline.busy("http", size, started))
             except Unavailable:
                 answer = pipeline.refuse("http", "busy", grpc.StatusCode.UNAVAILABLE,
                                          "the OTLP/JSON conversion's worker stopped; retry later",
-                                         len(body), started, retryable=True)  # fmt: skip
+                                         size, started, retryable=True)  # fmt: skip
                 return reply(answer)
             except zlib.error as exc:
                 answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
-                                         f"body is not valid gzip: {exc}", len(body), started)  # fmt: skip
+                                         f"body is not valid gzip: {exc}", size, started)  # fmt: skip
                 return reply(answer)
             except MalformedRequest as exc:
                 answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT,
-                                         str(exc), len(body), started)  # fmt: skip
+                                         str(exc), size, started)  # fmt: skip
                 return reply(answer)
-            finally:
-                holding.release()
-        try:
-            headers = pick(pipeline.forward_headers, request.headers.getlist)
-        except BadHeader as exc:
-            answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
-                                     len(body), started)  # fmt: skip
-            return reply(answer)
-        if signal is None:
-            return reply(await pipeline.export(body, "http", started, headers))
-        return reply(await pipeline.export_unread(signal, body, "http", started, headers))
-
-    async def _to_protobuf(body: bytes, gzip: bool, is_json: bool, holding: Holding) -> bytes:
-        if gzip:
-            body = await conversion.inflate(body, max_request_bytes, holding.grow)
-        if is_json:
-            body = await conversion.to_protobuf(signal_name, body)
-        return body
+            try:
+                headers = pick(pipeline.forward_headers, request.headers.getlist)
+            except BadHeader as exc:
+                answer = pipeline.refuse("http", "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
+                                         len(body), started)  # fmt: skip
+                return reply(answer)
+            if signal is None:
+                return reply(await pipeline.export(body, "http", started, headers, held))
+            return reply(await pipeline.export_unread(signal, body, "http", started, headers, held))
 
     return export
 
@@ -169,8 +171,11 @@ def _too_large(pipeline: Pipeline, max_request_bytes: int, started: float) -> An
                            max_request_bytes, started)  # fmt: skip
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body as sent; :class:`TooLarge` as soon as it passes ``limit`` bytes."""
+async def _read_body(request: Request, limit: int, held: Reservation) -> bytes:
+    """The body as sent, each chunk held in the budget before it is kept; :class:`TooLarge` as
+    soon as it passes ``limit`` bytes, :class:`Busy` when the budget cannot hold the next chunk.
+    The join of the chunks is not held: it is one body's copy for a moment on the event loop, at
+    most one at a time (``max_request_bytes``, in the worst case's sum once)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge
@@ -180,8 +185,10 @@ async def _read_body(request: Request, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise TooLarge
+        if not held.grow(len(chunk)):
+            raise Busy
         chunks.append(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _reply(

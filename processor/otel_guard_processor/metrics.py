@@ -110,11 +110,15 @@ class RequestStats:
         self.downstream_errors: dict[str, int] = {}  # gRPC status name -> errors
         self.detection_errors = 0
         self.inflight = 0
-        self.pending_bytes = 0  # of requests held: not yet both answered and detected
-        # Bytes the receivers hold before the pipeline has them (the gRPC receiver's calls being
-        # read or waiting to be taken): in the pending_bytes metric too.
-        self.held_elsewhere: Callable[[], int] = lambda: 0
+        # Bytes of requests held, by every holder (the processor's one memory budget: receivers,
+        # conversion, pipeline, forwarder): what the pending_bytes metric shows.
+        self.held_bytes: Callable[[], int] = lambda: 0
         self._latency: dict[str, _Histogram] = {}
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of requests held now (the memory budget's, ``held_bytes``)."""
+        return self.held_bytes()
 
     def request(self, protocol: str, outcome: str, size: int, seconds: float) -> None:
         key = (protocol, outcome)
@@ -431,7 +435,7 @@ class ProcessorCollector(Collector):
             "otel_guard_processor_pending_bytes",
             "Bytes of export requests held: being received, waiting for the downstream's answer or "
             "for detection.",
-            stats.pending_bytes + stats.held_elsewhere(),
+            stats.pending_bytes,
         )
 
     def _cycle_edges(self) -> dict[tuple[str, str], int]:

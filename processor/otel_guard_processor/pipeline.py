@@ -4,11 +4,13 @@ Both receivers hand the pipeline the protobuf bytes of an ExportTraceServiceRequ
 logs take the same way bar parsing and detection: :meth:`Pipeline.export_unread`). The order of
 work is what keeps spans safe and the clients apart:
 
-1. take it, or refuse it with RESOURCE_EXHAUSTED and a retry delay when the requests held already
-   fill ``max_pending_bytes`` (a request is held, in bytes, from here until it is both answered and
-   detected; one request is always taken when none is held); the client keeps the spans and sends
-   them again. A receiver's bytes before this step (a body inflating or converting from OTLP/JSON)
-   are held too (:meth:`Pipeline.hold`);
+1. take it, or refuse it with RESOURCE_EXHAUSTED and a retry delay when the processor's one memory
+   budget (``max_pending_bytes``, a :class:`MemoryBudget` every holder of request bytes draws from:
+   the receivers, the conversion, this, the forwarder) cannot hold it; the client keeps the spans
+   and sends them again. A request is held from its first byte (the receiver's reservation is
+   handed over with it) until it is both answered and detected, and while it is forwarded twice
+   over: the forwarder's gRPC client holds a copy of it while it is sent. One request is always
+   taken when nothing else is held;
 2. hand it to detection (:meth:`Detection.take <otel_guard_processor.detection.Detection.take>`):
    detected at once when nothing waits for detection and it is small, else checked with the engine's
    decoder as detection decodes (one answer whatever the load) and queued (decoded again when its
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from otel_guard_processor._engine import MemoryBudget, Reservation
 from otel_guard_processor.detection import Detection
 from otel_guard_processor.engine import DecodeError, check
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
@@ -39,7 +42,7 @@ from otel_guard_processor.metrics import RequestStats
 from otel_guard_processor.otlp import MalformedRequest
 from otel_guard_processor.signals import Unread
 
-__all__ = ["Answer", "Holding", "Pipeline", "http_status"]
+__all__ = ["Answer", "Pipeline", "http_status"]
 
 _log = logging.getLogger("otel_guard_processor")
 DOWNSTREAM_LOG_SECONDS = 60.0
@@ -82,7 +85,7 @@ class Pipeline:
         forwarder: Forwarder | None,
         *,
         retry_after: float,
-        max_pending_bytes: int,
+        budget: MemoryBudget,
         clock: Callable[[], float] = time.monotonic,
         forward_headers: tuple[str, ...] = (),
     ) -> None:
@@ -91,7 +94,8 @@ class Pipeline:
         self.forwarder = forwarder
         self.forward_headers = forward_headers  # the header names the receivers pass on
         self._retry_after = retry_after
-        self.max_pending_bytes = max_pending_bytes
+        self.budget = budget
+        self.max_pending_bytes = budget.limit
         self._clock = clock
         # Downstream failures are logged at most once per DOWNSTREAM_LOG_SECONDS per reason, with
         # how many more there were meanwhile: an outage is one line a minute, not one a request.
@@ -99,33 +103,41 @@ class Pipeline:
         self._downstream_unlogged: dict[str, int] = {}
 
     async def export(
-        self, raw: bytes, protocol: str, started: float | None = None, headers: Headers = ()
+        self,
+        raw: bytes,
+        protocol: str,
+        started: float | None = None,
+        headers: Headers = (),
+        held: Reservation | None = None,
     ) -> Answer:
         """Handle one request's protobuf bytes; ``started`` is when it began to arrive, ``headers``
-        those forwarded with it (``--forward-headers``)."""
+        those forwarded with it (``--forward-headers``), ``held`` the budget its receiver holds for
+        it (handed over: held here from now on)."""
         started = time.perf_counter() if started is None else started
         stats = self.stats
         stats.inflight += 1
         try:
             size = len(raw)
-            busy = self._busy(protocol, size, started)
-            if busy is not None:
-                return busy  # before parsing: a refusal under load costs next to nothing
-            held = _Held(stats, size)
             forwarder = self.forwarder
+            reservation = self._take(raw, held)
+            if reservation is None:
+                return self.busy(protocol, size, started)  # before parsing: a refusal costs next to nothing
+            held_here = _Held(reservation, 0 if forwarder is None else size)
             full = None if forwarder is None else forwarder.busy()
             try:
                 # Detected (or queued for it) only when it goes on downstream: a refused request
                 # comes again. Detection's decode is the check that it is readable; else check(),
                 # which refuses what detection would: one answer whatever the load.
-                spans = self.detection.take(raw, self._clock(), held.release) if full is None else check(raw)
+                spans = (
+                    self.detection.take(raw, self._clock(), held_here.release) if full is None else check(raw)
+                )
             except DecodeError as exc:
-                held.drop()
+                held_here.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"
                 return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, message,
                                    size, started)  # fmt: skip
             if full is not None:
-                held.drop()
+                held_here.drop()
                 return self._downstream_failed(full, protocol, size, spans, started)
             # No await since busy() said there is room: start() cannot refuse it.
             answering = None if forwarder is None else forwarder.start(raw, headers=headers)
@@ -137,7 +149,8 @@ class Pipeline:
                 stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
                 return self._answer_error(exc, f"{spans} spans")
             finally:
-                held.release()
+                held_here.answered()
+                held_here.release()
             if answering is not None:
                 stats.spans["forwarded"] += spans
             stats.request(protocol, "ok", size, time.perf_counter() - started)
@@ -146,29 +159,42 @@ class Pipeline:
             stats.inflight -= 1
 
     async def export_unread(
-        self, signal: Unread, raw: bytes, protocol: str, started: float, headers: Headers = ()
+        self,
+        signal: Unread,
+        raw: bytes,
+        protocol: str,
+        started: float,
+        headers: Headers = (),
+        held: Reservation | None = None,
     ) -> Answer:
         """Handle one metrics or logs request: forwarded as it came, or answered OK without
         ``--forward``; never read. The same steps as :meth:`export` bar detection: refused as busy
-        past ``max_pending_bytes``, INVALID_ARGUMENT when it is not protobuf, acknowledged only once
+        past the memory budget, INVALID_ARGUMENT when it is not protobuf, acknowledged only once
         the downstream acknowledged."""
         stats = self.stats
         stats.inflight += 1
         try:
             size = len(raw)
-            busy = None if self.forwarder is None else self._busy(protocol, size, started)
-            if busy is not None:
-                return busy  # without a downstream nothing is held: never busy
+            if self.forwarder is None:
+                if held is not None:
+                    held.release()  # nothing is kept: never busy
+                reservation = None
+            else:
+                reservation = self._take(raw, held)
+                if reservation is None:
+                    return self.busy(protocol, size, started)
+            held_here = None if reservation is None else _Held(reservation, size, holders=1)
             try:
                 signal.check(raw)
             except MalformedRequest as exc:
+                if held_here is not None:
+                    held_here.drop()
                 return self.refuse(protocol, "invalid", grpc.StatusCode.INVALID_ARGUMENT, str(exc),
                                    size, started)  # fmt: skip
-            if self.forwarder is None:
+            if self.forwarder is None or held_here is None:
                 stats.unread(signal.name, "discarded")
                 stats.request(protocol, "ok", size, time.perf_counter() - started)
                 return Answer(grpc.StatusCode.OK)
-            held = _Held(stats, size, holders=1)  # nothing to detect: held until answered
             try:
                 response = await self.forwarder.start(raw, signal.method, headers)
             except DownstreamError as exc:
@@ -176,37 +202,33 @@ class Pipeline:
                 stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
                 return self._answer_error(exc, f"a {signal.name} request")
             finally:
-                held.release()
+                held_here.release()
             stats.unread(signal.name, "forwarded")
             stats.request(protocol, "ok", size, time.perf_counter() - started)
             return Answer(grpc.StatusCode.OK, response=response)
         finally:
             stats.inflight -= 1
 
-    def hold(self, protocol: str, size: int, started: float) -> Answer | Holding:
-        """Count ``size`` bytes a receiver holds for a request before it reaches :meth:`export` (a
-        body being inflated or converted) in ``max_pending_bytes`` as a request's are, until
-        :meth:`Holding.release`; or the busy refusal when the requests held already fill it."""
-        busy = self._busy(protocol, size, started)
-        return busy if busy is not None else Holding(self, size)
-
-    def _busy(self, protocol: str, size: int, started: float) -> Answer | None:
-        """The refusal of a request of ``size`` bytes when the requests held already fill
-        ``max_pending_bytes`` (one is always taken when none is held), else None."""
-        pending = self.stats.pending_bytes
-        if not pending or pending + size <= self.max_pending_bytes:
-            return None
-        return self.busy(protocol, size, started)
+    def _take(self, raw: bytes, held: Reservation | None) -> Reservation | None:
+        """The budget ``raw`` holds here: its receiver's reservation (handed over) or a new one,
+        made exactly its size, and its size again while it is forwarded (the gRPC client's copy);
+        None (nothing held) when the budget cannot hold that now."""
+        reservation = self.budget.empty() if held is None else held.hand_over()
+        need = len(raw) * (1 if self.forwarder is None else 2)
+        if reservation.resize(need):
+            return reservation
+        reservation.release()
+        return None
 
     def busy(self, protocol: str, size: int, started: float) -> Answer:
-        """Refuse a request as busy (``max_pending_bytes`` held), with the retry delay, and count it."""
-        pending = self.stats.pending_bytes
+        """Refuse a request as busy (the memory budget, ``max_pending_bytes``, is held), with the
+        retry delay, and count it."""
         return self.refuse(
             protocol,
             "busy",
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"{pending} bytes of requests are waiting for the downstream or for detection "
-            f"(max_pending_bytes {self.max_pending_bytes}); retry later",
+            f"{self.budget.used} bytes of requests are held: being received or converted, waiting for "
+            f"the downstream or for detection (max_pending_bytes {self.max_pending_bytes}); retry later",
             size,
             started,
             retryable=True,
@@ -260,52 +282,28 @@ class Pipeline:
 
 
 class _Held:
-    """A request's bytes, counted in ``stats.pending_bytes`` until it is both answered and detected."""
+    """A request's reservation of the budget, held until it is both answered and detected; the
+    forwarder's copy (``copy`` bytes of it) only until it is answered."""
 
-    __slots__ = ("_holders", "_size", "_stats")
+    __slots__ = ("_copy", "_holders", "_reservation")
 
-    def __init__(self, stats: RequestStats, size: int, holders: int = 2) -> None:
-        self._stats = stats
-        self._size = size
+    def __init__(self, reservation: Reservation, copy: int, holders: int = 2) -> None:
+        self._reservation = reservation
+        self._copy = copy
         self._holders = holders  # the answer and the detection, or the answer alone
-        stats.pending_bytes += size
 
     def release(self) -> None:
-        """One of the two is done with it."""
+        """One of the two is done with it (the first to call it is the answer or the detection)."""
         self._holders -= 1
-        if self._holders == 0:
-            self._stats.pending_bytes -= self._size
+        if self._holders <= 0:
+            self._reservation.release()
+
+    def answered(self) -> None:
+        """The downstream answered: its client's copy is let go of."""
+        self._reservation.shrink(self._copy)
+        self._copy = 0
 
     def drop(self) -> None:
         """The request goes no further: neither is."""
-        self._holders = 1
-        self.release()
-
-
-class Holding:
-    """Bytes a receiver holds for a request before :meth:`Pipeline.export` takes it (a gzip body
-    and what it inflates to, an OTLP/JSON body in conversion), counted in ``stats.pending_bytes``
-    until released."""
-
-    __slots__ = ("_pipeline", "_size")
-
-    def __init__(self, pipeline: Pipeline, size: int) -> None:
-        self._pipeline = pipeline
-        self._size = size
-        pipeline.stats.pending_bytes += size
-
-    def grow(self, more: int) -> bool:
-        """Count ``more`` bytes, or False (nothing counted) when that passes ``max_pending_bytes``
-        while others hold bytes too."""
-        stats = self._pipeline.stats
-        pending = stats.pending_bytes
-        if pending > self._size and pending + more > self._pipeline.max_pending_bytes:
-            return False
-        stats.pending_bytes += more
-        self._size += more
-        return True
-
-    def release(self) -> None:
-        """The receiver is done with them (the request went on to :meth:`Pipeline.export`, or not)."""
-        self._pipeline.stats.pending_bytes -= self._size
-        self._size = 0
+        self._holders = 0
+        self._reservation.release()

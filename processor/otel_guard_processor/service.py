@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from otel_guard_processor._engine import MemoryBudget
 from otel_guard_processor.bounds import DetectorLimits
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.detection import Detection
@@ -67,6 +68,10 @@ class Processor:
             on_cycle=self.loop_log.counted,
         )
         self.stats = RequestStats()
+        # The one memory budget every holder of request bytes draws from (receivers, conversion,
+        # pipeline, forwarder); detection state has its own bound (max_held_bytes).
+        self.budget = MemoryBudget(config.max_pending_bytes)
+        self.stats.held_bytes = lambda: self.budget.used
         self.detection = Detection(self.detector, self.stats)
         self.registry = new_registry(self.detector, self.stats)
         self.forwarder: Forwarder | None = None
@@ -89,13 +94,14 @@ class Processor:
                 timeout=config.forward_timeout,
                 max_inflight=config.max_inflight,
                 max_message_bytes=config.max_request_bytes,
+                budget=self.budget,
             )
         self.pipeline = Pipeline(
             self.detection,
             self.stats,
             self.forwarder,
             retry_after=config.retry_after,
-            max_pending_bytes=config.max_pending_bytes,
+            budget=self.budget,
             forward_headers=config.forward_headers or (),
         )
         try:
@@ -106,7 +112,6 @@ class Processor:
                 read_timeout=config.read_timeout,
                 retry_after=config.retry_after,
             )
-            self.stats.held_elsewhere = lambda: self.grpc.held_bytes if self.grpc is not None else 0
             await self.grpc.start()
             if config.http_listen is not None:
                 app = build_http_app(self.pipeline, config.max_request_bytes, config.read_timeout)
@@ -164,6 +169,8 @@ class Processor:
             # format. In the detection queue: after every request acknowledged so far.
             encode, content_type = choose_encoder(request.headers.get("accept", ""))
             self._scraped = [*self._scraped[-1:], time.monotonic()]
+            if self.grpc is not None:
+                self.grpc.count_refusals()
             body = await self.detection.run(partial(encode, self.registry))
             if self.detection.stopped:
                 self._last_read.set()
@@ -176,6 +183,8 @@ class Processor:
             await asyncio.sleep(SWEEP_INTERVAL)
             self.detection.expire(time.monotonic())
             self.loop_log.flush()
+            if self.grpc is not None:
+                self.grpc.count_refusals()
 
     async def stop(self) -> None:
         """Drain and stop; safe to call more than once."""
@@ -187,6 +196,7 @@ class Processor:
         drain = self.config.drain_timeout
         stopping = []
         if self.grpc is not None:
+            self.grpc.count_refusals()
             stopping.append(self.grpc.stop(drain))
         if self.http is not None:
             stopping.append(self.http.stop())

@@ -544,5 +544,6 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyEngine>()?;
     module.add_class::<PyEvents>()?;
     crate::grpc_binding::register(module)?;
+    crate::budget_binding::register(module)?;
     Ok(())
 }

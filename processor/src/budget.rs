@@ -4,7 +4,10 @@
 //! [`Taken`] that gives its bytes back when dropped, so no error path, cancelled task or panic can
 //! leak them. What a reader would not guess: a budget may have a parent ([`ByteBudget::within`]),
 //! and a take from it is a take from both: a connection's share is drawn from the receiver's
-//! global budget, so neither can be overdrawn and one connection cannot take all of it.
+//! global budget, so neither can be overdrawn and one connection cannot take all of it. And a
+//! [`Taken`] that holds every byte taken of a budget may grow past its limit: one request is
+//! always taken when nothing else is held, so a limit below the largest request never refuses it
+//! for ever (the most held is the larger of the limit and one request).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,7 +59,7 @@ impl ByteBudget {
 
     /// Take `bytes`, or nothing when this budget or a parent's would go past its limit.
     pub fn try_take(self: &Arc<Self>, bytes: usize) -> Option<Taken> {
-        self.take_raw(bytes).then(|| Taken {
+        self.take_raw(bytes, 0).then(|| Taken {
             budget: Arc::clone(self),
             bytes,
         })
@@ -70,23 +73,36 @@ impl ByteBudget {
         }
     }
 
-    fn take_raw(&self, bytes: usize) -> bool {
+    /// Take `bytes` more for a holder that has `mine` already: within the limit, or past it when
+    /// the holder has all that is taken (here and in every parent).
+    fn take_raw(&self, bytes: usize, mine: usize) -> bool {
         let taken = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|after| *after <= self.limit)
+                used.checked_add(bytes)
+                    .filter(|after| *after <= self.limit || used == mine)
             })
             .is_ok();
         if !taken {
             return false;
         }
         if let Some(parent) = &self.parent
-            && !parent.take_raw(bytes)
+            && !parent.take_raw(bytes, mine)
         {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
             return false;
         }
         true
+    }
+
+    /// Whether a holder of `mine` bytes could take `bytes` more now (as [`Taken::try_grow`] would).
+    fn could_take(&self, bytes: usize, mine: usize) -> bool {
+        let used = self.used();
+        let here = used == mine || used.saturating_add(bytes) <= self.limit;
+        here && self
+            .parent
+            .as_ref()
+            .is_none_or(|parent| parent.could_take(bytes, mine))
     }
 
     fn give_back(&self, bytes: usize) {
@@ -114,13 +130,31 @@ impl Taken {
         self.budget.available()
     }
 
-    /// Take `more` bytes too; false (and nothing more taken) when the budget has not that much.
+    /// Whether [`Taken::try_grow`] of `more` would succeed now.
+    pub fn could_grow(&self, more: usize) -> bool {
+        self.budget.could_take(more, self.bytes)
+    }
+
+    /// Take `more` bytes too; false (and nothing more taken) when the budget has not that much
+    /// (and others hold some of it: a holder of all that is taken may pass the limit).
     pub fn try_grow(&mut self, more: usize) -> bool {
-        let grown = self.budget.take_raw(more);
+        let grown = self.budget.take_raw(more, self.bytes);
         if grown {
             self.bytes += more;
         }
         grown
+    }
+
+    /// The same bytes, held of the outermost budget only: a connection's share given back, the
+    /// global budget's kept (for a holder that outlives the connection's reading).
+    pub fn into_root(mut self) -> Taken {
+        let bytes = std::mem::take(&mut self.bytes);
+        let mut budget = Arc::clone(&self.budget);
+        while let Some(parent) = budget.parent.clone() {
+            budget.used.fetch_sub(bytes, Ordering::AcqRel);
+            budget = parent;
+        }
+        Taken { budget, bytes }
     }
 
     /// Give back `fewer` of the bytes (at most all of them) and keep the rest.
@@ -151,6 +185,7 @@ mod tests {
         let mut second = budget.try_take(4).unwrap();
         assert_eq!((budget.used(), budget.available()), (10, 0));
         assert!(!second.try_grow(1));
+        assert!(!second.could_grow(1));
         drop(first);
         assert!(second.try_grow(6));
         second.shrink(100);
@@ -164,8 +199,12 @@ mod tests {
         let global = ByteBudget::new(10);
         let left = ByteBudget::within(&global, 6);
         let right = ByteBudget::within(&global, 6);
-        let mut held = left.try_take(6).unwrap();
-        assert!(!held.try_grow(1), "the child's share is 6");
+        let mut held = left.try_take(5).unwrap();
+        let beside = left.try_take(1).unwrap();
+        assert!(
+            !held.try_grow(1),
+            "the child's share is 6 (and another holds some)"
+        );
         assert_eq!(global.used(), 6);
         assert!(right.try_take(5).is_none(), "the parent has 4 left");
         assert_eq!(
@@ -176,7 +215,38 @@ mod tests {
         let other = right.try_take(4).unwrap();
         assert_eq!((right.available(), left.available()), (0, 0));
         drop(held);
+        drop(beside);
         drop(other);
         assert_eq!((global.used(), left.used(), right.used()), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_only_holder_may_pass_the_limit_and_then_nobody_else_takes() {
+        let global = ByteBudget::new(10);
+        let share = ByteBudget::within(&global, 5);
+        let mut alone = share.empty();
+        assert!(alone.could_grow(30));
+        assert!(
+            alone.try_grow(30),
+            "nothing else is held: one request is always taken"
+        );
+        assert_eq!(global.used(), 30);
+        assert!(global.try_take(1).is_none());
+        let mut other = share.empty();
+        assert!(!other.try_grow(1));
+        alone.shrink(26);
+        assert!(!other.try_grow(2), "the share is 5 and 4 are held");
+        assert!(other.try_grow(1));
+        assert!(
+            !alone.try_grow(1),
+            "no longer the only holder: held to the limit"
+        );
+        let moved = other.into_root();
+        assert_eq!((global.used(), share.used(), moved.bytes()), (5, 4, 1));
+        drop(moved);
+        let other = share.empty();
+        drop(alone);
+        drop(other);
+        assert_eq!((global.used(), share.used()), (0, 0));
     }
 }

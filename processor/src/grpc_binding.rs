@@ -5,7 +5,7 @@
 //! (`shutdown`) releases the interpreter lock.
 
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -13,6 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::binding::guarded;
+use crate::budget::Taken;
+use crate::budget_binding::{PyMemoryBudget, PyReservation};
 use crate::grpc::{self, Limits, Outcome, Reply, Server};
 
 /// `max_held_bytes` when none is given.
@@ -34,7 +36,7 @@ type TakenCall = (u64, usize, Py<PyBytes>, PyReply);
 
 /// GrpcServer(hosts, port, max_message_bytes, methods=METHODS, *, max_inflated_bytes=None,
 ///            max_held_bytes=None, max_connection_bytes=None, max_connections=1024,
-///            read_timeout=30.0, idle_timeout=None, retry_after=1.0, headers=())
+///            read_timeout=30.0, idle_timeout=None, retry_after=1.0, headers=(), budget=None)
 ///
 /// Unary gRPC `methods` (paths; by default OTLP's three Export methods) over HTTP/2 on `port` of
 /// each address in `hosts` (IP literals; port 0: the port the first one gets). Raises OSError
@@ -42,6 +44,9 @@ type TakenCall = (u64, usize, Py<PyBytes>, PyReply);
 /// to `max_message_bytes`, 64 MiB (at least one message) is held in all, half of it a connection,
 /// and a connection with no call is closed after `read_timeout`. Each call's reply carries the
 /// values of the request headers named in `headers` (lowercase names), as `reply.headers`.
+/// With `budget` (a `MemoryBudget`) the calls' bytes are drawn from it (`max_held_bytes` is its
+/// limit), and each call's bytes stay held after `take()` until its reply lets go of them
+/// (`reply.reservation()`, or the reply collected).
 #[pyclass(name = "GrpcServer", module = "otel_guard_processor._engine", frozen)]
 pub struct PyGrpcServer {
     server: Server,
@@ -53,7 +58,7 @@ impl PyGrpcServer {
     #[pyo3(signature = (
         hosts, port, max_message_bytes, methods=None, *, max_inflated_bytes=None,
         max_held_bytes=None, max_connection_bytes=None, max_connections=1024, read_timeout=30.0,
-        idle_timeout=None, retry_after=1.0, headers=Vec::new()
+        idle_timeout=None, retry_after=1.0, headers=Vec::new(), budget=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -69,6 +74,7 @@ impl PyGrpcServer {
         idle_timeout: Option<f64>,
         retry_after: f64,
         headers: Vec<String>,
+        budget: Option<PyRef<'_, PyMemoryBudget>>,
     ) -> PyResult<Self> {
         guarded(|| {
             let hosts = hosts
@@ -81,10 +87,12 @@ impl PyGrpcServer {
                 .collect::<PyResult<Vec<_>>>()?;
             let methods = methods.unwrap_or_else(|| grpc::METHODS.map(str::to_owned).to_vec());
             let methods: Vec<&str> = methods.iter().map(String::as_str).collect();
-            let mut limits = Limits::new(
-                max_message_bytes,
-                max_held_bytes.unwrap_or(DEFAULT_HELD_BYTES),
-            );
+            let shared = budget.map(|budget| Arc::clone(&budget.budget));
+            let held = match &shared {
+                Some(budget) => budget.limit(),
+                None => max_held_bytes.unwrap_or(DEFAULT_HELD_BYTES),
+            };
+            let mut limits = Limits::new(max_message_bytes, held);
             if let Some(inflated) = max_inflated_bytes {
                 limits.max_inflated_bytes = inflated;
             }
@@ -100,7 +108,10 @@ impl PyGrpcServer {
                 .iter()
                 .map(|name| name.to_ascii_lowercase())
                 .collect();
-            let server = server.with_headers(headers);
+            let mut server = server.with_headers(headers);
+            if let Some(budget) = shared {
+                server = server.with_budget(budget);
+            }
             Ok(PyGrpcServer { server })
         })
     }
@@ -114,7 +125,8 @@ impl PyGrpcServer {
             .map_or(0, |address| address.port())
     }
 
-    /// Bytes of calls received and not yet taken: being read, or waiting for `take()`.
+    /// Bytes held of its budget: of calls being read or waiting for `take()` (and, with a shared
+    /// budget, whatever else holds it).
     #[getter]
     fn held_bytes(&self) -> usize {
         self.server.budget().used()
@@ -124,6 +136,12 @@ impl PyGrpcServer {
     #[getter]
     fn max_held_bytes(&self) -> usize {
         self.server.limits().max_held_bytes
+    }
+
+    /// How many calls it refused for want of budget (RESOURCE_EXHAUSTED with a retry delay).
+    #[getter]
+    fn refused_busy(&self) -> u64 {
+        self.server.refused_busy()
     }
 
     /// A connection's share of `max_held_bytes`.
@@ -153,8 +171,9 @@ impl PyGrpcServer {
                 .calls
                 .into_iter()
                 .map(|call| {
-                    // Copied once, from the chunks as they arrived; the budget is given back
-                    // when the message is dropped here.
+                    // Copied once, from the chunks as they arrived; the chunks are let go of
+                    // here and their bytes stay held for the copy, by the reply, of the global
+                    // budget only (the connection's share is for calls being read).
                     let message = call.message;
                     let request = PyBytes::new_with(py, message.len(), |out| {
                         message.copy_to(out);
@@ -164,6 +183,7 @@ impl PyGrpcServer {
                     let reply = PyReply {
                         reply: Mutex::new(Some(call.reply)),
                         headers: call.headers,
+                        held: Mutex::new(Some(message.into_held().into_root())),
                     };
                     Ok((call.id, call.method, request, reply))
                 })
@@ -189,6 +209,8 @@ impl PyGrpcServer {
 pub struct PyReply {
     reply: Mutex<Option<Reply>>,
     headers: Vec<(String, Vec<u8>)>,
+    /// The budget the request's bytes hold, until handed over or the reply is collected.
+    held: Mutex<Option<Taken>>,
 }
 
 impl PyReply {
@@ -211,6 +233,17 @@ impl PyReply {
             .iter()
             .map(|(name, value)| (name.as_str(), PyBytes::new(py, value)))
             .collect()
+    }
+
+    /// The bytes of the budget the request holds, handed over (the first call; later ones get a
+    /// reservation of nothing): the caller keeps them held for as long as it holds the request.
+    fn reservation(&self) -> PyReservation {
+        let taken = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        taken.map_or_else(PyReservation::released, PyReservation::of)
     }
 
     /// Answer OK with the response's bytes; false when the call was answered before, its

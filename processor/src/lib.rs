@@ -21,4 +21,6 @@ mod lru;
 #[cfg(feature = "python")]
 mod binding;
 #[cfg(feature = "python")]
+mod budget_binding;
+#[cfg(feature = "python")]
 mod grpc_binding;

@@ -272,7 +272,8 @@ async def test_metrics_are_acknowledged_only_after_the_downstream(
     answering = asyncio.ensure_future(grpc_export(processor, METRICS, raw))
     await asyncio.wait_for(sink.arrived.wait(), 10)
     assert not answering.done()
-    assert processor.stats.pending_bytes == len(raw)  # held while the downstream has it
+    # Held while the downstream has it, twice over: the request and the forwarder's copy being sent.
+    assert processor.stats.pending_bytes == 2 * len(raw)
     assert await answering == b""
     assert sink.unread["metrics"] == [raw]
     assert processor.stats.pending_bytes == 0

@@ -183,7 +183,9 @@ async def test_requests_whose_clients_left_leave_the_forwarders_queue_with_their
     until a send took them, uncounted, while the pending-bytes count let more in: here 3.4 MiB
     beside 0.3 MiB counted, and with all four sends of a signal stuck, up to --max-inflight requests
     of --max-request-bytes (2 GiB by default)."""
-    processor = await start_processor(forward=sink.address, max_pending_bytes=4 * MIB)
+    # A request forwarded holds twice its bytes (it, and the gRPC client's copy as it is sent), and a
+    # request given up on is let go of when its reset reaches the event loop, maybe after the next.
+    processor = await start_processor(forward=sink.address, max_pending_bytes=8 * MIB)
     forwarder = processor.forwarder
     assert forwarder is not None
     sink.delay = 3.0

@@ -230,6 +230,11 @@ impl Message {
         self.held.bytes()
     }
 
+    /// Let go of the chunks and keep what they held of the budget: for the holder of a copy.
+    pub fn into_held(self) -> Taken {
+        self.held
+    }
+
     /// Copy the message into `out`, which is [`Message::len`] bytes long.
     pub fn copy_to(&self, out: &mut [u8]) {
         let mut at = 0;
@@ -286,7 +291,7 @@ impl Body {
                     return Err(too_large(length, self.bounds.max));
                 }
                 // Refused at once when it cannot fit now (nothing is taken for it yet).
-                if length > self.held.available() {
+                if !self.held.could_grow(length) {
                     return Err(self.busy(length));
                 }
                 self.expected = Some(length);
@@ -333,8 +338,8 @@ impl Body {
     fn busy(&self, length: usize) -> Outcome {
         Outcome::busy(
             format!(
-                "the gRPC receiver holds as many bytes of calls not yet handled as it may \
-                 ({} free for a message of {length}); retry later",
+                "the processor holds as many bytes of requests as it may (max_pending_bytes; \
+                 {} free for a message of {length}); retry later",
                 self.held.available()
             ),
             self.bounds.retry_after,
@@ -403,8 +408,8 @@ impl Body {
             if !held.try_grow(want) {
                 return Err(Outcome::busy(
                     format!(
-                        "the gRPC receiver holds as many bytes of calls not yet handled as it \
-                         may ({len} inflated of a message of {received}); retry later"
+                        "the processor holds as many bytes of requests as it may \
+                         (max_pending_bytes; {len} inflated of a message of {received}); retry later"
                     ),
                     bounds.retry_after,
                 ));

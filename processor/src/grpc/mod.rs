@@ -85,16 +85,16 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits for messages of at most `max_message_bytes`, `max_held_bytes` held in all: a
-    /// connection's share half of it, and never less than one whole message (nor the total less).
+    /// The limits for messages of at most `max_message_bytes`, `max_held_bytes` held in all, a
+    /// connection's share half of it (a call alone in the budget is taken whatever its size:
+    /// [`ByteBudget`]'s rule).
     pub fn new(max_message_bytes: usize, max_held_bytes: usize) -> Self {
-        let one_call = max_message_bytes.saturating_add(message::PREFIX);
-        let held = max_held_bytes.max(one_call);
+        let held = max_held_bytes.max(1);
         Limits {
             max_message_bytes,
             max_inflated_bytes: max_message_bytes,
             max_held_bytes: held,
-            max_connection_bytes: (held / 2).max(one_call),
+            max_connection_bytes: (held / 2).max(1),
             max_connections: 1024,
             read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
@@ -186,6 +186,8 @@ struct Serving {
     inflating: Arc<Semaphore>,
     epoch: Instant,
     headers: Vec<String>,
+    /// Calls refused for want of budget (RESOURCE_EXHAUSTED with a retry delay), ever.
+    refused_busy: AtomicU64,
 }
 
 impl Server {
@@ -244,6 +246,7 @@ impl Server {
                 inflating: Arc::new(Semaphore::new(INFLATING)),
                 epoch: Instant::now(),
                 headers: Vec::new(),
+                refused_busy: AtomicU64::new(0),
             }),
             state: Mutex::new(State::Bound(listeners)),
         })
@@ -259,6 +262,16 @@ impl Server {
         self
     }
 
+    /// Draw every call's bytes from `budget` (shared with other holders) rather than a budget of
+    /// its own of `max_held_bytes`; before [`Server::start`] only (after it, nothing changes).
+    #[must_use]
+    pub fn with_budget(mut self, budget: Arc<ByteBudget>) -> Self {
+        if let Some(serving) = Arc::get_mut(&mut self.serving) {
+            serving.budget = budget;
+        }
+        self
+    }
+
     pub fn addresses(&self) -> &[SocketAddr] {
         &self.addresses
     }
@@ -270,6 +283,11 @@ impl Server {
 
     pub fn limits(&self) -> &Limits {
         &self.serving.limits
+    }
+
+    /// How many calls were refused for want of budget since the server was bound.
+    pub fn refused_busy(&self) -> u64 {
+        self.serving.refused_busy.load(Ordering::Relaxed)
     }
 
     /// The descriptor that becomes readable when calls arrive: then call [`Server::take`].
@@ -602,7 +620,12 @@ async fn call(
                 serving.limits.read_timeout.as_secs_f64()
             ),
         ),
-        Ok(Err(refused)) => refused,
+        Ok(Err(refused)) => {
+            if refused.code == code::RESOURCE_EXHAUSTED && refused.details.is_some() {
+                serving.refused_busy.fetch_add(1, Ordering::Relaxed);
+            }
+            refused
+        }
         Ok(Ok((method, message, headers))) => {
             let (answer, mut answered) = oneshot::channel();
             let id = inbox.next_id.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,155 @@
+//! The processor's one memory budget ([`ByteBudget`]) as the Python classes `MemoryBudget` and
+//! `Reservation` of `otel_guard_processor._engine`.
+//!
+//! Every holder of request bytes draws from one `MemoryBudget`: the gRPC receiver (given it as
+//! `GrpcServer(budget=...)`), the HTTP receiver, the pipeline and the forwarder. What a reader
+//! would not guess: a `Reservation` gives its bytes back when it is released, when its `with`
+//! block ends (however it ends), and when Python lets go of it, so no exception path leaks them.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::binding::guarded;
+use crate::budget::{ByteBudget, Taken};
+
+/// MemoryBudget(limit)
+///
+/// A budget of `limit` bytes. `reserve(n)` takes `n` bytes of it, or None when that would pass
+/// the limit while others hold some of it (a holder of everything taken may pass it: one request
+/// is always taken when nothing else is held).
+#[pyclass(name = "MemoryBudget", module = "otel_guard_processor._engine", frozen)]
+pub struct PyMemoryBudget {
+    pub(crate) budget: Arc<ByteBudget>,
+}
+
+#[pymethods]
+impl PyMemoryBudget {
+    #[new]
+    fn new(limit: usize) -> PyResult<Self> {
+        if limit == 0 {
+            return Err(PyValueError::new_err(
+                "a memory budget's limit must be at least 1 byte",
+            ));
+        }
+        Ok(PyMemoryBudget {
+            budget: ByteBudget::new(limit),
+        })
+    }
+
+    #[getter]
+    fn limit(&self) -> usize {
+        self.budget.limit()
+    }
+
+    /// The bytes held now, by every holder.
+    #[getter]
+    fn used(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// `n` bytes, or None when the budget cannot hold them now.
+    fn reserve(&self, n: usize) -> PyResult<Option<PyReservation>> {
+        guarded(|| {
+            let mut taken = self.budget.empty();
+            Ok(taken.try_grow(n).then(|| PyReservation::of(taken)))
+        })
+    }
+
+    /// A reservation of nothing yet, to `grow` as bytes arrive.
+    fn empty(&self) -> PyReservation {
+        PyReservation::of(self.budget.empty())
+    }
+}
+
+/// Bytes held of a `MemoryBudget`: `grow`, `shrink`, `release` (also at the end of a `with` block,
+/// and when the object is collected).
+#[pyclass(name = "Reservation", module = "otel_guard_processor._engine")]
+pub struct PyReservation {
+    taken: Option<Taken>,
+}
+
+impl PyReservation {
+    pub(crate) fn of(taken: Taken) -> Self {
+        PyReservation { taken: Some(taken) }
+    }
+
+    /// A reservation that holds nothing and takes nothing (already released).
+    pub(crate) fn released() -> Self {
+        PyReservation { taken: None }
+    }
+}
+
+#[pymethods]
+impl PyReservation {
+    /// The bytes held.
+    #[getter]
+    fn bytes(&self) -> usize {
+        self.taken.as_ref().map_or(0, Taken::bytes)
+    }
+
+    /// Hold `n` bytes more; False (nothing more held) when the budget cannot, or once released.
+    fn grow(&mut self, n: usize) -> PyResult<bool> {
+        guarded(|| Ok(self.taken.as_mut().is_some_and(|taken| taken.try_grow(n))))
+    }
+
+    /// Give back `n` of the bytes held (at most all of them).
+    fn shrink(&mut self, n: usize) {
+        if let Some(taken) = self.taken.as_mut() {
+            taken.shrink(n);
+        }
+    }
+
+    /// Hold exactly `n` bytes: grow or shrink to it; False (unchanged) when it cannot grow.
+    fn resize(&mut self, n: usize) -> PyResult<bool> {
+        guarded(|| {
+            let Some(taken) = self.taken.as_mut() else {
+                return Ok(false);
+            };
+            let now = taken.bytes();
+            if n >= now {
+                Ok(taken.try_grow(n - now))
+            } else {
+                taken.shrink(now - n);
+                Ok(true)
+            }
+        })
+    }
+
+    /// Give every byte back; later calls do nothing.
+    fn release(&mut self) {
+        self.taken = None;
+    }
+
+    /// Move what this holds into a new reservation (this one then holds nothing).
+    fn hand_over(&mut self) -> PyReservation {
+        PyReservation {
+            taken: self.taken.take(),
+        }
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(
+        &mut self,
+        _kind: Option<Bound<'_, PyAny>>,
+        _value: Option<Bound<'_, PyAny>>,
+        _traceback: Option<Bound<'_, PyAny>>,
+    ) -> bool {
+        self.release();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Reservation(bytes={})", self.bytes())
+    }
+}
+
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<PyMemoryBudget>()?;
+    module.add_class::<PyReservation>()?;
+    Ok(())
+}
