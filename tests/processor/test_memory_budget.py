@@ -195,7 +195,7 @@ async def test_a_json_flood_beside_grpc_calls_in_flight_never_holds_more_than_th
     start_processor: ProcessorFactory, sink: Sink
 ) -> None:
     """OTLP/JSON senders and gRPC senders at once, for 3 s, with every request waiting 0.3 s for
-    the downstream: what is held (sampled on a thread) never passes the budget, some of each are
+    the downstream: what is held (sampled on a thread) never passes the budget, some requests are
     taken and some told to retry, and nothing is held once they are answered."""
     limit = 6 * MIB
     processor = await start_processor(forward=sink.address, max_pending_bytes=limit)
@@ -226,8 +226,12 @@ async def test_a_json_flood_beside_grpc_calls_in_flight_never_holds_more_than_th
     with sampled(processor) as samples:
         await asyncio.gather(*(http_sender() for _ in range(3)), *(grpc_sender() for _ in range(6)))
     assert max(samples) <= limit, (max(samples), limit)
-    assert set(outcomes["http"]) == {200, 429}, outcomes["http"]
-    assert set(outcomes["grpc"]) == {(grpc.StatusCode.OK, None), (grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0)}
+    # Every answer is taken or retry-later; which sender wins the budget's room is not promised
+    # (on a loaded machine the gRPC senders may hold it all for the 3 s), but both answers come.
+    assert set(outcomes["http"]) <= {200, 429}, outcomes["http"]
+    assert set(outcomes["grpc"]) <= {(grpc.StatusCode.OK, None), (grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0)}
+    assert 200 in outcomes["http"] or (grpc.StatusCode.OK, None) in outcomes["grpc"]
+    assert 429 in outcomes["http"] or (grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0) in outcomes["grpc"]
     await processor.detection.settled()
     assert processor.budget.used == 0
 
