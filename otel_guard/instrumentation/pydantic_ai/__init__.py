@@ -205,7 +205,7 @@ async def _guard_tool_call(
         _tool_call_in_progress.reset(previous)
         detach(token)
         hop.finish(exc)
-        if isinstance(exc, DelegationRefused) or _tree_spent(exc):
+        if isinstance(exc, Exception) and (isinstance(exc, DelegationRefused) or _tree_spent(exc)):
             raise _tool_failure(validated, exc, wrap=kwargs.get("wrap_validation_errors", True)) from exc
         raise
     _tool_call_in_progress.reset(previous)
