@@ -66,6 +66,14 @@ def reported_cost(value: object) -> Decimal | None:
     return cost if cost.is_finite() and cost >= 0 else None
 
 
+def charged_in(response: object) -> Decimal | None:
+    """The cost an OpenAI-compatible provider reported in a raw response's ``usage`` (OpenRouter's
+    ``usage.cost``, an actual charge), read from an object or a mapping; ``None`` when there is none."""
+    usage = response.get("usage") if isinstance(response, dict) else getattr(response, "usage", None)
+    cost = usage.get("cost") if isinstance(usage, dict) else getattr(usage, "cost", None)
+    return reported_cost(cost)
+
+
 def price(usage: ModelUsage, settings: Settings) -> int | None:
     """The micro-units ``usage`` cost, or ``None`` when no price covers it (recorded as unpriced)."""
     if usage.reported_cost is not None and usage.reported_currency == settings.cost_currency:
