@@ -48,11 +48,15 @@ class ModelUsage(NamedTuple):
     reported_cost: Decimal | None = None
     reported_currency: str = "USD"
     provider: str | None = None
+    counted_tokens: int | None = None
+    """What ``max_tokens`` counts, when it is not ``input_tokens + output_tokens`` (a runtime whose
+    own input count leaves the cached tokens out)."""
 
     @property
     def tokens(self) -> int:
         """Input + output tokens: what ``max_tokens`` counts."""
-        return self.input_tokens + self.output_tokens
+        counted = self.counted_tokens
+        return self.input_tokens + self.output_tokens if counted is None else counted
 
 
 def reported_cost(value: object) -> Decimal | None:
