@@ -56,7 +56,7 @@ from otel_guard.instrumentation.google_adk._tools import (
     task_agents,
     task_calls,
 )
-from otel_guard.instrumentation.google_adk._usage import tokens_of
+from otel_guard.instrumentation.google_adk._usage import model_name, model_usage
 from otel_guard.settings import current_settings
 from otel_guard.usage import aafter_model_request, model_requests_counted
 
@@ -159,7 +159,8 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
             if tasks and is_instrumentation_enabled():
                 await _hand_over_tasks(callback_context, task_calls(tasks, parts))
         if switch.active and model_requests_counted():
-            await aafter_model_request(tokens_of(llm_response.usage_metadata))
+            model = model_name(llm_response.model_version, callback_context)
+            await aafter_model_request(model_usage(llm_response.usage_metadata, model))
         return None
 
     # -- the end of an invocation ---------------------------------------------------------------
