@@ -9,11 +9,13 @@ file's 10 (input), 1 (cached) and 100 (output) per million tokens a response cos
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
-from agents import ModelSettings, Runner
+from agents import Agent, ModelSettings, Runner, function_tool
+from agents.items import ToolCallOutputItem
 from agents.testing import ModelStep, ScriptedModel
 from agents.usage import Usage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
@@ -127,3 +129,33 @@ async def test_a_streamed_response_is_priced_by_the_model_its_completed_event_na
     # The planner's two streamed responses: ScriptedModel's stream names "scripted-model" (1 and 1 per
     # million) in its completed event. Budget, run as a tool, is asked without a stream: its model's.
     assert spent(hop.chain.root) == 2 * (1000 + 100) + PER_RESPONSE
+
+
+@function_tool
+def lookup(input: str) -> str:
+    """Look a figure up."""
+    return "42"
+
+
+async def test_a_budget_spent_in_an_agent_used_as_a_tool_reaches_the_caller_as_the_tools_error(
+    instrumentor: OpenAIAgentsInstrumentor,
+) -> None:
+    """planner 0.0164, budget 0.0328: budget's lookup is a refused hop and its next request is refused
+    in its own run; the planner's tool output is that reason (not the SDK's generic failure text), and
+    the planner's next request, in the same spent tree, ends the root run."""
+    otel_guard.configure(max_cost="0.03", prices=PRICES)
+    calls = CallBudget(5)
+    budget = Agent(name="budget", model=PricedModel("budget", "lookup", calls), tools=[lookup])
+    planner = Agent(name="planner", model=PricedModel("planner", "budget", calls))
+    planner.tools = [budget.as_tool("budget", "Ask the budget agent.")]
+    started = time.monotonic()
+    with pytest.raises(TreeBudgetExceeded) as ended:
+        await asyncio.wait_for(Runner.run(planner, "plan the offsite"), timeout=20)
+    assert time.monotonic() - started < 20
+    assert ended.value.run_data is not None
+    outputs = [
+        str(item.output) for item in ended.value.run_data.new_items if isinstance(item, ToolCallOutputItem)
+    ]
+    assert len(outputs) == 1
+    assert "has spent its 0.03 USD (max_cost 0.03); the model request is refused" in outputs[0]
+    assert (len(planner.model.calls), len(budget.model.calls)) == (1, 1)  # type: ignore[union-attr]
