@@ -16,6 +16,8 @@ The arms (all under the SDK of ``inline_overhead.py``: BatchSpanProcessor, disca
 * ``nested``: the third hop of a chain made in this process (its plan reused), beside ``bare``
   inside the same two hops (``bare_nested``); ``nested_budget``: the same with the tree budget on
   (``max_hops``, memory store), against ``nested`` (every other arm runs with it off);
+  ``nested_tokens`` and ``nested_cost``: the same with ``max_tokens`` or ``max_cost`` on as well
+  (a hop checks the tree's tokens, or its spend), the money budget held to the tokens one;
 * ``extract``, ``extract_hop``: a server's whole ingress, from headers (``traceparent`` and
   ``baggage``) through the global propagator, to a bare span or to the guarded hop.
 
@@ -39,6 +41,8 @@ ARMS = (
     "bare_nested",
     "nested",
     "nested_budget",
+    "nested_tokens",
+    "nested_cost",
     "extract",
     "extract_hop",
 )
@@ -48,10 +52,16 @@ RATIOS = (
     ("nested", "bare_nested"),
     ("nested_budget", "nested"),
     ("nested_budget", "bare_nested"),
+    ("nested_cost", "nested_tokens"),
     ("extract_hop", "extract"),
 )
 # Issue 28's goals: the nested hop with the tree budget on (memory store), the ingress hop.
-GOALS = {("nested_budget", "bare_nested"): 1.15, ("ingress", "bare"): 1.5}
+# Issue 44's: a hop with max_cost on costs no more than one with max_tokens on, within 5 %.
+GOALS = {
+    ("nested_budget", "bare_nested"): 1.15,
+    ("ingress", "bare"): 1.5,
+    ("nested_cost", "nested_tokens"): 1.05,
+}
 
 
 def child(arm: str, count: int, tokens: int) -> None:
@@ -114,6 +124,8 @@ def child(arm: str, count: int, tokens: int) -> None:
         "bare_nested": lambda: nested(lambda: span(bench.BARE_ATTRIBUTES)),
         "nested": lambda: nested(guarded),
         "nested_budget": lambda: (otel_guard.configure(max_hops=10**9), nested(guarded)),
+        "nested_tokens": lambda: (otel_guard.configure(max_hops=10**9, max_tokens=10**9), nested(guarded)),
+        "nested_cost": lambda: (otel_guard.configure(max_hops=10**9, max_cost=10**6), nested(guarded)),
         "extract": lambda: from_headers(lambda: span(bench.BARE_ATTRIBUTES)),
         "extract_hop": lambda: from_headers(guarded),
     }

@@ -92,7 +92,7 @@ def spent_message(settings: Settings, root: str, agent: str, meter: Meter, recei
             f"{meter.limit}); calling agent {agent} would make one more"
         )
     if meter.budget != WORKSPACE_HOPS:
-        return f"{usage_spent(meter, root)}; agent {agent} refused"
+        return f"{usage_spent(meter, root, settings)}; agent {agent} refused"
     return (
         f"Delegation budget: workspace {settings.workspace!r} has made its {meter.limit} hops "
         f"this window (workspace_max_hops {meter.limit} per {settings.workspace_window:g} s); "

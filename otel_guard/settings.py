@@ -21,11 +21,13 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Final, Literal, cast
 
 from otel_guard._excluded_urls import ExcludedUrls
 from otel_guard._jwk import PublicKeys
+from otel_guard._prices import Prices, amount, currency, read_prices
 from otel_guard._threads import carry_context
 from otel_guard.chain import Keyring
 
@@ -198,6 +200,18 @@ def _budget_store(name: str, value: object) -> str:
     except ValueError as exc:  # its message never repeats the URL
         raise ValueError(f"{name}: {shown!r}: {exc}") from None
     return text
+
+
+def _prices(name: str, value: object) -> Prices | None:
+    """A prices file's path (``""``: none), or prices already read (a mapping of model to prices)."""
+    if value is None or isinstance(value, Prices):
+        return value
+    if isinstance(value, str | os.PathLike):
+        path = os.fspath(value).strip()
+        return read_prices(path) if path else None
+    if isinstance(value, Mapping):
+        return Prices.of(value, "the prices given")
+    raise ValueError(f"{name}: expected the path of a JSON or YAML prices file, not {type(value).__name__}")
 
 
 def _workspace(name: str, value: object) -> str:
@@ -376,6 +390,27 @@ class Settings:
     max_tokens: int = setting(
         0, "OTEL_GUARD_MAX_TOKENS", integer(0), "the most model tokens one tree may spend (0: off)"
     )
+    max_cost: Decimal = setting(
+        Decimal(0),
+        "OTEL_GUARD_MAX_COST",
+        amount,
+        "the most one tree may spend on model requests, in cost_currency (0: off)",
+    )
+    cost_currency: str = setting(
+        "USD", "OTEL_GUARD_COST_CURRENCY", currency, "the ISO 4217 code of max_cost and of the prices"
+    )
+    prices: Prices | None = setting(
+        None,
+        "OTEL_GUARD_PRICES",
+        _prices,
+        "a JSON or YAML file: model (or glob) -> prices per million tokens",
+    )
+    budget_unpriced: OnError = setting(
+        "allow",
+        "OTEL_GUARD_BUDGET_UNPRICED",
+        choice(*ON_ERROR),
+        "a response no price covers: allow (counted as unpriced) or refuse the tree's next request",
+    )
     workspace_max_hops: int = setting(
         0,
         "OTEL_GUARD_WORKSPACE_MAX_HOPS",
@@ -411,13 +446,14 @@ class Settings:
 
     @property
     def model_budgets_on(self) -> bool:
-        """Whether model requests are checked and counted (``max_model_requests`` or ``max_tokens``)."""
-        return bool(self.max_model_requests or self.max_tokens)
+        """Whether model requests are checked and counted (``max_model_requests``, ``max_tokens`` or
+        ``max_cost``)."""
+        return bool(self.max_model_requests or self.max_tokens or self.max_cost)
 
     @property
     def budgets_on(self) -> bool:
         """Whether a hop has anything to count or check (a tree or workspace budget is on)."""
-        return bool(self.max_hops or self.workspace_max_hops or self.max_model_requests or self.max_tokens)
+        return bool(self.max_hops or self.workspace_max_hops or self.model_budgets_on)
 
     def for_agent(self, agent: str) -> Settings:
         """These settings with the override for ``agent`` applied."""
@@ -449,6 +485,20 @@ def _consistent(settings: Settings) -> Settings:
     return settings
 
 
+def _priced_in_currency(settings: Settings) -> Settings:
+    """``settings``, if every entry of ``prices`` that names its currency names ``cost_currency``."""
+    prices = settings.prices
+    if prices is None:
+        return settings
+    for model, named in prices.currencies():
+        if named != settings.cost_currency:
+            raise ValueError(
+                f"prices: {prices.source}: {model!r} is priced in {named}, but cost_currency is "
+                f"{settings.cost_currency} (a budget adds amounts of one currency only)"
+            )
+    return settings
+
+
 def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings the environment asks for; a bad value raises ``ValueError`` naming its variable."""
     environ = os.environ if environ is None else environ
@@ -465,6 +515,10 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         settings = _with_jwks(Settings(**values))
     except ValueError as exc:
         raise ValueError(f"{ENV['jwks']}: {exc}") from None
+    try:
+        _priced_in_currency(settings)
+    except ValueError as exc:
+        raise ValueError(f"{ENV['prices']}: {exc}") from None
     try:
         return _consistent(settings)
     except ValueError as exc:
@@ -581,7 +635,7 @@ def configure(**settings: Any) -> Settings:
             base = Settings()  # every setting given: the environment has nothing left to say
         else:
             base = settings_from_env()
-        in_force = _consistent(_with_jwks(replace(base, **validated)))
+        in_force = _consistent(_priced_in_currency(_with_jwks(replace(base, **validated))))
         carry_context()  # as in reset_settings
         _current = in_force
         return in_force

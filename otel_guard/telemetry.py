@@ -60,6 +60,7 @@ GEN_AI_AGENT_VERSION: Final = "gen_ai.agent.version"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 # A transfer's span (a handoff the runtime itself marks as one): the conventions' transfer mode.
 GEN_AI_TRANSFER_MODE: Final = "gen_ai.transfer.mode"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 PASS_CONTROL: Final = "pass_control"
 A2A_METHOD_NAME: Final = "a2a.method.name"
 A2A_PROTOCOL_VERSION: Final = "a2a.protocol.version"
@@ -83,6 +84,9 @@ EVENT_MESSAGE: Final = "otel_guard.message"
 METRIC_DECISIONS: Final = "otel_guard.decisions"
 METRIC_CHAIN_DEPTH: Final = "otel_guard.chain.depth"
 METRIC_STORE_ERRORS: Final = "otel_guard.budget.store_errors"
+METRIC_UNPRICED: Final = "otel_guard.budget.unpriced"
+"""Counter: model responses no price covered while ``max_cost`` is on, by ``gen_ai.request.model``
+[``otel_guard_budget_unpriced_total``]."""
 METRIC_STORE_EVICTIONS: Final = "otel_guard.budget.store_evictions"
 """Counter: tree counts the memory budget store dropped before they expired, to stay within its bound
 (:data:`otel_guard.budget.memory.MAX_ENTRIES`) [``otel_guard_budget_store_evictions_total``]."""
@@ -188,6 +192,11 @@ class Telemetry:
             unit="{error}",
             description="Budget checks that could not reach their store, by error type",
         )
+        self.unpriced = meter.create_counter(
+            METRIC_UNPRICED,
+            unit="{response}",
+            description="Model responses no price covered while max_cost is on, by model",
+        )
         meter.create_observable_counter(
             METRIC_STORE_EVICTIONS,
             callbacks=[_observe_evictions],
@@ -230,6 +239,11 @@ def count_store_error(exc: BaseException) -> None:
     if not isinstance(error_type, str):
         error_type = type(exc).__qualname__
     current().store_errors.add(1, {ERROR_TYPE: error_type})
+
+
+def count_unpriced(model: str) -> None:
+    """One model response no price covered (``otel_guard.budget.unpriced``)."""
+    current().unpriced.add(1, {GEN_AI_REQUEST_MODEL: model})
 
 
 _evictions = 0

@@ -10,7 +10,9 @@ A count lives in a *store* under a key, with a limit and an expiry:
 * ``tree:{workspace}:{root}``: the hops of one tree, kept for as long as its chain lives (``ttl``
   from its first hop, plus the clock skew allowed between hosts);
 * ``workspace:{workspace}:{window}``: the hops of the whole workspace in one fixed window of
-  ``workspace_window`` seconds, aligned to the unix epoch.
+  ``workspace_window`` seconds, aligned to the unix epoch;
+* ``tree:{workspace}:{root}:model_requests``, ``...:tokens``, ``...:cost`` (micro-units of
+  ``cost_currency``) and ``...:unpriced``: what the tree spent on models (:mod:`otel_guard.usage`).
 
 :meth:`BudgetStore.take` adds one hop to every count a hop touches, *all or none*, and only if none
 of them would go past its limit: two branches racing for the last hop never both get it. A refused
@@ -29,6 +31,7 @@ import logging
 import threading
 
 from otel_guard.budget._store import (
+    COST,
     HOPS,
     MAX_COUNT,
     MODEL_REQUESTS,
@@ -41,10 +44,18 @@ from otel_guard.budget._store import (
     store_failure,
 )
 from otel_guard.budget.memory import MemoryStore
-from otel_guard.budget.meters import tokens_meter, tree_meter, usage_meters, usage_spent, workspace_meter
+from otel_guard.budget.meters import (
+    spend_meters,
+    tokens_meter,
+    tree_meter,
+    usage_meters,
+    usage_spent,
+    workspace_meter,
+)
 from otel_guard.settings import Settings, redacted_url
 
 __all__ = [
+    "COST",
     "HOPS",
     "MAX_COUNT",
     "MODEL_REQUESTS",
@@ -57,6 +68,7 @@ __all__ = [
     "StoreError",
     "probe_store",
     "reset_stores",
+    "spend_meters",
     "store_failure",
     "store_for",
     "tokens_meter",

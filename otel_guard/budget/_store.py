@@ -58,6 +58,9 @@ def store_failure(exc: BaseException) -> str:
 
 MODEL_REQUESTS: Final = "model_requests"
 TOKENS: Final = "tokens"
+COST: Final = "cost"
+"""A tree's spend in micro-units of ``cost_currency``, and (its key ending ``:unpriced``) with
+``budget_unpriced=refuse`` the count of its responses no price covered: both refuse as ``cost``."""
 
 
 class Meter(NamedTuple):
@@ -68,7 +71,7 @@ class Meter(NamedTuple):
     key: str
     limit: int
     expires_at: float
-    budget: str  # HOPS, WORKSPACE_HOPS, MODEL_REQUESTS or TOKENS
+    budget: str  # HOPS, WORKSPACE_HOPS, MODEL_REQUESTS, TOKENS or COST
     amount: int = 1
 
 

@@ -1,12 +1,15 @@
-"""The meters of a tree (its hops, model requests and tokens) and of the workspace's current window.
+"""The meters of a tree (its hops, model requests, tokens and spend) and of the workspace's current window.
 
 Their keys are the wire format of a shared store: ``tree:{workspace}:{root}`` (and ``...:model_requests``,
-``...:tokens``), ``workspace:{workspace}:{window}:{index}``; every process of a fleet must make the same.
+``...:tokens``, ``...:cost`` in micro-units of ``cost_currency``, ``...:unpriced``),
+``workspace:{workspace}:{window}:{index}``; every process of a fleet must make the same.
 """
 
 from __future__ import annotations
 
-from otel_guard.budget._store import HOPS, MODEL_REQUESTS, TOKENS, WORKSPACE_HOPS, Meter
+from decimal import Decimal
+
+from otel_guard.budget._store import COST, HOPS, MODEL_REQUESTS, TOKENS, WORKSPACE_HOPS, Meter
 from otel_guard.policy import CLOCK_SKEW
 from otel_guard.settings import Settings
 
@@ -30,11 +33,39 @@ def usage_meters(settings: Settings, root: str, expires_at: float, requests: int
         meters.append(
             Meter(f"tree:{settings.workspace}:{root}:tokens", settings.max_tokens, expires, TOKENS, 0)
         )
+    if settings.max_cost:
+        tree = f"tree:{settings.workspace}:{root}"
+        meters.append(Meter(tree + COST_SUFFIX, _micros(settings.max_cost), expires, COST, 0))
+        if settings.budget_unpriced == "refuse":  # refused once one response went unpriced
+            meters.append(Meter(tree + UNPRICED_SUFFIX, 1, expires, COST, 0))
     return tuple(meters)
 
 
-def usage_spent(meter: Meter, root: str) -> str:
-    """What a refusal says of a tree whose model requests or tokens are spent."""
+COST_SUFFIX = ":cost"
+UNPRICED_SUFFIX = ":unpriced"
+
+
+def _micros(amount: Decimal, _known: dict[Decimal, int] = {}) -> int:  # noqa: B006  # a cache
+    """``max_cost`` in micro-units (an exact whole number: the setting is at most a millionth fine)."""
+    micros = _known.get(amount)
+    if micros is None:
+        if len(_known) > 64:
+            _known.clear()
+        micros = _known[amount] = int(amount.scaleb(6))
+    return micros
+
+
+def usage_spent(meter: Meter, root: str, settings: Settings) -> str:
+    """What a refusal says of a tree whose model requests, tokens or money are spent."""
+    if meter.budget == COST:
+        if meter.key.endswith(UNPRICED_SUFFIX):
+            return (
+                f"Delegation budget: tree {root} had a model response that no price covers "
+                "(budget_unpriced refuse), so its spend against max_cost is unknown"
+            )
+        limit = Decimal(meter.limit).scaleb(-6).normalize()
+        currency = settings.cost_currency
+        return f"Delegation budget: tree {root} has spent its {limit:f} {currency} (max_cost {limit:f})"
     if meter.budget == MODEL_REQUESTS:
         return (
             f"Delegation budget: tree {root} has made its {meter.limit} model requests "
@@ -48,6 +79,27 @@ def usage_spent(meter: Meter, root: str) -> str:
 def tokens_meter(settings: Settings, root: str, expires_at: float, tokens: int) -> Meter:
     """The meter that adds a model response's ``tokens`` to its tree (no limit: the check is before)."""
     return Meter(f"tree:{settings.workspace}:{root}:tokens", 0, expires_at + CLOCK_SKEW, TOKENS, tokens)
+
+
+def spend_meters(
+    settings: Settings, root: str, expires_at: float, tokens: int, cost: int | None
+) -> tuple[Meter, ...]:
+    """The meters that add a model response to its tree, in one take (no limit: the check is
+    before): its ``tokens`` when ``max_tokens`` is on; with ``max_cost`` on, its ``cost`` in
+    micro-units, or, when no price covered it (``cost`` ``None``) and ``budget_unpriced`` is
+    ``refuse``, one unpriced response."""
+    meters = []
+    expires = expires_at + CLOCK_SKEW
+    tree = f"tree:{settings.workspace}:{root}"
+    if settings.max_tokens and tokens > 0:
+        meters.append(Meter(tree + ":tokens", 0, expires, TOKENS, tokens))
+    if settings.max_cost:
+        if cost is None:
+            if settings.budget_unpriced == "refuse":
+                meters.append(Meter(tree + UNPRICED_SUFFIX, 0, expires, COST, 1))
+        elif cost > 0:
+            meters.append(Meter(tree + COST_SUFFIX, 0, expires, COST, cost))
+    return tuple(meters)
 
 
 class _WorkspaceWindows:

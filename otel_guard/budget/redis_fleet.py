@@ -48,7 +48,7 @@ from otel_guard.budget.redis_urls import StoreUrl
 CHECK_MASTER_EVERY: Final = 0.5
 """Seconds between two questions to the sentinels of which node is the master (at a take)."""
 
-_TREE_SUFFIXES: Final = (":model_requests", ":tokens", ":received")
+_TREE_SUFFIXES: Final = (":model_requests", ":tokens", ":cost", ":unpriced", ":received")
 
 
 def _tag(text: str) -> str:

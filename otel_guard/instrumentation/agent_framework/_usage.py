@@ -5,7 +5,10 @@ final one its own limits ask for) through the run's chat middleware. While ``max
 ``max_tokens`` is on, the guard's run middleware adds :class:`ModelRequests` to each run's chat
 middleware (:mod:`._runs`); it checks and counts the request against the run's tree before it is
 sent, and adds the response's ``input_token_count + output_token_count`` after (for a streamed
-response, once the response is complete).
+response, once the response is complete). With ``max_cost`` on it is priced as the model the
+response names (``ChatResponse.model``), else the request's ``model`` option, else the chat client's
+``model``; the cache counts of its ``usage_details`` at the cache prices, and a cost an
+OpenAI-compatible provider reported in its raw response (OpenRouter's ``usage.cost``) first.
 
 A request the tree may not make is not sent. Agent Framework ends a run that meets its own limits
 (``max_iterations``, ``max_function_calls``) with a last answer rather than an error; a spent tree
@@ -26,8 +29,9 @@ from agent_framework import ResponseStream as Stream
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from otel_guard._pricing import charged_in
 from otel_guard.instrumentation.agent_framework._scope import RUN, Run, guarding
-from otel_guard.usage import aafter_model_request, abefore_model_request, model_requests_counted
+from otel_guard.usage import ModelUsage, aafter_model_request, abefore_model_request, model_requests_counted
 
 
 class ModelRequests(ChatMiddleware):  # type: ignore[misc, unused-ignore]  # Any without the runtime
@@ -43,24 +47,43 @@ class ModelRequests(ChatMiddleware):  # type: ignore[misc, unused-ignore]  # Any
             return
         await call_next()
         result = context.result
+        model = _requested_model(context)
         if isinstance(result, ChatResponse):
-            await aafter_model_request(_tokens(result))
+            await aafter_model_request(model_usage(result, model))
         elif isinstance(result, Stream):
-            context.stream_result_transforms.append(_count_tokens)
+
+            async def count(response: ChatResponse[Any]) -> None:
+                """The streamed response's result hook: its usage counted (the response left as it is)."""
+                await aafter_model_request(model_usage(response, model))
+
+            context.stream_result_transforms.append(count)
 
 
 MODEL_REQUESTS: Final = ModelRequests()
 """The one instance every guarded run adds while a model budget is on."""
 
 
-async def _count_tokens(response: ChatResponse[Any]) -> None:
-    """A streamed response's result hook: its tokens counted (the response left as it is)."""
-    await aafter_model_request(_tokens(response))
-
-
-def _tokens(response: ChatResponse[Any]) -> int:
+def model_usage(response: ChatResponse[Any], requested: str | None) -> ModelUsage:
+    """What a response used: its ``usage_details``, priced as the model it names (else ``requested``)."""
     usage = response.usage_details or {}
-    return int(usage.get("input_token_count") or 0) + int(usage.get("output_token_count") or 0)
+    named = getattr(response, "model", None)
+    return ModelUsage(
+        named if isinstance(named, str) and named else requested,
+        int(usage.get("input_token_count") or 0),
+        int(usage.get("output_token_count") or 0),
+        int(usage.get("cache_read_input_token_count") or 0),
+        int(usage.get("cache_creation_input_token_count") or 0),
+        charged_in(getattr(response, "raw_representation", None)),
+    )
+
+
+def _requested_model(context: ChatContext) -> str | None:
+    """The model a request asks for: its ``model`` option, else the chat client's ``model``."""
+    options = context.options or {}
+    for name in (options.get("model"), getattr(context.client, "model", None)):
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 async def _request_made() -> str | None:

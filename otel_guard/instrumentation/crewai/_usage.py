@@ -13,7 +13,9 @@ it is added to the tree before each request, after each text answer, and before 
 model asks for (a model call that returns tool calls has no after hook), so a tool call that would
 run past ``max_tokens`` is refused like any hop of a spent tree. An LLM object shared by agents of
 two trees running at the same time cannot tell whose request spent what: the growth goes to the
-tree that reads it first.
+tree that reads it first. With ``max_cost`` on the growth is priced as the LLM's ``model``: its
+prompt tokens as input (``cached_prompt_tokens`` and ``cache_creation_tokens`` at the cache prices),
+its completion tokens as output. CrewAI's LLMs report no cost of the provider's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ from typing import Any
 
 from crewai.hooks import HookAborted
 
-from otel_guard.usage import after_model_request, before_model_request, model_requests_counted
+from otel_guard.usage import ModelUsage, after_model_request, before_model_request, model_requests_counted
+
+_FIELDS = (
+    "total_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_prompt_tokens",
+    "cache_creation_tokens",
+)
+"""What the guard reads of ``get_token_usage_summary()``, in :class:`_TokenTotals`' order."""
 
 
 class TreeBudgetExceeded(HookAborted):  # type: ignore[misc, unused-ignore]  # Any without crewai
@@ -32,26 +43,32 @@ class TreeBudgetExceeded(HookAborted):  # type: ignore[misc, unused-ignore]  # A
 
 
 class _TokenTotals:
-    """The token total last read from each LLM object (weakly held: an LLM that is gone is forgotten)."""
+    """The token counts last read from each LLM object (weakly held: an LLM that is gone is forgotten)."""
 
     def __init__(self) -> None:
-        self._read: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self._read: dict[int, tuple[weakref.ref[Any], tuple[int, ...]]] = {}
         self._lock = threading.Lock()
 
-    def growth(self, llm: Any) -> int:
-        """Tokens ``llm`` reports spent since the last read (0 at the first read: the baseline)."""
+    def growth(self, llm: Any) -> ModelUsage:
+        """What ``llm`` reports spent since the last read (nothing at the first read: the baseline)."""
         summary = getattr(llm, "get_token_usage_summary", None)
+        model = getattr(llm, "model", None)
+        model = model if isinstance(model, str) and model else None
         if summary is None:
-            return 0
-        total = int(summary().total_tokens or 0)
+            return ModelUsage(model)
+        usage = summary()
+        counts = tuple(int(getattr(usage, name, 0) or 0) for name in _FIELDS)
         key = id(llm)
         with self._lock:
             seen = self._read.get(key)
             if seen is None or seen[0]() is not llm:
-                self._read[key] = (weakref.ref(llm, lambda _gone: self._read.pop(key, None)), total)
-                return 0
-            self._read[key] = (seen[0], total)
-        return max(total - seen[1], 0)
+                self._read[key] = (weakref.ref(llm, lambda _gone: self._read.pop(key, None)), counts)
+                return ModelUsage(model)
+            self._read[key] = (seen[0], counts)
+        total, prompt, completion, cached, written = (
+            max(n - was, 0) for n, was in zip(counts, seen[1], strict=True)
+        )
+        return ModelUsage(model, prompt, completion, cached, written, counted_tokens=total)
 
 
 _totals = _TokenTotals()

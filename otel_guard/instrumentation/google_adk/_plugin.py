@@ -12,7 +12,8 @@ answer a call the guard would refuse, nor skip the callback that ends a hop.
   calls one of them for every call whose before-callbacks returned, a cancelled one included) end it.
   A refused call returns ``{"error": <refusal>}``: ADK skips the tool and hands the model that function
   response. A refusal raised inside the tool's body (the tool started an agent run, or called a guarded
-  client, that was refused) becomes the same error response in ``on_tool_error_callback``.
+  client, that was refused; or the tree's budget refused a model request in the agent run an
+  ``AgentTool`` started) becomes the same error response in ``on_tool_error_callback``.
 * ``transfer_to_agent`` and a single-turn sub-agent's call: the hop into the agent is decided in
   ``before_tool_callback``, in the calling agent's context; refused, the call never runs (no transfer
   happens) and the model reads why. Allowed, the hop is handed over to the agent's run
@@ -56,7 +57,7 @@ from otel_guard.instrumentation.google_adk._tools import (
     task_agents,
     task_calls,
 )
-from otel_guard.instrumentation.google_adk._usage import tokens_of
+from otel_guard.instrumentation.google_adk._usage import TreeBudgetExceeded, model_name, model_usage
 from otel_guard.settings import current_settings
 from otel_guard.usage import aafter_model_request, model_requests_counted
 
@@ -134,6 +135,10 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
         if call is not None:
             call.close(error)
         refusal = refusal_behind(error)
+        if refusal is None and isinstance(error, TreeBudgetExceeded) and _guarding():
+            # The tree's budget refused a request in the tool's own agent run (an AgentTool): the
+            # calling model reads why, as it does a refused hop; its next request ends the root run.
+            return {"error": str(error)}
         if refusal is None or not _guarding():
             return None
         return refusal_response(refusal)
@@ -159,7 +164,8 @@ class GuardPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # BasePlugi
             if tasks and is_instrumentation_enabled():
                 await _hand_over_tasks(callback_context, task_calls(tasks, parts))
         if switch.active and model_requests_counted():
-            await aafter_model_request(tokens_of(llm_response.usage_metadata))
+            model = model_name(llm_response.model_version, callback_context)
+            await aafter_model_request(model_usage(llm_response.usage_metadata, model))
         return None
 
     # -- the end of an invocation ---------------------------------------------------------------

@@ -14,7 +14,10 @@ ends a run with on its own limit, so code that handles that one handles this too
 The check is synchronous, as ADK's is: with a Redis budget store it is one blocking round trip per
 model request. The tokens of each complete response (``usage_metadata.total_token_count``, else prompt
 + candidates + thoughts) are counted by the guard plugin's ``after_model_callback``
-(:func:`tokens_of`); a streamed response's partial chunks are not counted.
+(:func:`tokens_of`); a streamed response's partial chunks are not counted. With ``max_cost`` on the
+response is priced (:func:`model_usage`) as the model it names (``model_version``), else the agent's
+model: prompt tokens as input (the cached content's at the cache price), candidates and thoughts as
+output, as Gemini bills them.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from opentelemetry import trace
 
 from otel_guard.instrumentation.google_adk._calls import hop_span
-from otel_guard.usage import before_model_request, model_requests_counted
+from otel_guard.usage import ModelUsage, before_model_request, model_requests_counted
 
 
 class TreeBudgetExceeded(LlmCallsLimitExceededError):  # type: ignore[misc, unused-ignore]  # Any without ADK
@@ -63,3 +66,30 @@ def tokens_of(usage: Any) -> int:
         for name in ("prompt_token_count", "candidates_token_count", "thoughts_token_count")
     )
     return sum(count for count in counts if isinstance(count, int))
+
+
+def model_usage(usage: Any, model: str | None) -> ModelUsage:
+    """What a response's ``usage_metadata`` used, priced as ``model``; ``max_tokens`` counts
+    :func:`tokens_of` as before."""
+
+    def count(name: str) -> int:
+        value = getattr(usage, name, None)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    return ModelUsage(
+        model,
+        count("prompt_token_count"),
+        count("candidates_token_count") + count("thoughts_token_count"),
+        count("cached_content_token_count"),
+        counted_tokens=tokens_of(usage),
+    )
+
+
+def model_name(response_model: str | None, callback_context: Any) -> str | None:
+    """The model a response names (``model_version``), else the model of the agent that asked it."""
+    if isinstance(response_model, str) and response_model:
+        return response_model
+    invocation = getattr(callback_context, "_invocation_context", None)
+    model = getattr(getattr(invocation, "agent", None), "model", None)
+    name = model if isinstance(model, str) else getattr(model, "model", None)
+    return name if isinstance(name, str) and name else None

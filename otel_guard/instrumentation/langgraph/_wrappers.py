@@ -20,7 +20,9 @@ opened the hop's span (the run joins it).
 
 A refused tool call, or a refusal raised anywhere inside a tool, becomes what the tool returns: a
 ``ToolMessage`` with ``status="error"`` and :func:`refusal_text` when the call came from a model, so
-``ToolNode`` hands it to the model and the graph goes on. So does a refused handoff: a tool's
+``ToolNode`` hands it to the model and the graph goes on; so does the tree budget's refusal of a model
+request made inside the tool (:class:`~._usage.TreeBudgetExceeded`, raised in the tool's own graph),
+and the caller's next request, in the same spent tree, ends its run. So does a refused handoff: a tool's
 ``Command(goto=..., graph=Command.PARENT)`` is a transfer into the node it names (:mod:`._handoffs`).
 """
 
@@ -54,6 +56,7 @@ from otel_guard.instrumentation.langgraph._streams import (
     astream_in_hop,
     stream_in_hop,
 )
+from otel_guard.instrumentation.langgraph._usage import TreeBudgetExceeded
 from otel_guard.instrumentation.langgraph._waiting import WAITING, Pending, finish, wait
 from otel_guard.telemetry import (
     CHAIN_BAGGAGE_KEY,
@@ -528,13 +531,13 @@ def remote_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwarg
 # -- tools --------------------------------------------------------------------------------------
 
 
-def refusal_output(err: DelegationRefused, tool: str, tool_call_id: str | None) -> Any:
+def refusal_output(err: DelegationRefused | TreeBudgetExceeded, tool: str, tool_call_id: str | None) -> Any:
     """What a refused tool call returns, as a tool that handled its own error would.
 
     For a model's tool call (it has an id) a ``ToolMessage`` with ``status="error"``; for a direct
     call without one, the text alone (``BaseTool`` returns a handled ``ToolException`` the same way).
     """
-    text = refusal_text(err)
+    text = refusal_text(err) if isinstance(err, DelegationRefused) else str(err)
     if tool_call_id is None:
         return text
     return ToolMessage(content=text, tool_call_id=tool_call_id, name=tool, status="error")
@@ -575,7 +578,7 @@ def tool_run(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwargs
     except BaseException as exc:
         context.detach(token)
         finish(hop, exc)
-        if isinstance(exc, DelegationRefused):  # a refusal inside the tool
+        if isinstance(exc, DelegationRefused | TreeBudgetExceeded):  # a refusal inside the tool
             return refusal_output(exc, instance.name, tool_call_id)
         raise
     context.detach(token)
@@ -603,7 +606,7 @@ def tool_arun(wrapped: Wrapped, instance: BaseTool, args: tuple[Any, ...], kwarg
             if isinstance(result, Command):
                 await ahand_over(result, arrival)
             return result
-        except DelegationRefused as err:
+        except (DelegationRefused, TreeBudgetExceeded) as err:
             return refusal_output(err, instance.name, tool_call_id)
         finally:
             WAITING.discard(hop)  # acall_in_hop has finished it

@@ -361,16 +361,33 @@ async def _refusal_as_tool_error(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """The SDK's default tool-failure text, replaced by the refusal's when a refusal failed a tool."""
+    """The SDK's default tool-failure text, replaced by the refusal's when a refusal failed a tool:
+    a refused hop, or the tree budget's refusal of a request in the tool's own agent run (an agent
+    used as a tool), so the calling agent's model reads why."""
     result = await wrapped(*args, **kwargs)
-    err = refusal_behind(kwargs.get("error"))
-    if err is None or result is None:
+    error = kwargs.get("error")
+    err = refusal_behind(error)
+    text = refusal_text(err) if err is not None else _tree_spent_behind(error)
+    if text is None or result is None:
         return result
     from agents.tool import default_tool_error_function, resolve_function_tool_failure_error_function
 
     # Only the SDK's generic text is replaced; a tool's own failure_error_function decides itself.
     formatter = resolve_function_tool_failure_error_function(kwargs["function_tool"], kwargs.get("context"))
-    return refusal_text(err) if formatter is default_tool_error_function else result
+    return text if formatter is default_tool_error_function else result
+
+
+def _tree_spent_behind(error: object) -> str | None:
+    """The text of the tree budget's refusal that ``error`` is or was raised from, else ``None``."""
+    from otel_guard.instrumentation.openai_agents._usage import TreeBudgetExceeded
+
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        if isinstance(error, TreeBudgetExceeded):
+            return str(error)
+        seen.add(id(error))
+        error = error.__cause__
+    return None
 
 
 # -- handoffs -----------------------------------------------------------------------------------

@@ -205,7 +205,7 @@ async def _guard_tool_call(
         _tool_call_in_progress.reset(previous)
         detach(token)
         hop.finish(exc)
-        if isinstance(exc, DelegationRefused):
+        if isinstance(exc, Exception) and (isinstance(exc, DelegationRefused) or _tree_spent(exc)):
             raise _tool_failure(validated, exc, wrap=kwargs.get("wrap_validation_errors", True)) from exc
         raise
     _tool_call_in_progress.reset(previous)
@@ -224,7 +224,14 @@ def _executes_tool(validated: ValidatedToolCall[Any]) -> bool:
     )
 
 
-def _tool_failure(validated: ValidatedToolCall[Any], err: DelegationRefused, *, wrap: bool) -> Exception:
+def _tree_spent(exc: BaseException) -> bool:
+    """Whether ``exc`` is the tree budget's refusal of a model request in the tool's sub-agent run."""
+    from otel_guard.instrumentation.pydantic_ai._usage import TreeBudgetExceeded
+
+    return isinstance(exc, TreeBudgetExceeded)
+
+
+def _tool_failure(validated: ValidatedToolCall[Any], err: Exception, *, wrap: bool) -> Exception:
     """The refusal as pydantic-ai reports a tool that failed terminally (``ToolFailed``).
 
     ``ToolFailed`` tells the model the call is done and failed, without retry instructions and
@@ -235,7 +242,7 @@ def _tool_failure(validated: ValidatedToolCall[Any], err: DelegationRefused, *, 
     from pydantic_ai.exceptions import ToolFailed, ToolFailedError
     from pydantic_ai.messages import ToolReturnPart
 
-    text = refusal_text(err)
+    text = refusal_text(err) if isinstance(err, DelegationRefused) else str(err)
     if not wrap:
         return ToolFailed(text)
     call = validated.call

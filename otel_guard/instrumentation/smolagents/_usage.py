@@ -6,7 +6,9 @@ While ``max_model_requests`` or ``max_tokens`` is on, a guarded run puts :class:
 transparent proxy of the agent's model, in ``agent.model`` for the run, and the agent's own model back
 when the run ends (a streamed run: when its steps end). Each request is checked and counted against
 the run's tree before it is sent; the response's ``input_tokens + output_tokens`` are added after
-(a stream's, summed over its deltas).
+(a stream's, summed over its deltas). With ``max_cost`` on they are priced as the model's
+``model_id`` (``gpt-4o``, ``openrouter/...``); a cost an OpenAI-compatible provider reported in the
+raw response's ``usage`` (OpenRouter's ``usage.cost``) comes first.
 
 A request the tree may not make is not sent: the proxy raises :class:`TreeBudgetExceeded`, an
 ``AgentGenerationError``, smolagents' error for a model that could not answer, which ends the run
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 from smolagents.utils import AgentGenerationError
 
-from otel_guard.usage import after_model_request, before_model_request, model_requests_counted
+from otel_guard._pricing import charged_in
+from otel_guard.usage import ModelUsage, after_model_request, before_model_request, model_requests_counted
 
 if TYPE_CHECKING:
     _ModelProxy = wrapt.ObjectProxy[Any]
@@ -59,7 +62,7 @@ class ModelInBudget(_ModelProxy):
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
         message = self.__wrapped__.generate(*args, **kwargs)
-        after_model_request(_tokens(getattr(message, "token_usage", None)))
+        after_model_request(self._usage(getattr(message, "token_usage", None), getattr(message, "raw", None)))
         return message
 
     @property
@@ -70,13 +73,28 @@ class ModelInBudget(_ModelProxy):
 
     def _streamed(self, stream: Callable[..., Any], args: Any, kwargs: Any) -> Iterator[Any]:
         self._check()
-        tokens = 0
+        input_tokens = output_tokens = 0
         try:
             for delta in stream(*args, **kwargs):
-                tokens += _tokens(getattr(delta, "token_usage", None))
+                usage = getattr(delta, "token_usage", None)
+                input_tokens += int(getattr(usage, "input_tokens", 0) or 0)
+                output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
                 yield delta
         finally:
-            after_model_request(tokens)
+            after_model_request(ModelUsage(self._model_id(), input_tokens, output_tokens))
+
+    def _model_id(self) -> str | None:
+        model_id = getattr(self.__wrapped__, "model_id", None)
+        return model_id if isinstance(model_id, str) else None
+
+    def _usage(self, usage: Any, raw: Any) -> ModelUsage:
+        """What a response used: its ``token_usage``, priced as the model's ``model_id``."""
+        return ModelUsage(
+            self._model_id(),
+            int(getattr(usage, "input_tokens", 0) or 0),
+            int(getattr(usage, "output_tokens", 0) or 0),
+            reported_cost=charged_in(raw),
+        )
 
     def _check(self) -> None:
         """Count the request; raise :class:`TreeBudgetExceeded` when the tree may not make it."""
@@ -85,9 +103,3 @@ class ModelInBudget(_ModelProxy):
         refused = before_model_request()
         if refused is not None:
             raise TreeBudgetExceeded(refused, self._self_logger)
-
-
-def _tokens(usage: Any) -> int:
-    if usage is None:
-        return 0
-    return int(getattr(usage, "input_tokens", 0) or 0) + int(getattr(usage, "output_tokens", 0) or 0)
