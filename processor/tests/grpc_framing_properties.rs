@@ -6,7 +6,7 @@
 //!
 //! What a reader would not guess: the cases run against one server, so anything a sequence leaks
 //! (bytes in the budget, a stuck task, a dead accept loop) fails the next check, not only its own.
-//! `OTEL_GUARD_FUZZ_CASES` runs more cases than the default (scripts/check keeps the default).
+//! `PROPTEST_CASES` runs more cases than the default (scripts/check keeps the default).
 #![cfg(feature = "grpc")]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -349,7 +349,7 @@ async fn held_bytes_return_to_zero(server: &Server) -> Result<(), String> {
 
 #[test]
 fn any_framing_leaves_nothing_held_and_the_receiver_answering() {
-    let cases = std::env::var("OTEL_GUARD_FUZZ_CASES")
+    let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(64);
