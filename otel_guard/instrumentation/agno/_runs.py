@@ -18,6 +18,7 @@ from typing import Any
 from agno.exceptions import AgentRunException
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
+from opentelemetry.util.types import AttributeValue
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
@@ -25,6 +26,7 @@ from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.instrumentation.agno._guidance import guided
 from otel_guard.instrumentation.agno._scope import CALL, TEAM, call_in_progress
 from otel_guard.settings import current_settings
+from otel_guard.telemetry import GEN_AI_CONVERSATION_ID
 
 
 class RunRefused(DelegationRefused, AgentRunException):  # type: ignore[misc, unused-ignore]  # Any without agno
@@ -41,14 +43,23 @@ def agent_name(agent: Any) -> str:
     return type(agent).__name__
 
 
-def _start(instance: Any) -> tuple[Delegation | None, Context]:
+def _conversation(instance: Any, kwargs: dict[str, Any]) -> dict[str, AttributeValue] | None:
+    """``gen_ai.conversation.id`` of a run: the session it runs in (the run's ``session_id``, else the
+    agent's or team's), if any."""
+    session_id = kwargs.get("session_id") or getattr(instance, "session_id", None)
+    return {GEN_AI_CONVERSATION_ID: session_id} if isinstance(session_id, str) and session_id else None
+
+
+def _start(instance: Any, kwargs: dict[str, Any]) -> tuple[Delegation | None, Context]:
     """The run's hop (``None``: it joins the tool call it runs in) and the context to run it in."""
     name = agent_name(instance)
     call = call_in_progress()
     team = instance if hasattr(instance, "members") else None  # a Team: its leader's tools delegate
     if call is not None and call.name == name:
         return None, Context({**otel_context.get_current(), CALL: None, TEAM: team})
-    hop = delegate(name, transfer=call is not None and call.transfer)
+    hop = delegate(
+        name, transfer=call is not None and call.transfer, attributes=_conversation(instance, kwargs)
+    )
     try:
         ctx = hop.start()
     except DelegationRefused as err:
@@ -64,7 +75,7 @@ def guard_run(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Agent.run`` / ``Team.run``: the run is one hop (a stream's stays open over its events)."""
-    hop, ctx = _start(instance)
+    hop, ctx = _start(instance, kwargs)
     token = otel_context.attach(ctx)
     try:
         if current_settings().situational_prompt:
@@ -93,13 +104,13 @@ def guard_arun(
         args, kwargs = guided(instance, agent_name(instance), agent_name, args, kwargs)
     result = wrapped(*args, **kwargs)
     if isinstance(result, AsyncIterator):
-        return _astream_in_hop(instance, result)
-    return _arun_in_hop(instance, result)
+        return _astream_in_hop(instance, kwargs, result)
+    return _arun_in_hop(instance, kwargs, result)
 
 
-async def _arun_in_hop(instance: Any, run: Awaitable[Any]) -> Any:
+async def _arun_in_hop(instance: Any, kwargs: dict[str, Any], run: Awaitable[Any]) -> Any:
     try:
-        hop, ctx = _start(instance)
+        hop, ctx = _start(instance, kwargs)
     except BaseException:
         close = getattr(run, "close", None)
         if close is not None:
@@ -119,8 +130,10 @@ async def _arun_in_hop(instance: Any, run: Awaitable[Any]) -> Any:
     return result
 
 
-async def _astream_in_hop(instance: Any, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    hop, ctx = _start(instance)
+async def _astream_in_hop(
+    instance: Any, kwargs: dict[str, Any], events: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    hop, ctx = _start(instance, kwargs)
     outcome: BaseException | None = None
     try:
         while True:

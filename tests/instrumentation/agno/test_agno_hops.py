@@ -177,3 +177,12 @@ def test_uninstrument_restores_agno(spans: Any) -> None:
 
     assert loop.calls.made == 2
     assert guard_spans(spans) == []
+
+
+def test_a_run_in_a_session_names_its_conversation(instrumented: AgnoInstrumentor, spans: Any) -> None:
+    model = scripted("planner", "", CallBudget(0))
+    Agent(name="planner", model=model, telemetry=False).run("offsite", session_id="trip-42")
+    Agent(name="planner", model=model, session_id="trip-43", telemetry=False).run("offsite")
+
+    ids = [dict(s.attributes or {}).get("gen_ai.conversation.id") for s in guard_spans(spans)]
+    assert ids == ["trip-42", "trip-43"]
