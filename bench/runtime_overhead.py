@@ -301,6 +301,9 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "smolagents": runtime_of_its_own("_runtime_smolagents"),
     "agent-framework": runtime_of_its_own("_runtime_agent_framework"),
     "llama-index": runtime_of_its_own("_runtime_llama_index"),
+    # In the main environment, each in a module of its own all the same (their scripted models).
+    "dspy": runtime_of_its_own("_runtime_dspy"),
+    "agno": runtime_of_its_own("_runtime_agno"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = ("delegate", "pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")

@@ -52,6 +52,8 @@ EXAMPLES = {
     "smolagents": "smolagents",
     "agent_framework": "agent-framework",
     "llama_index": "llama-index",
+    "dspy": "dspy",
+    "agno": "agno",
     "services": "services",
 }
 # What the README installs for an example whose environment holds more than its one extra.

@@ -24,7 +24,9 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
     assert [ep.name for ep in our_entry_points(here_only=False)] == [
         "otel_guard_a2a",
         "otel_guard_agent_framework",
+        "otel_guard_agno",
         "otel_guard_crewai",
+        "otel_guard_dspy",
         "otel_guard_google_adk",
         "otel_guard_http",
         "otel_guard_langgraph",

@@ -1,0 +1,79 @@
+"""A tree's model requests and tokens in DSPy: ``BaseLM.__call__`` / ``acall``, and the usage DSPy records.
+
+Every model request a DSPy program makes goes through its LM's ``__call__`` (or ``acall``): each
+``Predict`` step, ``ReAct``'s and ``ChainOfThought``'s included, whatever the LM class (``dspy.LM``,
+``DummyLM``, a ``BaseLM`` subclass). While ``max_model_requests`` or ``max_tokens`` is on, each
+request is checked and counted against its tree before it is sent. Its tokens (``prompt_tokens +
+completion_tokens`` of the usage DSPy records, the same figures as ``dspy.track_usage``) are added
+when DSPy finalizes the call (``dspy.clients.execution.finalize``); a response served from DSPy's
+cache used no tokens and adds none.
+
+A request the tree may not make is not sent: the call raises :class:`TreeBudgetExceeded`, an
+``LMError`` (DSPy's error for a language model that could not answer, which no DSPy module retries
+or turns into an observation), so the program's run ends with it. In a module used as a tool, the
+calling ``ReAct`` reads it as the tool's error, and its own next request is refused the same way,
+so the whole tree ends. The refusal (in observe mode, the would-refuse) is an event on the span of
+the hop the request is made in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dspy.utils.exceptions import LMError
+
+from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.usage import (
+    abefore_model_request,
+    after_model_request,
+    before_model_request,
+    model_requests_counted,
+)
+
+
+class TreeBudgetExceeded(LMError):  # type: ignore[misc, unused-ignore]  # Any without dspy
+    """The run's delegation tree made its ``max_model_requests`` or spent its ``max_tokens``."""
+
+    default_code = "a2a_delegation_budget"
+
+
+@unless_suppressed
+def count_request(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``BaseLM.__call__``: the request counted (and refused when the tree may not make it)."""
+    if model_requests_counted():
+        refused = before_model_request()
+        if refused is not None:
+            raise TreeBudgetExceeded(refused)
+    return wrapped(*args, **kwargs)
+
+
+@unless_suppressed
+async def count_arequest(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``BaseLM.acall``: as :func:`count_request`, awaited."""
+    if model_requests_counted():
+        refused = await abefore_model_request()
+        if refused is not None:
+            raise TreeBudgetExceeded(refused)
+    return await wrapped(*args, **kwargs)
+
+
+@unless_suppressed
+def count_tokens(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``execution.finalize(lm, call, result)``: the response's tokens added to the tree."""
+    result = args[2] if len(args) > 2 else kwargs.get("result")
+    if result is not None and not getattr(result, "cache_hit", False) and model_requests_counted():
+        after_model_request(_tokens(getattr(result, "usage", None)))
+    return wrapped(*args, **kwargs)
+
+
+def _tokens(usage: Any) -> int:
+    if not isinstance(usage, dict):
+        return 0
+    return int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
