@@ -65,6 +65,7 @@ class Processor:
                 count_wait=config.count_wait,
             ),
             on_cycle=self.loop_log.counted,
+            dialects=self.config.dialect_rows(),
         )
         self.stats = RequestStats()
         self.detection = Detection(self.detector, self.stats)

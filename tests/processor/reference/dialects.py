@@ -17,8 +17,8 @@ inside the row of the call it wraps (:data:`WRAPPERS`): the call started a new r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Final
 
 AGENT: Final = "agent"
@@ -132,6 +132,7 @@ class Table:
     protocol_rows: tuple[Row, ...] = PROTOCOL_ROWS
     wrappers: tuple[tuple[Row, Row], ...] = WRAPPERS
     forms: tuple[tuple[Row, ...], ...] = ()
+    kind_keys: tuple[str, ...] = KIND_KEYS
 
     def form(self, row: Row) -> Row:
         """The row that stands for ``row``'s form."""
@@ -143,7 +144,7 @@ class Table:
         for row in self.name_rows:
             if span_name == row.value or span_name.startswith(row.value + " "):
                 return Call(row, _name(row, span_name, text))
-        kind_key = next((key for key in text if key in KIND_KEYS), None)
+        kind_key = next((key for key in text if key in self.kind_keys), None)
         if kind_key is not None:
             for row in self.kind_rows:
                 if row.key == kind_key and row.value == text[kind_key] and row.scope in (None, scope):
@@ -184,6 +185,25 @@ TRANSFER_MODE: Final = "gen_ai.transfer.mode"
 
 
 TABLE: Final = Table()
+
+
+def with_rows(specs: Iterable[tuple[str, str, str, str | None, tuple[str, ...], bool, str | None]]) -> Table:
+    """The table with a dialects file's rows (in ``dialect_table()``'s form) after the built-in rows
+    of their group: span-name rows, ``gen_ai.operation.name`` rows, protocol rows; every other key a
+    kind key after OpenInference's and Traceloop's."""
+    rows = [Row(*spec) for spec in specs]
+    kind_keys = list(KIND_KEYS)
+    for row in rows:
+        if row.key not in (SPAN_NAME, OPERATION, A2A_METHOD, MCP_METHOD) and row.key not in kind_keys:
+            kind_keys.append(row.key)
+    return replace(
+        TABLE,
+        name_rows=(*NAME_ROWS, *(row for row in rows if row.key == SPAN_NAME)),
+        kind_rows=(*KIND_ROWS, *(row for row in rows if row.key in kind_keys)),
+        operation_rows=(*OPERATION_ROWS, *(row for row in rows if row.key == OPERATION)),
+        protocol_rows=(*PROTOCOL_ROWS, *(row for row in rows if row.key in (A2A_METHOD, MCP_METHOD))),
+        kind_keys=tuple(kind_keys),
+    )
 
 
 def call_of(span_name: str, scope: str, text: Mapping[str, str | None]) -> Call | None:
