@@ -1,8 +1,8 @@
 //! Spans -> calls: the dialect table, as data (one row per rule), and the keys the engine reads.
 //!
 //! A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of
-//! the first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of
-//! its `gen_ai.operation.name`, else the row of its protocol method (`a2a.method.name`,
+//! the first dialect kind attribute it carries (OpenInference's, Traceloop's, an observability
+//! SDK's), else the row of its `gen_ai.operation.name`, else the row of its protocol method (`a2a.method.name`,
 //! `mcp.method.name`). A kind row with no kind says "no call by its kind": the span is then
 //! read by its operation. A row's name is the first of its sources the span has (the span name's
 //! subject, the span name, or an attribute); a call with no name is no call.
@@ -26,6 +26,10 @@
 //! | GenAI (A2A) | `a2a.method.name` | `SendMessage` | agent | `gen_ai.agent.name` |
 //! | GenAI (A2A) | `a2a.method.name` | `SendStreamingMessage` | agent | `gen_ai.agent.name` |
 //! | GenAI (MCP) | `mcp.method.name` | `tools/call` | tool | `gen_ai.tool.name`, subject |
+//! | Langfuse | `langfuse.observation.type` | `agent` / `tool` | agent / tool | span name |
+//! | MLflow Tracing | `mlflow.spanType` | `"AGENT"` / `"TOOL"` (quotes and all) | agent / tool | span name |
+//! | Laminar | `lmnr.span.type` | `TOOL` | tool | span name |
+//! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, span name before its last dot |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -90,9 +94,16 @@ pub enum Key {
     HopKind,
     /// The conventions' transfer mode: `pass_control` (a handoff) or `return_to_caller`.
     TransferMode,
+    /// The observability SDKs' own span kinds: Langfuse's, mlflow's (a JSON string), Laminar's,
+    /// AgentOps' (and the name AgentOps gives a call).
+    LangfuseKind,
+    MlflowKind,
+    LaminarKind,
+    AgentopsKind,
+    AgentopsName,
 }
 
-pub const KEY_COUNT: usize = 23;
+pub const KEY_COUNT: usize = 28;
 
 impl Key {
     pub const ALL: [Key; KEY_COUNT] = [
@@ -119,6 +130,11 @@ impl Key {
         Key::TreeHops,
         Key::HopKind,
         Key::TransferMode,
+        Key::LangfuseKind,
+        Key::MlflowKind,
+        Key::LaminarKind,
+        Key::AgentopsKind,
+        Key::AgentopsName,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -146,6 +162,11 @@ impl Key {
             Key::TreeHops => "otel_guard.budget.hops",
             Key::HopKind => "otel_guard.hop.kind",
             Key::TransferMode => "gen_ai.transfer.mode",
+            Key::LangfuseKind => "langfuse.observation.type",
+            Key::MlflowKind => "mlflow.spanType",
+            Key::LaminarKind => "lmnr.span.type",
+            Key::AgentopsKind => "agentops.span.kind",
+            Key::AgentopsName => "operation.name",
         }
     }
 }
@@ -157,6 +178,10 @@ pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langcha
 pub const GENAI: &str = "OpenTelemetry GenAI";
 pub const OI: &str = "OpenInference";
 pub const TL: &str = "OpenLLMetry / Traceloop";
+pub const LANGFUSE: &str = "Langfuse";
+pub const MLFLOW: &str = "MLflow Tracing";
+pub const LAMINAR: &str = "Laminar";
+pub const AGENTOPS: &str = "AgentOps";
 
 /// What a row matches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +264,10 @@ const NAME: On = On::SpanName;
 const OI_KIND: On = On::Attribute(OiKind);
 const TL_KIND: On = On::Attribute(TlKind);
 const OPERATION: On = On::Attribute(Operation);
+const LF_KIND: On = On::Attribute(LangfuseKind);
+const ML_KIND: On = On::Attribute(MlflowKind);
+const LMNR_KIND: On = On::Attribute(LaminarKind);
+const AO_KIND: On = On::Attribute(AgentopsKind);
 const A2A: On = On::Attribute(A2aMethod);
 const MCP: On = On::Attribute(McpMethod);
 const fn attr(key: Key) -> Source {
@@ -246,9 +275,9 @@ const fn attr(key: Key) -> Source {
 }
 
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
-/// rows.
+/// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 17] = [
+pub const ROWS: [Row; 24] = [
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
     row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
     // (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
@@ -276,10 +305,28 @@ pub const ROWS: [Row; 17] = [
     row(GENAI, A2A, "SendMessage", AGENT, &[attr(AgentName)]),
     row(GENAI, A2A, "SendStreamingMessage", AGENT, &[attr(AgentName)]),
     row(GENAI, MCP, "tools/call", TOOL, &[attr(ToolName), Subject]),
+    // The observability SDKs' decorators: the span named after the function or the name given.
+    // mlflow writes its span type as a JSON string, quotes and all; Laminar has no agent type (its
+    // agents are DEFAULT spans: links).
+    row(LANGFUSE, LF_KIND, "agent", AGENT, &[SpanName]),
+    row(LANGFUSE, LF_KIND, "tool", TOOL, &[SpanName]),
+    row(MLFLOW, ML_KIND, "\"AGENT\"", AGENT, &[SpanName]),
+    row(MLFLOW, ML_KIND, "\"TOOL\"", TOOL, &[SpanName]),
+    row(LAMINAR, LMNR_KIND, "TOOL", TOOL, &[SpanName]),
+    // AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
+    row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), Stem]),
+    row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), Stem]),
 ];
 
-/// The dialect kind keys, in the order [`call_of`] prefers them when a span carries both.
-pub const KIND_KEYS: [Key; 2] = [OiKind, TlKind];
+/// The dialect kind keys: [`call_of`] reads the one a span carries first.
+pub const KIND_KEYS: [Key; 6] = [
+    OiKind,
+    TlKind,
+    LangfuseKind,
+    MlflowKind,
+    LaminarKind,
+    AgentopsKind,
+];
 
 const fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -949,9 +996,54 @@ mod tests {
             read("planner.run", "s", &[(OiKind, "AGENT"), (OiAgentName, "a")]),
             Some((Kind::Agent, Some("a"), false))
         );
+        // No dot, no name: Phoenix's `@tracer.agent` span `planner` is as unnamed as the OpenAI
+        // Agents SDK's `Agent workflow` root, which is no agent.
         assert_eq!(
             read("planner", "s", &[(OiKind, "AGENT")]),
             Some((Kind::Agent, None, false))
+        );
+    }
+
+    #[test]
+    fn the_observability_sdks_kinds_name_their_calls_by_the_span_name() {
+        let langfuse = [(LangfuseKind, "agent")];
+        assert_eq!(
+            read("planner", "langfuse-sdk", &langfuse),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("ask_budget", "s", &[(LangfuseKind, "tool")]),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        assert_eq!(read("model", "s", &[(LangfuseKind, "generation")]), None);
+        // mlflow's type is a JSON string: the quotes are part of the value.
+        assert_eq!(
+            read("budget", "s", &[(MlflowKind, "\"AGENT\"")]),
+            Some((Kind::Agent, Some("budget"), false))
+        );
+        assert_eq!(read("budget", "s", &[(MlflowKind, "AGENT")]), None);
+        assert_eq!(
+            read("ask_planner", "s", &[(MlflowKind, "\"TOOL\"")]),
+            Some((Kind::Tool, Some("ask_planner"), false))
+        );
+        // Laminar names no agent.
+        assert_eq!(read("planner", "s", &[(LaminarKind, "DEFAULT")]), None);
+        assert_eq!(
+            read("ask_budget", "s", &[(LaminarKind, "TOOL")]),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        let agentops = [(AgentopsKind, "agent"), (AgentopsName, "planner")];
+        assert_eq!(
+            read("x.agent", "agentops", &agentops),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("ask_budget.tool", "agentops", &[(AgentopsKind, "tool")]),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        assert_eq!(
+            read("model.task", "agentops", &[(AgentopsKind, "task")]),
+            None
         );
     }
 

@@ -76,7 +76,24 @@ KIND_ROWS: Final = (
     Row(TL, TL_KIND, "tool", TOOL, (TL_NAME, "gen_ai.tool.name")),
     Row(TL, TL_KIND, "task", AGENT, (TL_NAME,), conditional=True),  # the run of an agent called as a tool
 )
-KIND_KEYS: Final = (OI_KIND, TL_KIND)
+# The observability SDKs' decorators: the span named after the function or the name given. mlflow
+# writes its span type as a JSON string, quotes and all; Laminar has no agent type (its agents are
+# DEFAULT spans: links). Read as kind rows; they stand last in the engine's table.
+LANGFUSE_KIND: Final = "langfuse.observation.type"
+MLFLOW_KIND: Final = "mlflow.spanType"
+LAMINAR_KIND: Final = "lmnr.span.type"
+AGENTOPS_KIND: Final = "agentops.span.kind"
+SDK_ROWS: Final = (
+    Row("Langfuse", LANGFUSE_KIND, "agent", AGENT, (SPAN_NAME,)),
+    Row("Langfuse", LANGFUSE_KIND, "tool", TOOL, (SPAN_NAME,)),
+    Row("MLflow Tracing", MLFLOW_KIND, '"AGENT"', AGENT, (SPAN_NAME,)),
+    Row("MLflow Tracing", MLFLOW_KIND, '"TOOL"', TOOL, (SPAN_NAME,)),
+    Row("Laminar", LAMINAR_KIND, "TOOL", TOOL, (SPAN_NAME,)),
+    # AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
+    Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", STEM)),
+    Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", STEM)),
+)
+KIND_KEYS: Final = (OI_KIND, TL_KIND, LANGFUSE_KIND, MLFLOW_KIND, LAMINAR_KIND, AGENTOPS_KIND)
 OPERATION_ROWS: Final = (
     Row(GENAI, OPERATION, "invoke_agent", AGENT, ("gen_ai.agent.name",)),
     Row(GENAI, OPERATION, "execute_tool", TOOL, ("gen_ai.tool.name",)),
@@ -127,7 +144,7 @@ class Table:
     that read one form (none: each row is a form of its own)."""
 
     name_rows: tuple[Row, ...] = NAME_ROWS
-    kind_rows: tuple[Row, ...] = KIND_ROWS
+    kind_rows: tuple[Row, ...] = (*KIND_ROWS, *SDK_ROWS)
     operation_rows: tuple[Row, ...] = OPERATION_ROWS
     protocol_rows: tuple[Row, ...] = PROTOCOL_ROWS
     wrappers: tuple[tuple[Row, Row], ...] = WRAPPERS
@@ -199,7 +216,7 @@ def with_rows(specs: Iterable[tuple[str, str, str, str | None, tuple[str, ...], 
     return replace(
         TABLE,
         name_rows=(*NAME_ROWS, *(row for row in rows if row.key == SPAN_NAME)),
-        kind_rows=(*KIND_ROWS, *(row for row in rows if row.key in kind_keys)),
+        kind_rows=(*KIND_ROWS, *SDK_ROWS, *(row for row in rows if row.key in kind_keys)),
         operation_rows=(*OPERATION_ROWS, *(row for row in rows if row.key == OPERATION)),
         protocol_rows=(*PROTOCOL_ROWS, *(row for row in rows if row.key in (A2A_METHOD, MCP_METHOD))),
         kind_keys=tuple(kind_keys),
