@@ -30,6 +30,7 @@
 //! | MLflow Tracing | `mlflow.spanType` | `"AGENT"` / `"TOOL"` (quotes and all) | agent / tool | span name |
 //! | Laminar | `lmnr.span.type` | `TOOL` | tool | span name |
 //! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, span name before its last dot |
+//! | MLflow Tracing | span name | `AgentRunner.run` | none (no call) | |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -277,7 +278,7 @@ const fn attr(key: Key) -> Source {
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
 /// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 24] = [
+pub const ROWS: [Row; 25] = [
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
     row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
     // (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
@@ -316,6 +317,9 @@ pub const ROWS: [Row; 24] = [
     // AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
     row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), Stem]),
     row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), Stem]),
+    // MLflow's OpenAI Agents integration types its span of each `Runner.run` `"AGENT"` too, beside
+    // the agent's own span: no call (a span-name row with no kind is no call).
+    row(MLFLOW, NAME, "AgentRunner.run", None, &[]),
 ];
 
 /// The dialect kind keys: [`call_of`] reads the one a span carries first.

@@ -15,14 +15,20 @@ export requests. VENDOR (each in its own environment, /work/main/.venv-vendors-<
 - ``phoenix``: arize-phoenix-otel's ``register()`` tracer, ``@tracer.agent`` / ``@tracer.tool`` /
   ``@tracer.llm`` (OpenInference kinds);
 - ``agentops``: ``@agent`` / ``@tool`` / ``@operation`` (its OTel tracer), exporter here;
-- ``lmnr``: Laminar's ``@observe(span_type=...)``, its OTLP export here.
+- ``lmnr``: Laminar's ``@observe(span_type=...)``, its OTLP export here;
+- ``logfire_openai_agents``, ``mlflow_openai_agents``: their integrations with the OpenAI Agents
+  SDK (openai-agents 0.24.0 in the same environment), planner and budget each the other's tool on
+  the offline ``LoopModel`` of tests/instrumentation/openai_agents.
 
 The "model" is scripted: each agent run asks the model (a generation span where the SDK has one),
 which answers with a tool call while the scenario's tool calls last. SCENARIO ``loop``: planner ->
 budget -> planner -> ... (5 tool calls); ``control``: planner asks budget once, budget answers.
 Run from this folder::
 
-    /work/main/.venv-vendors-langfuse/bin/python record_vendor.py langfuse loop corpus/vendors/langfuse.loop.spans.jsonl
+    for s in loop control; do
+      /work/main/.venv-vendors-langfuse/bin/python record_vendor.py \
+        langfuse $s corpus/vendors/langfuse.$s.spans.jsonl
+    done
 
 It prints ``RESULT {json}``: the tool calls made and the spans received.
 """
@@ -37,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import Parse
@@ -100,7 +107,7 @@ class Receiver(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: Receiver
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
@@ -119,14 +126,14 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(answer)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.server.paths.add(self.path)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(b"{}")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -148,7 +155,9 @@ class Script:
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def program(script: Script, agent: Callable[[str], Wrap], tool: Callable[[str], Wrap], model: Wrap) -> Callable[[], str]:
+def program(
+    script: Script, agent: Callable[[str], Wrap], tool: Callable[[str], Wrap], model: Wrap
+) -> Callable[[], str]:
     """planner and budget, each an agent that asks the model and calls the other through a tool."""
     agents: dict[str, Callable[[str], str]] = {}
 
@@ -294,8 +303,14 @@ def run_agentops(receiver: Receiver, script: Script) -> None:
 def run_lmnr(receiver: Receiver, script: Script) -> None:
     from lmnr import Laminar, observe
 
-    Laminar.initialize(project_api_key="local", base_url="http://127.0.0.1", http_port=receiver.server_address[1],
-                       force_http=True, disable_batch=True)  # fmt: skip
+    port = receiver.server_address[1]
+    Laminar.initialize(
+        project_api_key="local",
+        base_url="http://127.0.0.1",
+        http_port=port,
+        force_http=True,
+        disable_batch=True,
+    )
     main = program(
         script,
         agent=lambda name: observe(name=name, span_type="DEFAULT"),
@@ -306,7 +321,56 @@ def run_lmnr(receiver: Receiver, script: Script) -> None:
     Laminar.flush()
 
 
+def openai_agents_loop(script: Script) -> None:
+    """planner and budget as OpenAI Agents SDK agents, each the other's tool, on the offline
+    ``LoopModel`` of tests/instrumentation/openai_agents (openai-agents 0.24.0)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "instrumentation" / "openai_agents"))
+    from agents import Agent, Runner
+    from openai_agents_models import CallBudget, LoopModel
+
+    calls = CallBudget(script.left)
+    planner = Agent(name="planner", instructions="Plan the trip.")
+    budget = Agent(name="budget", instructions="Price the plan.")
+    planner.model = LoopModel("planner", "ask_budget", calls)
+    budget.model = LoopModel("budget", "ask_planner", calls)
+    planner.tools = [budget.as_tool("ask_budget", "Ask the budget agent.")]
+    budget.tools = [planner.as_tool("ask_planner", "Ask the planner agent.")]
+    Runner.run_sync(planner, "Plan a trip to Lisbon.")
+    script.made, script.left = calls.made, calls.left
+
+
+def run_logfire_openai_agents(receiver: Receiver, script: Script) -> None:
+    """Logfire's integration with the OpenAI Agents SDK (``logfire.instrument_openai_agents()``)."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    import logfire
+    from agents import set_trace_processors
+
+    set_trace_processors([])  # nothing to the SDK's default exporter (api.openai.com)
+    logfire.configure(send_to_logfire=False, console=False, service_name="vendors")
+    logfire.instrument_openai_agents()
+    openai_agents_loop(script)
+    logfire.force_flush()
+
+
+def run_mlflow_openai_agents(receiver: Receiver, script: Script) -> None:
+    """MLflow's integration with the OpenAI Agents SDK (``mlflow.openai.autolog()``), over OTLP."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
+    os.environ["MLFLOW_TRACKING_URI"] = receiver.url
+    import mlflow
+    from agents import set_trace_processors
+
+    set_trace_processors([])
+    mlflow.openai.autolog()
+    openai_agents_loop(script)
+    from mlflow.tracing.provider import provider
+
+    provider.get().force_flush()
+
+
 VENDORS: dict[str, Callable[[Receiver, Script], None]] = {
+    "logfire_openai_agents": run_logfire_openai_agents,
+    "mlflow_openai_agents": run_mlflow_openai_agents,
     "langfuse": run_langfuse,
     "mlflow": run_mlflow,
     "logfire": run_logfire,

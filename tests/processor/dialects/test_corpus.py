@@ -30,8 +30,9 @@ NAMED_AND_NESTED = ("adk", "crewai_tl", "strands", "strands_oi", "agno_oi")
 # The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds;
 # Laminar's and Phoenix's decorators name no agent (RIGHT), Logfire's is taught by a dialects file.
 VENDORS = CORPUS / "vendors"
-VENDORS_NAMED = ("langfuse", "mlflow", "agentops")
-TAUGHT_BY_FILE = {"logfire": Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"}
+VENDORS_NAMED = ("langfuse", "mlflow", "mlflow_oai", "agentops")
+LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
+TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}
 LOOPS = (
     sorted(CORPUS.glob("*.loop.spans.jsonl"))
     + [RUNTIMES / f"{name}.loop.spans.jsonl" for name in NAMED_AND_NESTED]

@@ -92,6 +92,9 @@ SDK_ROWS: Final = (
     # AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
     Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", STEM)),
     Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", STEM)),
+    # MLflow's OpenAI Agents integration types its span of each `Runner.run` "AGENT" too, beside the
+    # agent's own span: no call (a span-name row with no kind names nothing: no call).
+    Row("MLflow Tracing", SPAN_NAME, "AgentRunner.run", None, ()),
 )
 KIND_KEYS: Final = (OI_KIND, TL_KIND, LANGFUSE_KIND, MLFLOW_KIND, LAMINAR_KIND, AGENTOPS_KIND)
 OPERATION_ROWS: Final = (
@@ -143,8 +146,8 @@ class Table:
     """The rows read in order (see the module docstring), the wrapper pairs, and the groups of rows
     that read one form (none: each row is a form of its own)."""
 
-    name_rows: tuple[Row, ...] = NAME_ROWS
-    kind_rows: tuple[Row, ...] = (*KIND_ROWS, *SDK_ROWS)
+    name_rows: tuple[Row, ...] = (*NAME_ROWS, *(row for row in SDK_ROWS if row.key == SPAN_NAME))
+    kind_rows: tuple[Row, ...] = (*KIND_ROWS, *(row for row in SDK_ROWS if row.key != SPAN_NAME))
     operation_rows: tuple[Row, ...] = OPERATION_ROWS
     protocol_rows: tuple[Row, ...] = PROTOCOL_ROWS
     wrappers: tuple[tuple[Row, Row], ...] = WRAPPERS
@@ -215,8 +218,8 @@ def with_rows(specs: Iterable[tuple[str, str, str, str | None, tuple[str, ...], 
             kind_keys.append(row.key)
     return replace(
         TABLE,
-        name_rows=(*NAME_ROWS, *(row for row in rows if row.key == SPAN_NAME)),
-        kind_rows=(*KIND_ROWS, *SDK_ROWS, *(row for row in rows if row.key in kind_keys)),
+        name_rows=(*TABLE.name_rows, *(row for row in rows if row.key == SPAN_NAME)),
+        kind_rows=(*TABLE.kind_rows, *(row for row in rows if row.key in kind_keys)),
         operation_rows=(*OPERATION_ROWS, *(row for row in rows if row.key == OPERATION)),
         protocol_rows=(*PROTOCOL_ROWS, *(row for row in rows if row.key in (A2A_METHOD, MCP_METHOD))),
         kind_keys=tuple(kind_keys),

@@ -133,7 +133,7 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     # The observability SDKs' own decorators (corpus/vendors): their span kinds name agents and tools.
     **{
         f"vendors/{vendor}.{scenario}": counted
-        for vendor in ("langfuse", "mlflow", "agentops")
+        for vendor in ("langfuse", "mlflow", "mlflow_oai", "agentops")
         for scenario, counted in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
     },
     # No agent named: Laminar has no agent type (its agents are DEFAULT spans), and Phoenix's
@@ -151,6 +151,8 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     # (docs/examples/dialects-logfire.yaml; tests/processor/dialects/test_corpus.py reads them so).
     "vendors/logfire.loop": ({}, {}),
     "vendors/logfire.control": ({}, {}),
+    "vendors/logfire_oai.loop": ({}, {}),
+    "vendors/logfire_oai.control": ({}, {}),
 }
 
 
