@@ -193,14 +193,14 @@ def _row(node: Any, where: _Where) -> tuple[Spec, int | None]:
     lines: dict[str, int | None] = {}
     for key, value in node.value:
         name = key.value if isinstance(key, yaml.ScalarNode) else "?"
-        at = _Where(where.path, _line(key.start_mark), where.row, name)
+        field = _Where(where.path, _line(key.start_mark), where.row, name)
         if name not in FIELDS:
             close = difflib.get_close_matches(name, FIELDS, n=1)
             hint = f"did you mean {close[0]}?" if close else "known: " + ", ".join(FIELDS)
-            raise at.error(f"unknown field; {hint}")
+            raise field.error(f"unknown field; {hint}")
         if name in values:
-            raise at.error("given twice")
-        values[name] = _value(value, at)
+            raise field.error("given twice")
+        values[name] = _value(value, field)
         lines[name] = _line(value.start_mark)
     for name in _REQUIRED:
         if name not in values:
@@ -283,7 +283,9 @@ def _type(value: Any) -> str:
         return f"the boolean {str(value).lower()}"
     if value is None:
         return "nothing"
-    return {list: "a list", dict: "a mapping"}.get(type(value), repr(value))
+    if isinstance(value, list):
+        return "a list"
+    return "a mapping" if isinstance(value, dict) else repr(value)
 
 
 def _reachable(spec: Spec, earlier: Sequence[Spec], builtin: int, where: _Where) -> None:
