@@ -151,6 +151,11 @@ class EngineDetector:
         """Held traces with a delegation path of two names or more: evicted after the others."""
         return self.engine.delegating_traces
 
+    def check(self, raw: bytes) -> int:
+        """The spans of a request, or the :class:`DecodeError` :meth:`ingest` would raise for it
+        (:func:`check` with the keys of this detector's dialects file too), keeping nothing."""
+        return self.engine.check(raw)
+
     def ingest(self, raw: bytes, now: float) -> int:
         """Read one request (its protobuf bytes) received at ``now``; return how many spans it had.
         Raises :class:`DecodeError` (nothing changed) or :class:`EngineFault`."""

@@ -240,6 +240,14 @@ impl PyEngine {
         Ok(PyEngine { engine, faults: 0 })
     }
 
+    /// check(request) -> spans
+    ///
+    /// The module's `check` with this engine's keys (a dialects file's too): DecodeError exactly
+    /// where its `ingest` would raise it, nothing kept.
+    fn check(&self, py: Python<'_>, request: &[u8]) -> PyResult<usize> {
+        guarded(|| Ok(decoded(py, request, self.engine.keys())?.spans.len()))
+    }
+
     /// ingest(request, now) -> Events
     ///
     /// Read one ExportTraceServiceRequest (its protobuf bytes) received at `now`. Raises

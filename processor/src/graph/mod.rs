@@ -154,6 +154,11 @@ impl Engine {
         self.shared.limits
     }
 
+    /// The attribute keys its decode keeps: [`Key::ALL`], then a dialects file's own.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
     /// The dialects file's rows it reads by.
     pub fn dialects(&self) -> Arc<FileRows> {
         Arc::clone(&self.dialects)

@@ -22,7 +22,7 @@ from corpus_spans import to_request
 from made_up_vendor import DIALECTS_FILE, spans
 from otel_guard_processor.config import ConfigError, load_config
 from otel_guard_processor.dialects_file import DialectsError, Spec, read_dialects, to_yaml
-from otel_guard_processor.engine import EngineDetector, dialect_table
+from otel_guard_processor.engine import DecodeError, EngineDetector, check, dialect_table
 from processor_helpers import ProcessorFactory, export, scrape, series
 from reference import dialects
 from reference.reference import detect
@@ -197,3 +197,22 @@ def test_a_missing_dialects_file_is_a_usage_error(tmp_path: Path) -> None:
     result = run("--dialects", str(tmp_path / "nowhere.yaml"))
     assert result.returncode == 2
     assert "nowhere.yaml: cannot read it: No such file or directory" in result.stderr
+
+
+def test_a_request_is_checked_with_the_files_keys_as_detection_reads_it(tmp_path: Path) -> None:
+    """A string that is not UTF-8 under a key only the file reads: the detector's check refuses it
+    as its ingest does (the built-in check, which keeps no such key, takes it)."""
+    record = spans(1)[0]
+    record["attributes"]["acme.entity"] = "PLACEHOLDER"
+    raw = (
+        to_request([record])
+        .SerializeToString()
+        .replace(b"PLACEHOLDER", b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5")
+    )
+    detector = EngineDetector(dialects=rows_of(tmp_path))
+    assert check(raw) == 1
+    with pytest.raises(DecodeError):
+        detector.check(raw)
+    with pytest.raises(DecodeError):
+        detector.ingest(raw, 0.0)
+    assert EngineDetector().check(raw) == 1
