@@ -581,6 +581,16 @@ fn by_operation<'a>(
     more: &FileRows,
 ) -> Option<Call<'a>> {
     let rows = ROWS.iter().enumerate();
+    if more.operation_rows.is_empty() && more.protocol_rows.is_empty() {
+        // The built-in rows alone: one pass, the operation rows standing before the protocol rows.
+        return rows
+            .filter(|(_, row)| matches!(row.on, On::Attribute(Operation | A2aMethod | McpMethod)))
+            .find(|(_, row)| match row.on {
+                On::Attribute(key) => attributes.text(key) == Some(row.value),
+                On::SpanName => false,
+            })
+            .map(|(at, row)| call(at, row, span_name, attributes));
+    }
     let operation = |keys: &[Key]| {
         rows.clone()
             .filter(|(_, row)| matches!(row.on, On::Attribute(key) if keys.contains(&key)))
