@@ -10,14 +10,16 @@ as new ones come, as under load), then ``--requests`` timed; the best and the me
 - ``engine``: :class:`~otel_guard_processor.engine.EngineDetector` -- ``Engine.ingest(raw, now)``
   (decode, dialects, one-call rules, graph, all in Rust) and its events tallied in Python;
 - ``service``: what the service does with each request: the check before it is acknowledged
-  (``decode_counts(raw, ())``: a readable request, and its spans) and then the engine's ingest.
+  (``decode_counts(raw, ())``: a readable request, and its spans) and then the engine's ingest;
+- ``engine+file`` (with ``--dialects FILE``): ``engine`` reading calls by the built-in table and
+  then by a dialects file's rows (their attribute keys kept besides the built-in ones).
 
 (The pure-Python detector this once compared with is gone: 1.9 µs a span on ``guarded`` and
 4.5 on ``dialects``, natively, when it went.) Run from a checkout whose engine is built
 (``pip install -e ./processor``: a release build).
 
 Usage: python bench/engine_ingest.py [--mix guarded --mix dialects --mix budget] [--traces 40]
-       [--rounds 5] [--warmup 1500] [--requests 1000] [--save DIR]
+       [--rounds 5] [--warmup 1500] [--requests 1000] [--save DIR] [--dialects FILE]
 
 ``--save DIR`` also writes the warm-up's and the timed requests (``DIR/<mix>-<n>.bin``, in order)
 for the engine's native bench (``cargo run --release --example ingest_bench -- DIR/<mix>-*.bin``
@@ -36,14 +38,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _processor_traffic as traffic
-from otel_guard_processor.engine import EngineDetector, decode_counts
+from otel_guard_processor.dialects_file import Spec
+from otel_guard_processor.engine import EngineDetector, decode_counts, dialect_table
 
 SWEEP_EVERY = 1000
 TICK = 0.001  # seconds a request
 
 
-def run_engine(warmup: Iterator[bytes], raws: list[bytes], check: bool = False) -> float:
-    detector = EngineDetector()
+def run_engine(
+    warmup: Iterator[bytes], raws: list[bytes], check: bool = False, dialects: tuple[Spec, ...] = ()
+) -> float:
+    detector = EngineDetector(dialects=dialects)
     index = 0
     for raw in warmup:
         detector.ingest(raw, index * TICK)
@@ -80,6 +85,11 @@ def measure(mix: str, args: argparse.Namespace) -> None:
         "engine": lambda: run_engine(fresh(template, warmup), raws),
         "service": lambda: run_engine(fresh(template, warmup), raws, check=True),
     }
+    if args.dialects is not None:
+        from otel_guard_processor.dialects_file import read_dialects
+
+        rows = read_dialects(args.dialects, dialect_table()[0])
+        runs["engine+file"] = lambda: run_engine(fresh(template, warmup), raws, dialects=rows)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, run in runs.items():  # side by side, round after round
@@ -98,6 +108,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=1500)
     parser.add_argument("--save", type=Path, metavar="DIR")
+    parser.add_argument("--dialects", type=Path, metavar="FILE", help="a dialects file for engine+file")
     args = parser.parse_args()
     for mix in args.mix or ["guarded", "dialects", "budget"]:
         measure(mix, args)

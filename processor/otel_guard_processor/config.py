@@ -36,6 +36,8 @@ from typing import Any
 
 import yaml
 
+from otel_guard_processor.dialects_file import DialectsError, Spec, read_dialects
+
 __all__ = [
     "MAX_COUNT",
     "MAX_MESSAGE_BYTES",
@@ -343,6 +345,13 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
         SECONDS,
     ),
+    Option(
+        "dialects",
+        _optional_address,
+        "YAML file of more dialect rows, in the built-in table's form (docs/processor.md, "
+        "'Teaching it a dialect'), read after the built-in rows; or off",
+        "FILE",
+    ),
     Option("log_level", _log_level, "log level: " + ", ".join(LOG_LEVELS), "LEVEL"),
     Option("log_format", _log_format, "log line format: text, or json (one object a line)", "FORMAT"),
 )
@@ -373,6 +382,7 @@ class ProcessorConfig:
     retry_after: float = 1.0
     read_timeout: float = 30.0
     drain_timeout: float = 15.0
+    dialects: str | None = None
     log_level: str = "info"
     log_format: str = "text"
 
@@ -387,6 +397,7 @@ class ProcessorConfig:
             value = getattr(self, option.name)
             if option.range is not None and value not in option.range:
                 raise ConfigError(option.name, option.refusal(value))
+        self.dialect_rows()
         if self.log_level not in LOG_LEVELS:
             raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
@@ -394,6 +405,17 @@ class ProcessorConfig:
                 "log_format", f"must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}"
             )
         return self
+
+    def dialect_rows(self) -> tuple[Spec, ...]:
+        """The rows of the dialects file (none without one); ConfigError when it is wrong."""
+        if self.dialects is None:
+            return ()
+        from otel_guard_processor.engine import dialect_table  # the compiled engine's table
+
+        try:
+            return read_dialects(self.dialects, dialect_table()[0])
+        except DialectsError as exc:
+            raise ConfigError("dialects", str(exc)) from None
 
 
 _OPTION_BY_NAME = {option.name: option for option in OPTIONS}

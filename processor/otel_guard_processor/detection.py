@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
-from otel_guard_processor.engine import DecodeError, EngineDetector, check
+from otel_guard_processor.engine import DecodeError, EngineDetector
 from otel_guard_processor.metrics import RequestStats
 
 __all__ = ["INLINE_BYTES", "Detection"]
@@ -75,12 +75,12 @@ class Detection:
     def take(self, raw: bytes, now: float, done: Callable[[], None]) -> int:
         """Detect the request ``raw`` (received at ``now``) after those before it and return its
         spans: at once when no job waits or runs and it is small (one decode does both), else
-        checked with :func:`~otel_guard_processor.engine.check` (it decodes as the detector's
+        checked with the detector's ``check`` (it decodes as the detector's
         ``ingest`` does: one answer whatever the load) and queued. Raises :class:`DecodeError`
         when it does not decode (nothing changed, ``done`` never called); else ``done()`` is
         called once it has been detected (or detection failed)."""
         if self._running or self._jobs or self._stopping or len(raw) > self._inline_bytes:
-            spans: int = check(raw)  # refuses what ingest would: one answer whatever the load
+            spans: int = self.detector.check(raw)  # refuses what ingest would, whatever the load
             self.submit(raw, now, done)
             return spans
         try:
@@ -89,9 +89,13 @@ class Detection:
             raise
         except Exception:
             self._failed()
-            spans = check(raw)  # the count for the metrics
+            spans = self.detector.check(raw)  # the count for the metrics
         done()
         return spans
+
+    def check(self, raw: bytes) -> int:
+        """The spans of ``raw``, or the :class:`DecodeError` the detector's ingest would raise."""
+        return self.detector.check(raw)
 
     def submit(self, raw: bytes, now: float, done: Callable[[], None]) -> None:
         """Detect the request ``raw`` (its protobuf bytes, received at ``now``) after those before

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from otel_guard_processor.bounds import MAX_SERIES, OVERFLOW, TREE_HOPS_BUCKETS, CountedCycle, DetectorLimits
+from otel_guard_processor.dialects_file import Spec
 
 try:
     from otel_guard_processor._engine import (
@@ -85,7 +86,8 @@ class EngineDetector:
     the latest count of that cycle, ``cycle_roots[(kind, label)]``: that count's chain root (or
     None), ``decision_spans[(decision, reason, name)]``: the latest span
     of that decision whose ids are the size of real ones. ``on_cycle`` is told of each cycle
-    counted, under its series. Python runs once a call, never once a span.
+    counted, under its series. ``dialects``: a dialects file's rows (``--dialects``), read after the
+    built-in table's. Python runs once a call, never once a span.
     """
 
     def __init__(
@@ -94,9 +96,11 @@ class EngineDetector:
         *,
         on_cycle: Callable[[CountedCycle], None] | None = None,
         clock: Callable[[], float] = time.time,
+        dialects: Sequence[Spec] = (),
     ) -> None:
         self.limits = limits or DetectorLimits()
         self.engine = Engine(
+            dialects=list(dialects),
             max_traces=self.limits.max_traces,
             max_spans=self.limits.max_spans,
             max_spans_per_trace=self.limits.max_spans_per_trace,
@@ -146,6 +150,11 @@ class EngineDetector:
     def delegating_traces(self) -> int:
         """Held traces with a delegation path of two names or more: evicted after the others."""
         return self.engine.delegating_traces
+
+    def check(self, raw: bytes) -> int:
+        """The spans of a request, or the :class:`DecodeError` :meth:`ingest` would raise for it
+        (:func:`check` with the keys of this detector's dialects file too), keeping nothing."""
+        return self.engine.check(raw)
 
     def ingest(self, raw: bytes, now: float) -> int:
         """Read one request (its protobuf bytes) received at ``now``; return how many spans it had.

@@ -35,7 +35,7 @@ import grpc
 
 from otel_guard_processor._engine import MemoryBudget, Reservation
 from otel_guard_processor.detection import Detection
-from otel_guard_processor.engine import DecodeError, check
+from otel_guard_processor.engine import DecodeError
 from otel_guard_processor.forwarder import DownstreamError, Forwarder
 from otel_guard_processor.headers import Headers
 from otel_guard_processor.metrics import RequestStats
@@ -126,11 +126,10 @@ class Pipeline:
             full = None if forwarder is None else forwarder.busy()
             try:
                 # Detected (or queued for it) only when it goes on downstream: a refused request
-                # comes again. Detection's decode is the check that it is readable; else check(),
+                # comes again. Detection's decode is the check that it is readable; else its check(),
                 # which refuses what detection would: one answer whatever the load.
-                spans = (
-                    self.detection.take(raw, self._clock(), held_here.release) if full is None else check(raw)
-                )
+                take = self.detection.take
+                spans = take(raw, self._clock(), held_here.release) if full is None else self.detection.check(raw)
             except DecodeError as exc:
                 held_here.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"

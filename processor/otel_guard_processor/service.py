@@ -66,6 +66,7 @@ class Processor:
                 count_wait=config.count_wait,
             ),
             on_cycle=self.loop_log.counted,
+            dialects=self.config.dialect_rows(),
         )
         self.stats = RequestStats()
         # The one memory budget every holder of request bytes draws from (receivers, conversion,

@@ -163,10 +163,13 @@ fn decode_summary<'py>(
 }
 
 /// Engine(*, max_traces=50000, max_spans=1000000, max_spans_per_trace=10000,
-///        max_held_bytes=268435456, trace_ttl=120.0, tool_edge_wait=10.0, cycle_wait=10.0)
+///        max_held_bytes=268435456, trace_ttl=120.0, tool_edge_wait=10.0, cycle_wait=10.0,
+///        dialects=())
 ///
 /// The detection state of one processor: requests in (`ingest`), counts out (`Events`), in bounded
-/// state (see docs/processor.md). Times are seconds on a clock that does not go back.
+/// state (see docs/processor.md). Times are seconds on a clock that does not go back. `dialects`:
+/// more dialect rows, read after the built-in table's, each in `dialect_table()`'s form (a
+/// dialects file's rows; ValueError naming the row when one is malformed).
 #[pyclass(module = "otel_guard_processor._engine", name = "Engine")]
 struct PyEngine {
     engine: graph::Engine,
@@ -187,7 +190,7 @@ impl PyEngine {
             Err(panic) => {
                 self.faults += 1;
                 let limits = self.engine.limits();
-                if let Ok(fresh) = graph::Engine::new(limits) {
+                if let Ok(fresh) = graph::Engine::with_dialects(limits, self.engine.dialects()) {
                     self.engine = fresh;
                 }
                 Err(EngineFault::new_err(panic_message(&*panic)))
@@ -208,7 +211,9 @@ impl PyEngine {
         trace_ttl = 120.0,
         tool_edge_wait = 10.0,
         cycle_wait = 10.0,
+        dialects = Vec::new(),
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         max_traces: usize,
         max_spans: usize,
@@ -217,6 +222,7 @@ impl PyEngine {
         trace_ttl: f64,
         tool_edge_wait: f64,
         cycle_wait: f64,
+        dialects: Vec<dialects::RowSpec>,
     ) -> PyResult<Self> {
         let limits = Limits {
             max_traces,
@@ -227,9 +233,19 @@ impl PyEngine {
             tool_edge_wait,
             cycle_wait,
         };
-        let engine =
-            graph::Engine::new(limits).map_err(|error| PyValueError::new_err(error.to_string()))?;
+        let dialects = dialects::FileRows::new(dialects)
+            .map_err(|error| PyValueError::new_err(format!("dialects: {error}")))?;
+        let engine = graph::Engine::with_dialects(limits, std::sync::Arc::new(dialects))
+            .map_err(|error| PyValueError::new_err(error.to_string()))?;
         Ok(PyEngine { engine, faults: 0 })
+    }
+
+    /// check(request) -> spans
+    ///
+    /// The module's `check` with this engine's keys (a dialects file's too): DecodeError exactly
+    /// where its `ingest` would raise it, nothing kept.
+    fn check(&self, py: Python<'_>, request: &[u8]) -> PyResult<usize> {
+        guarded(|| Ok(decoded(py, request, self.engine.keys())?.spans.len()))
     }
 
     /// ingest(request, now) -> Events
@@ -422,9 +438,7 @@ impl PyEvents {
 #[pyfunction]
 fn dialect_table(py: Python<'_>) -> PyResult<(Bound<'_, PyList>, Bound<'_, PyList>)> {
     guarded(|| {
-        const SPAN_NAME: &str = "<the span name>";
-        const SUBJECT: &str = "<the span name's subject>";
-        const STEM: &str = "<the span name before its last dot>";
+        use dialects::{SPAN_NAME, STEM, SUBJECT};
         let rows = PyList::empty(py);
         for row in &dialects::ROWS {
             let key = match row.on {

@@ -1,8 +1,8 @@
 //! Spans -> calls: the dialect table, as data (one row per rule), and the keys the engine reads.
 //!
 //! A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of
-//! the first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of
-//! its `gen_ai.operation.name`, else the row of its protocol method (`a2a.method.name`,
+//! the first dialect kind attribute it carries (OpenInference's, Traceloop's, an observability
+//! SDK's), else the row of its `gen_ai.operation.name`, else the row of its protocol method (`a2a.method.name`,
 //! `mcp.method.name`). A kind row with no kind says "no call by its kind": the span is then
 //! read by its operation. A row's name is the first of its sources the span has (the span name's
 //! subject, the span name, or an attribute); a call with no name is no call.
@@ -26,6 +26,11 @@
 //! | GenAI (A2A) | `a2a.method.name` | `SendMessage` | agent | `gen_ai.agent.name` |
 //! | GenAI (A2A) | `a2a.method.name` | `SendStreamingMessage` | agent | `gen_ai.agent.name` |
 //! | GenAI (MCP) | `mcp.method.name` | `tools/call` | tool | `gen_ai.tool.name`, subject |
+//! | Langfuse | `langfuse.observation.type` | `agent` / `tool` | agent / tool | span name |
+//! | MLflow Tracing | `mlflow.spanType` | `"AGENT"` / `"TOOL"` (quotes and all) | agent / tool | span name |
+//! | Laminar | `lmnr.span.type` | `TOOL` | tool | span name |
+//! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, span name before its last dot |
+//! | MLflow Tracing | span name | `AgentRunner.run` | none (no call) | |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -90,9 +95,16 @@ pub enum Key {
     HopKind,
     /// The conventions' transfer mode: `pass_control` (a handoff) or `return_to_caller`.
     TransferMode,
+    /// The observability SDKs' own span kinds: Langfuse's, mlflow's (a JSON string), Laminar's,
+    /// AgentOps' (and the name AgentOps gives a call).
+    LangfuseKind,
+    MlflowKind,
+    LaminarKind,
+    AgentopsKind,
+    AgentopsName,
 }
 
-pub const KEY_COUNT: usize = 23;
+pub const KEY_COUNT: usize = 28;
 
 impl Key {
     pub const ALL: [Key; KEY_COUNT] = [
@@ -119,6 +131,11 @@ impl Key {
         Key::TreeHops,
         Key::HopKind,
         Key::TransferMode,
+        Key::LangfuseKind,
+        Key::MlflowKind,
+        Key::LaminarKind,
+        Key::AgentopsKind,
+        Key::AgentopsName,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -146,6 +163,11 @@ impl Key {
             Key::TreeHops => "otel_guard.budget.hops",
             Key::HopKind => "otel_guard.hop.kind",
             Key::TransferMode => "gen_ai.transfer.mode",
+            Key::LangfuseKind => "langfuse.observation.type",
+            Key::MlflowKind => "mlflow.spanType",
+            Key::LaminarKind => "lmnr.span.type",
+            Key::AgentopsKind => "agentops.span.kind",
+            Key::AgentopsName => "operation.name",
         }
     }
 }
@@ -157,6 +179,10 @@ pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langcha
 pub const GENAI: &str = "OpenTelemetry GenAI";
 pub const OI: &str = "OpenInference";
 pub const TL: &str = "OpenLLMetry / Traceloop";
+pub const LANGFUSE: &str = "Langfuse";
+pub const MLFLOW: &str = "MLflow Tracing";
+pub const LAMINAR: &str = "Laminar";
+pub const AGENTOPS: &str = "AgentOps";
 
 /// What a row matches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +265,10 @@ const NAME: On = On::SpanName;
 const OI_KIND: On = On::Attribute(OiKind);
 const TL_KIND: On = On::Attribute(TlKind);
 const OPERATION: On = On::Attribute(Operation);
+const LF_KIND: On = On::Attribute(LangfuseKind);
+const ML_KIND: On = On::Attribute(MlflowKind);
+const LMNR_KIND: On = On::Attribute(LaminarKind);
+const AO_KIND: On = On::Attribute(AgentopsKind);
 const A2A: On = On::Attribute(A2aMethod);
 const MCP: On = On::Attribute(McpMethod);
 const fn attr(key: Key) -> Source {
@@ -246,9 +276,9 @@ const fn attr(key: Key) -> Source {
 }
 
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
-/// rows.
+/// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 17] = [
+pub const ROWS: [Row; 25] = [
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
     row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
     // (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
@@ -276,10 +306,31 @@ pub const ROWS: [Row; 17] = [
     row(GENAI, A2A, "SendMessage", AGENT, &[attr(AgentName)]),
     row(GENAI, A2A, "SendStreamingMessage", AGENT, &[attr(AgentName)]),
     row(GENAI, MCP, "tools/call", TOOL, &[attr(ToolName), Subject]),
+    // The observability SDKs' decorators: the span named after the function or the name given.
+    // mlflow writes its span type as a JSON string, quotes and all; Laminar has no agent type (its
+    // agents are DEFAULT spans: links).
+    row(LANGFUSE, LF_KIND, "agent", AGENT, &[SpanName]),
+    row(LANGFUSE, LF_KIND, "tool", TOOL, &[SpanName]),
+    row(MLFLOW, ML_KIND, "\"AGENT\"", AGENT, &[SpanName]),
+    row(MLFLOW, ML_KIND, "\"TOOL\"", TOOL, &[SpanName]),
+    row(LAMINAR, LMNR_KIND, "TOOL", TOOL, &[SpanName]),
+    // AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
+    row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), Stem]),
+    row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), Stem]),
+    // MLflow's OpenAI Agents integration types its span of each `Runner.run` `"AGENT"` too, beside
+    // the agent's own span: no call (a span-name row with no kind is no call).
+    row(MLFLOW, NAME, "AgentRunner.run", None, &[]),
 ];
 
-/// The dialect kind keys, in the order [`call_of`] prefers them when a span carries both.
-pub const KIND_KEYS: [Key; 2] = [OiKind, TlKind];
+/// The dialect kind keys: [`call_of`] reads the one a span carries first.
+pub const KIND_KEYS: [Key; 6] = [
+    OiKind,
+    TlKind,
+    LangfuseKind,
+    MlflowKind,
+    LaminarKind,
+    AgentopsKind,
+];
 
 const fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -386,6 +437,40 @@ impl<'l, 'a> Attributes<'l, 'a> {
         }
     }
 
+    /// The string value of the key of index `key` (a file's own key past [`KEY_COUNT`]: the first
+    /// of its values, found by a scan of the span's kept attributes).
+    pub fn text_at(&self, key: u16) -> Option<&'a str> {
+        let value = match key_at(key) {
+            Some(key) => self.value(key),
+            None => self
+                .list
+                .iter()
+                .find(|attribute| attribute.key == key)
+                .map(|attribute| attribute.value),
+        };
+        match value {
+            Some(Value::Str(text)) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Of the keys of `keys` (indices), the one that stands first among the span's attributes.
+    fn first_index_of(&self, keys: impl Iterator<Item = u16>) -> Option<u16> {
+        keys.filter_map(|key| {
+            let at = match key_at(key) {
+                Some(known) => self.first[known as usize],
+                None => self
+                    .list
+                    .iter()
+                    .position(|attribute| attribute.key == key)
+                    .map_or(ABSENT, |at| at as u16),
+            };
+            (at != ABSENT).then_some((at, key))
+        })
+        .min_by_key(|&(at, _)| at)
+        .map(|(_, key)| key)
+    }
+
     /// Of `keys`, the one that stands first among the span's attributes.
     fn first_of(&self, keys: &[Key]) -> Option<Key> {
         keys.iter()
@@ -396,72 +481,375 @@ impl<'l, 'a> Attributes<'l, 'a> {
     }
 }
 
-/// What a span is as a call: the row that read it, and the name it gives (None: no name).
+/// What a span is as a call: the row that read it (a built-in row's index, then a file's rows),
+/// what that row makes of it, and the name it gives (None: no name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Call<'a> {
     pub row: RowId,
+    kind: Kind,
+    /// Read by a row that makes a call only first below a tool call.
+    pub conditional: bool,
     pub name: Option<&'a str>,
 }
 
 impl Call<'_> {
     pub fn kind(&self) -> Kind {
-        // Only rows with a kind make calls.
-        self.row.row().kind.unwrap_or(Kind::Agent)
+        self.kind
     }
 }
 
-/// The call a span records, by its name, its instrumentation scope and its attributes; None when
-/// it is none.
+/// The call a span records, by its name, its instrumentation scope and its attributes, read by the
+/// built-in table and then by `more` (a dialects file's rows); None when it is none.
 pub fn call_of<'a>(
     span_name: &'a str,
     scope: &str,
     attributes: &Attributes<'_, 'a>,
+    more: &FileRows,
 ) -> Option<Call<'a>> {
     let rows = ROWS.iter().enumerate();
     for (at, row) in rows.clone().filter(|(_, row)| row.on == On::SpanName) {
-        let named = span_name
-            .strip_prefix(row.value)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '));
-        if named {
+        if names(span_name, row.value) {
             return Some(call(at, row, span_name, attributes));
         }
     }
-    if let Some(kind_key) = attributes.first_of(&KIND_KEYS) {
-        let value = attributes.text(kind_key);
+    if !more.name_rows.is_empty()
+        && let Some(at) = more
+            .name_rows
+            .iter()
+            .copied()
+            .find(|&at| names(span_name, &more.rows[usize::from(at)].value))
+    {
+        return Some(more.call(at, span_name, attributes));
+    }
+    let kind_key = if more.kind_keys.is_empty() {
+        attributes.first_of(&KIND_KEYS).map(|key| key as u16)
+    } else {
+        attributes.first_index_of(
+            KIND_KEYS
+                .iter()
+                .map(|&key| key as u16)
+                .chain(more.kind_keys.iter().copied()),
+        )
+    };
+    if let Some(kind_key) = kind_key {
+        let value = attributes.text_at(kind_key);
+        let on = key_at(kind_key).map(On::Attribute);
         for (at, row) in rows.clone() {
-            if row.on == On::Attribute(kind_key)
+            if Some(row.on) == on
                 && Some(row.value) == value
                 && row.scope.is_none_or(|only| only == scope)
             {
                 if row.kind.is_some() {
                     return Some(call(at, row, span_name, attributes));
                 }
+                return more.after_operation(span_name, attributes);
+            }
+        }
+        for &at in &more.kind_rows {
+            let row = &more.rows[usize::from(at)];
+            if row.on == Match::Attribute(kind_key)
+                && value == Some(row.value.as_str())
+                && row.scope.as_deref().is_none_or(|only| only == scope)
+            {
+                if row.kind.is_some() {
+                    return Some(more.call(at, span_name, attributes));
+                }
                 break;
             }
         }
     }
-    // The operation rows, then the protocol rows: the first whose key has its value.
-    rows.filter(|(_, row)| matches!(row.on, On::Attribute(Operation | A2aMethod | McpMethod)))
-        .find(|(_, row)| match row.on {
-            On::Attribute(key) => attributes.text(key) == Some(row.value),
-            On::SpanName => false,
+    more.after_operation(span_name, attributes)
+}
+
+/// Whether the span name is `value`, or `value`, a space and more.
+fn names(span_name: &str, value: &str) -> bool {
+    span_name
+        .strip_prefix(value)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+}
+
+/// The built-in key of a key index below [`KEY_COUNT`] (None for a file's own key).
+fn key_at(index: u16) -> Option<Key> {
+    Key::ALL.get(usize::from(index)).copied()
+}
+
+/// The operation rows, then the protocol rows (each the built-in ones, then the file's): the first
+/// whose key has its value.
+fn by_operation<'a>(
+    span_name: &'a str,
+    attributes: &Attributes<'_, 'a>,
+    more: &FileRows,
+) -> Option<Call<'a>> {
+    let rows = ROWS.iter().enumerate();
+    if more.operation_rows.is_empty() && more.protocol_rows.is_empty() {
+        // The built-in rows alone: one pass, the operation rows standing before the protocol rows.
+        return rows
+            .filter(|(_, row)| matches!(row.on, On::Attribute(Operation | A2aMethod | McpMethod)))
+            .find(|(_, row)| match row.on {
+                On::Attribute(key) => attributes.text(key) == Some(row.value),
+                On::SpanName => false,
+            })
+            .map(|(at, row)| call(at, row, span_name, attributes));
+    }
+    let operation = |keys: &[Key]| {
+        rows.clone()
+            .filter(|(_, row)| matches!(row.on, On::Attribute(key) if keys.contains(&key)))
+            .find(|(_, row)| match row.on {
+                On::Attribute(key) => attributes.text(key) == Some(row.value),
+                On::SpanName => false,
+            })
+            .map(|(at, row)| call(at, row, span_name, attributes))
+    };
+    let file = |group: &[u8]| {
+        group.iter().copied().find_map(|at| {
+            let row = &more.rows[usize::from(at)];
+            match row.on {
+                Match::Attribute(key) if attributes.text_at(key) == Some(row.value.as_str()) => {
+                    Some(more.call(at, span_name, attributes))
+                }
+                _ => None,
+            }
         })
-        .map(|(at, row)| call(at, row, span_name, attributes))
+    };
+    operation(&[Operation])
+        .or_else(|| file(&more.operation_rows))
+        .or_else(|| operation(&[A2aMethod, McpMethod]))
+        .or_else(|| file(&more.protocol_rows))
 }
 
 fn call<'a>(at: usize, row: &Row, span_name: &'a str, attributes: &Attributes<'_, 'a>) -> Call<'a> {
     let name = row.names.iter().find_map(|source| {
         let name = match *source {
-            Subject => span_name.split_once(' ').map_or("", |(_, subject)| subject),
+            Subject => subject(span_name),
             SpanName => span_name,
-            Stem => span_name.rsplit_once('.').map_or("", |(stem, _)| stem),
+            Stem => stem(span_name),
             Source::Attribute(key) => attributes.text(key)?,
         };
         (!name.is_empty()).then_some(name)
     });
     Call {
         row: RowId(u8::try_from(at).unwrap_or(u8::MAX)),
+        kind: row.kind.unwrap_or(Kind::Agent),
+        conditional: row.conditional,
         name,
+    }
+}
+
+fn subject(span_name: &str) -> &str {
+    span_name.split_once(' ').map_or("", |(_, subject)| subject)
+}
+
+fn stem(span_name: &str) -> &str {
+    span_name.rsplit_once('.').map_or("", |(stem, _)| stem)
+}
+
+// --- a dialects file's rows ----------------------------------------------------------------------
+
+/// What a file's row matches on: the span name, or an attribute by its index in the engine's keys
+/// ([`Key::ALL`], then the file's own keys; see [`FileRows::keys`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    SpanName,
+    Attribute(u16),
+}
+
+/// Where a file's row takes a call's name from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    Subject,
+    SpanName,
+    Stem,
+    Attribute(u16),
+}
+
+/// One row of a dialects file: a built-in [`Row`]'s fields, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRow {
+    pub dialect: String,
+    pub on: Match,
+    pub value: String,
+    pub kind: Option<Kind>,
+    pub names: Vec<Named>,
+    pub conditional: bool,
+    pub scope: Option<String>,
+}
+
+/// A row as the binding and the Python side give it: (dialect, key, value, kind, names,
+/// conditional, scope), `key` an attribute or [`SPAN_NAME`], `kind` `agent`, `tool` or None, each
+/// name an attribute, [`SPAN_NAME`], [`SUBJECT`] or [`STEM`] (the tokens of `dialect_table()`).
+pub type RowSpec = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Vec<String>,
+    bool,
+    Option<String>,
+);
+
+pub const SPAN_NAME: &str = "<the span name>";
+pub const SUBJECT: &str = "<the span name's subject>";
+pub const STEM: &str = "<the span name before its last dot>";
+
+/// The rows a dialects file adds, read after the built-in rows of their group: span-name rows
+/// after the built-in span-name rows; rows of `gen_ai.operation.name` after the operation rows;
+/// rows of `a2a.method.name` / `mcp.method.name` after the protocol rows; every other key is a
+/// kind key (after OpenInference's and Traceloop's), its rows after the built-in kind rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileRows {
+    rows: Vec<FileRow>,
+    /// The attribute keys the file reads that the built-in table does not, in the order first
+    /// read: their indices follow [`Key::ALL`]'s.
+    keys: Vec<String>,
+    kind_keys: Vec<u16>,
+    name_rows: Vec<u8>,
+    kind_rows: Vec<u8>,
+    operation_rows: Vec<u8>,
+    protocol_rows: Vec<u8>,
+}
+
+/// The most rows a file may add: a row's id is a byte, the built-in rows' first.
+pub const MAX_FILE_ROWS: usize = u8::MAX as usize - ROWS.len();
+
+impl FileRows {
+    /// The rows of `specs`, in order; an error names the row (from 1) and what is wrong with it.
+    pub fn new(specs: Vec<RowSpec>) -> Result<FileRows, String> {
+        if specs.len() > MAX_FILE_ROWS {
+            return Err(format!("{} rows; at most {MAX_FILE_ROWS}", specs.len()));
+        }
+        let mut more = FileRows::default();
+        for (at, (dialect, key, value, kind, names, conditional, scope)) in
+            specs.into_iter().enumerate()
+        {
+            let wrong = |what: &str| format!("row {}: {what}", at + 1);
+            let kind = match kind.as_deref() {
+                Some("agent") => Some(Kind::Agent),
+                Some("tool") => Some(Kind::Tool),
+                None => None,
+                Some(other) => return Err(wrong(&format!("kind {other:?}: agent, tool or None"))),
+            };
+            if dialect.is_empty() || key.is_empty() || value.is_empty() {
+                return Err(wrong("an empty dialect, key or value"));
+            }
+            if kind.is_some() == names.is_empty() {
+                return Err(wrong(
+                    "a row with a kind names it, one with none names nothing",
+                ));
+            }
+            let on = match key.as_str() {
+                SPAN_NAME => Match::SpanName,
+                SUBJECT | STEM => return Err(wrong("a row matches the span name or an attribute")),
+                _ => Match::Attribute(more.key(&key)),
+            };
+            let mut sources = Vec::with_capacity(names.len());
+            for name in names {
+                sources.push(match name.as_str() {
+                    "" => return Err(wrong("an empty name source")),
+                    SPAN_NAME => Named::SpanName,
+                    SUBJECT => Named::Subject,
+                    STEM => Named::Stem,
+                    _ => Named::Attribute(more.key(&name)),
+                });
+            }
+            let id = u8::try_from(ROWS.len() + at).map_err(|_| wrong("too many rows"))?;
+            match on {
+                Match::SpanName => more.name_rows.push(id),
+                Match::Attribute(key) if key == Operation as u16 => more.operation_rows.push(id),
+                Match::Attribute(key) if key == A2aMethod as u16 || key == McpMethod as u16 => {
+                    more.protocol_rows.push(id)
+                }
+                Match::Attribute(key) => {
+                    if !KIND_KEYS.iter().any(|&kind_key| kind_key as u16 == key)
+                        && !more.kind_keys.contains(&key)
+                    {
+                        more.kind_keys.push(key);
+                    }
+                    more.kind_rows.push(id);
+                }
+            }
+            more.rows.push(FileRow {
+                dialect,
+                on,
+                value,
+                kind,
+                names: sources,
+                conditional,
+                scope,
+            });
+        }
+        // The groups hold row ids; the rows are kept by their place in the file.
+        for group in [
+            &mut more.name_rows,
+            &mut more.kind_rows,
+            &mut more.operation_rows,
+            &mut more.protocol_rows,
+        ] {
+            for id in group.iter_mut() {
+                *id -= ROWS.len() as u8;
+            }
+        }
+        Ok(more)
+    }
+
+    /// The index of an attribute key: a built-in key's, else the file's own (added once).
+    fn key(&mut self, name: &str) -> u16 {
+        if let Some(key) = Key::ALL.iter().find(|key| key.name() == name) {
+            return *key as u16;
+        }
+        let at = match self.keys.iter().position(|known| known == name) {
+            Some(at) => at,
+            None => {
+                self.keys.push(name.to_owned());
+                self.keys.len() - 1
+            }
+        };
+        (KEY_COUNT + at) as u16
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn rows(&self) -> &[FileRow] {
+        &self.rows
+    }
+
+    /// The attribute keys the file reads beyond the built-in ones ([`Key::ALL`]'s come first).
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The file's row of a [`RowId`] past the built-in rows.
+    pub fn row(&self, id: RowId) -> Option<&FileRow> {
+        self.rows.get(usize::from(id.0).checked_sub(ROWS.len())?)
+    }
+
+    fn after_operation<'a>(
+        &self,
+        span_name: &'a str,
+        attributes: &Attributes<'_, 'a>,
+    ) -> Option<Call<'a>> {
+        by_operation(span_name, attributes, self)
+    }
+
+    /// The call the file's row `at` (its place in the file) makes of a span.
+    fn call<'a>(&self, at: u8, span_name: &'a str, attributes: &Attributes<'_, 'a>) -> Call<'a> {
+        let row = &self.rows[usize::from(at)];
+        let name = row.names.iter().find_map(|source| {
+            let name = match *source {
+                Named::Subject => subject(span_name),
+                Named::SpanName => span_name,
+                Named::Stem => stem(span_name),
+                Named::Attribute(key) => attributes.text_at(key)?,
+            };
+            (!name.is_empty()).then_some(name)
+        });
+        Call {
+            row: RowId((ROWS.len() + usize::from(at)) as u8),
+            kind: row.kind.unwrap_or(Kind::Agent),
+            conditional: row.conditional,
+            name,
+        }
     }
 }
 
@@ -491,8 +879,8 @@ mod tests {
             .collect();
         let list = list(&pairs);
         let attributes = Attributes::from_list(&list);
-        call_of(name, scope, &attributes)
-            .map(|call| (call.kind(), call.name, call.row.row().conditional))
+        call_of(name, scope, &attributes, &FileRows::default())
+            .map(|call| (call.kind(), call.name, call.conditional))
     }
 
     #[test]
@@ -622,9 +1010,54 @@ mod tests {
             read("planner.run", "s", &[(OiKind, "AGENT"), (OiAgentName, "a")]),
             Some((Kind::Agent, Some("a"), false))
         );
+        // No dot, no name: Phoenix's `@tracer.agent` span `planner` is as unnamed as the OpenAI
+        // Agents SDK's `Agent workflow` root, which is no agent.
         assert_eq!(
             read("planner", "s", &[(OiKind, "AGENT")]),
             Some((Kind::Agent, None, false))
+        );
+    }
+
+    #[test]
+    fn the_observability_sdks_kinds_name_their_calls_by_the_span_name() {
+        let langfuse = [(LangfuseKind, "agent")];
+        assert_eq!(
+            read("planner", "langfuse-sdk", &langfuse),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("ask_budget", "s", &[(LangfuseKind, "tool")]),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        assert_eq!(read("model", "s", &[(LangfuseKind, "generation")]), None);
+        // mlflow's type is a JSON string: the quotes are part of the value.
+        assert_eq!(
+            read("budget", "s", &[(MlflowKind, "\"AGENT\"")]),
+            Some((Kind::Agent, Some("budget"), false))
+        );
+        assert_eq!(read("budget", "s", &[(MlflowKind, "AGENT")]), None);
+        assert_eq!(
+            read("ask_planner", "s", &[(MlflowKind, "\"TOOL\"")]),
+            Some((Kind::Tool, Some("ask_planner"), false))
+        );
+        // Laminar names no agent.
+        assert_eq!(read("planner", "s", &[(LaminarKind, "DEFAULT")]), None);
+        assert_eq!(
+            read("ask_budget", "s", &[(LaminarKind, "TOOL")]),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        let agentops = [(AgentopsKind, "agent"), (AgentopsName, "planner")];
+        assert_eq!(
+            read("x.agent", "agentops", &agentops),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        assert_eq!(
+            read("ask_budget.tool", "agentops", &[(AgentopsKind, "tool")]),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        assert_eq!(
+            read("model.task", "agentops", &[(AgentopsKind, "task")]),
+            None
         );
     }
 
@@ -710,8 +1143,13 @@ mod tests {
             (OiKind, Value::Int(3)),
             (Operation, Value::Str("invoke_agent")),
         ]);
-        let call =
-            call_of("x", "s", &Attributes::from_list(&other)).map(|call| (call.kind(), call.name));
+        let call = call_of(
+            "x",
+            "s",
+            &Attributes::from_list(&other),
+            &FileRows::default(),
+        )
+        .map(|call| (call.kind(), call.name));
         assert_eq!(call, Some((Kind::Agent, None)));
         let repeated = list(&[
             (AgentName, Value::Str("first")),
@@ -744,5 +1182,123 @@ mod tests {
         assert!(same_form_again(agent, workflow)); // the wrapper inside its call: a new run
         assert!(same_form_again(agent, agent));
         assert!(!same_form_again(find(NAME, "execute_tool"), agent));
+    }
+
+    fn spec(key: &str, value: &str, kind: Option<&str>, names: &[&str]) -> RowSpec {
+        (
+            "Acme".to_owned(),
+            key.to_owned(),
+            value.to_owned(),
+            kind.map(str::to_owned),
+            names.iter().map(|name| (*name).to_owned()).collect(),
+            false,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_files_rows_read_after_the_built_in_rows_of_their_group() {
+        let more = FileRows::new(vec![
+            spec(
+                "acme.type",
+                "\"AGENT\"",
+                Some("agent"),
+                &["acme.entity", STEM],
+            ),
+            spec("acme.type", "\"LLM\"", None, &[]),
+            spec(SPAN_NAME, "Running", Some("tool"), &[SUBJECT]),
+            spec(
+                "gen_ai.operation.name",
+                "invoke_team",
+                Some("agent"),
+                &["acme.entity"],
+            ),
+        ])
+        .expect("rows");
+        assert_eq!(more.keys(), ["acme.type", "acme.entity"]);
+        let (type_key, entity) = (KEY_COUNT as u16, KEY_COUNT as u16 + 1);
+        let read = |name: &'static str, pairs: &[(u16, &'static str)]| {
+            let list: Vec<_> = pairs
+                .iter()
+                .map(|&(key, text)| Attribute {
+                    key,
+                    value: Value::Str(text),
+                })
+                .collect();
+            let attributes = Attributes::from_list(&list);
+            call_of(name, "s", &attributes, &more).map(|call| (call.kind(), call.name, call.row.0))
+        };
+        let rows = ROWS.len() as u8;
+        assert_eq!(
+            read("run", &[(type_key, "\"AGENT\""), (entity, "planner")]),
+            Some((Kind::Agent, Some("planner"), rows))
+        );
+        assert_eq!(
+            read("planner.run", &[(type_key, "\"AGENT\"")]),
+            Some((Kind::Agent, Some("planner"), rows))
+        );
+        // Without its quotes the value is another.
+        assert_eq!(
+            read("run", &[(type_key, "AGENT"), (entity, "planner")]),
+            None
+        );
+        // A kind of no call falls through to the operation, the file's operation rows included.
+        let team = [
+            (type_key, "\"LLM\""),
+            (Operation as u16, "invoke_team"),
+            (entity, "crew"),
+        ];
+        assert_eq!(
+            read("x", &team),
+            Some((Kind::Agent, Some("crew"), rows + 3))
+        );
+        assert_eq!(
+            read("Running search", &[]),
+            Some((Kind::Tool, Some("search"), rows + 2))
+        );
+        // The built-in rows come first: a span name of theirs, an OpenInference kind.
+        assert_eq!(
+            read("invoke_agent a", &[(type_key, "\"AGENT\""), (entity, "b")]),
+            Some((Kind::Agent, Some("a"), 0))
+        );
+        let both = [
+            (OiKind as u16, "TOOL"),
+            (type_key, "\"AGENT\""),
+            (OiToolName as u16, "t"),
+        ];
+        assert_eq!(read("x", &both).map(|call| call.1), Some(Some("t")));
+        // The first kind key a span carries wins, a file's as a built-in one.
+        let first = [
+            (type_key, "\"AGENT\""),
+            (entity, "p"),
+            (OiKind as u16, "TOOL"),
+        ];
+        assert_eq!(read("x", &first).map(|call| call.1), Some(Some("p")));
+    }
+
+    #[test]
+    fn a_malformed_row_is_an_error_naming_it() {
+        let error = |specs: Vec<RowSpec>| FileRows::new(specs).expect_err("refused");
+        assert_eq!(
+            error(vec![
+                spec("k", "v", Some("agent"), &["n"]),
+                spec("k", "v", Some("robot"), &["n"])
+            ]),
+            "row 2: kind \"robot\": agent, tool or None"
+        );
+        assert!(error(vec![spec("k", "", Some("agent"), &["n"])]).starts_with("row 1: an empty"));
+        assert!(
+            error(vec![spec("k", "v", Some("agent"), &[])]).starts_with("row 1: a row with a kind")
+        );
+        assert!(
+            error(vec![spec(SUBJECT, "v", Some("agent"), &["n"])])
+                .starts_with("row 1: a row matches")
+        );
+        assert!(
+            error(vec![spec("k", "v", Some("tool"), &[""])]).starts_with("row 1: an empty name")
+        );
+        let many = vec![spec("k", "v", None, &[]); MAX_FILE_ROWS + 1];
+        assert!(error(many).contains("rows; at most"));
+        assert!(FileRows::new(vec![spec("k", "v", None, &[]); MAX_FILE_ROWS]).is_ok());
     }
 }

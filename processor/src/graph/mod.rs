@@ -44,6 +44,7 @@ mod trace;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
+use std::sync::Arc;
 
 pub use events::{
     Cycle, CycleKind, ESCAPE, Events, Reason, SEPARATOR, cut, label_names, push_name,
@@ -56,7 +57,7 @@ use trace::{CallFacts, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, all
 
 use crate::calls::Hop;
 use crate::decode::{self, DecodeError, Keys, Request, Value};
-use crate::dialects::{self, Attributes, Key};
+use crate::dialects::{self, Attributes, FileRows, Key};
 use crate::ids::{self, Keyed, SpanId};
 use crate::lru::{Handle, Lru};
 
@@ -70,6 +71,8 @@ struct Tree {
 #[derive(Debug)]
 pub struct Engine {
     keys: Keys,
+    /// A dialects file's rows, read after the built-in table's (none: the built-in table alone).
+    dialects: Arc<FileRows>,
     traces: Lru<Box<[u8]>, Trace>,
     trees: Lru<Box<[u8]>, Tree>,
     shared: Shared,
@@ -114,11 +117,19 @@ fn transfer(attributes: &Attributes<'_, '_>) -> bool {
 
 impl Engine {
     pub fn new(limits: Limits) -> Result<Engine, BadLimits> {
+        Engine::with_dialects(limits, Arc::default())
+    }
+
+    /// An engine that reads calls by the built-in table and then by `dialects` (a dialects file's
+    /// rows): their attribute keys are kept besides the built-in ones.
+    pub fn with_dialects(limits: Limits, dialects: Arc<FileRows>) -> Result<Engine, BadLimits> {
         let limits = limits.check()?;
-        let keys =
-            Keys::new(Key::ALL.iter().map(|key| key.name())).map_err(|_| BadLimits("keys"))?;
+        let names = Key::ALL.iter().map(|key| key.name());
+        let keys = Keys::new(names.chain(dialects.keys().iter().map(String::as_str)))
+            .map_err(|_| BadLimits("keys"))?;
         Ok(Engine {
             keys,
+            dialects,
             traces: Lru::tracked(),
             trees: Lru::default(),
             shared: Shared {
@@ -141,6 +152,16 @@ impl Engine {
 
     pub fn limits(&self) -> Limits {
         self.shared.limits
+    }
+
+    /// The attribute keys its decode keeps: [`Key::ALL`], then a dialects file's own.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The dialects file's rows it reads by.
+    pub fn dialects(&self) -> Arc<FileRows> {
+        Arc::clone(&self.dialects)
     }
 
     pub fn active_traces(&self) -> usize {
@@ -457,9 +478,9 @@ impl Engine {
         scope: &ScopeFacts<'a>,
         attributes: &Attributes<'_, 'a>,
     ) -> Facts<'a> {
-        let call = dialects::call_of(span.name, scope.name, attributes).and_then(|call| {
+        let call = dialects::call_of(span.name, scope.name, attributes, &self.dialects);
+        let call = call.and_then(|call| {
             let name = call.name?;
-            let row = call.row.row();
             Some(CallFacts {
                 name: self.shared.cut(name, MAX_NAME_CHARS),
                 hop: Hop::of_span(
@@ -471,7 +492,7 @@ impl Engine {
                     attributes.integer(Key::NameDepth).unwrap_or(0),
                     transfer(attributes),
                 ),
-                conditional: row.conditional,
+                conditional: call.conditional,
             })
         });
         let decision = match (&call, attributes.text(Key::Decision)) {

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from corpus_spans import CORPUS, read_spans, to_request
-from otel_guard_processor.engine import EngineDetector
+from otel_guard_processor.dialects_file import Spec, read_dialects
+from otel_guard_processor.engine import EngineDetector, dialect_table
 from processor_helpers import ProcessorFactory, export, scrape, series
 
 RUNTIMES = CORPUS / "runtimes"
@@ -26,18 +27,28 @@ RUNTIMES = CORPUS / "runtimes"
 # tool, LlamaIndex's tool-level loop, OpenLLMetry's flat OpenAI Agents spans; the service test below
 # holds each to tests/processor/reference/test_reference.py's RIGHT.)
 NAMED_AND_NESTED = ("adk", "crewai_tl", "strands", "strands_oi", "agno_oi")
-LOOPS = sorted(CORPUS.glob("*.loop.spans.jsonl")) + [
-    RUNTIMES / f"{name}.loop.spans.jsonl" for name in NAMED_AND_NESTED
-]
-CONTROLS = sorted(CORPUS.glob("*.control.spans.jsonl")) + [
-    RUNTIMES / f"{name}.control.spans.jsonl" for name in NAMED_AND_NESTED
-]
+# The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds;
+# Laminar's and Phoenix's decorators name no agent (RIGHT), Logfire's is taught by a dialects file.
+VENDORS = CORPUS / "vendors"
+VENDORS_NAMED = ("langfuse", "mlflow", "mlflow_oai", "agentops")
+LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
+TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}
+LOOPS = (
+    sorted(CORPUS.glob("*.loop.spans.jsonl"))
+    + [RUNTIMES / f"{name}.loop.spans.jsonl" for name in NAMED_AND_NESTED]
+    + [VENDORS / f"{name}.loop.spans.jsonl" for name in VENDORS_NAMED]
+)
+CONTROLS = (
+    sorted(CORPUS.glob("*.control.spans.jsonl"))
+    + [RUNTIMES / f"{name}.control.spans.jsonl" for name in NAMED_AND_NESTED]
+    + [VENDORS / f"{name}.control.spans.jsonl" for name in VENDORS_NAMED]
+)
 LOOP_CYCLES = {("cross_function", "planner>budget>planner"): 1}
 LOOP_EDGES = {("planner", "budget"): 3, ("budget", "planner"): 2}
 
 
-def detect(batches: list[list[dict[str, Any]]]) -> EngineDetector:
-    detector = EngineDetector()
+def detect(batches: list[list[dict[str, Any]]], dialects: tuple[Spec, ...] = ()) -> EngineDetector:
+    detector = EngineDetector(dialects=dialects)
     for batch in batches:
         detector.ingest(to_request(batch).SerializeToString(), 0.0)
     detector.expire(detector.limits.count_wait)  # the counts' wait is over
@@ -122,8 +133,34 @@ def test_a_span_received_twice_counts_nothing_more() -> None:
     assert detector.duplicates == len(records)
 
 
+@pytest.mark.parametrize("order", ORDERS, ids=lambda order: order.__name__)
+@pytest.mark.parametrize("vendor", sorted(TAUGHT_BY_FILE))
+def test_a_vendor_taught_by_its_shipped_dialects_file_is_one_series_and_the_references_count(
+    vendor: str, order: Any
+) -> None:
+    """Logfire's message-template spans: nothing without the file (RIGHT), the corpus's counts with
+    it, in the engine as in the reference reading the same file."""
+    from reference.dialects import with_rows
+    from reference.reference import detect as reference_detect
+
+    rows = read_dialects(TAUGHT_BY_FILE[vendor], dialect_table()[0])
+    for scenario, cycles, edges in (
+        ("loop", LOOP_CYCLES, LOOP_EDGES),
+        ("control", {}, {("planner", "budget"): 1}),
+    ):
+        batches = order(read_spans(VENDORS / f"{vendor}.{scenario}.spans.jsonl"))
+        detector = detect(batches, rows)
+        assert (detector.cycles, detector.delegations) == (cycles, edges)
+        assert detect(batches).cycles == {}
+        raws = [to_request(batch).SerializeToString() for batch in batches]
+        metrics = reference_detect(raws, with_rows(rows))
+        assert (metrics.cycles, metrics.delegations) == (cycles, edges)
+
+
 @pytest.mark.parametrize(
-    "path", sorted(RUNTIMES.glob("*.spans.jsonl")), ids=lambda path: path.name.split(".spans")[0]
+    "path",
+    sorted(RUNTIMES.glob("*.spans.jsonl")) + sorted(VENDORS.glob("*.spans.jsonl")),
+    ids=lambda path: f"{path.parent.name}/{path.name.split('.spans')[0]}",
 )
 async def test_a_runtimes_own_telemetry_counts_right_through_the_service(
     start_processor: ProcessorFactory, path: Path
@@ -139,6 +176,6 @@ async def test_a_runtimes_own_telemetry_counts_right_through_the_service(
     samples = await scrape(processor)
     cycles = series(samples, "otel_guard_cycles_total")  # (label, kind)
     edges = series(samples, "otel_guard_delegations_total")  # (callee, caller)
-    right_cycles, right_edges = RIGHT[f"runtimes/{path.name.removesuffix('.spans.jsonl')}"]
+    right_cycles, right_edges = RIGHT[f"{path.parent.name}/{path.name.removesuffix('.spans.jsonl')}"]
     assert cycles == {(label, kind): n for (kind, label), n in right_cycles.items()}
     assert edges == {(callee, caller): n for (caller, callee), n in right_edges.items()}

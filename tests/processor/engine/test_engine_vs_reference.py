@@ -141,8 +141,9 @@ def test_the_runtimes_recordings_count_right() -> None:
     """ADK's invoke_workflow around invoke_agent is one call; CrewAI's X.agent spans are named by
     gen_ai.agent.name (both counted wrong by the retired pure-Python detector); and the other
     runtimes' recordings (Strands, OpenInference for smolagents, LlamaIndex, Agno and Strands,
-    OpenLLMetry for the OpenAI Agents SDK) count as the corpus's README says."""
-    runtimes = {recording(path): path for path in RECORDINGS if path.parent.name == "runtimes"}
+    OpenLLMetry for the OpenAI Agents SDK) and the observability SDKs' (``vendors/``) count as the
+    corpus's README says."""
+    runtimes = {recording(path): path for path in RECORDINGS if path.parent.name in ("runtimes", "vendors")}
     right = RIGHT
     assert set(runtimes) == set(right)
     for name, path in runtimes.items():
@@ -205,7 +206,13 @@ def test_the_forests_the_detector_counts_otherwise_count_as_the_reference(name: 
 
 def test_the_engines_dialect_table_is_the_references_row_for_row() -> None:
     rows, wrappers = dialect_table()
-    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS, *dialects.PROTOCOL_ROWS]
+    table = [
+        *dialects.NAME_ROWS,
+        *dialects.KIND_ROWS,
+        *dialects.OPERATION_ROWS,
+        *dialects.PROTOCOL_ROWS,
+        *dialects.SDK_ROWS,
+    ]
     assert rows == [
         (row.dialect, row.key, row.value, row.kind, row.names, row.conditional, row.scope) for row in table
     ]
@@ -264,7 +271,13 @@ def test_the_dialect_page_is_the_engines_table_wrappers_and_one_call_rules_row_f
 
 
 def test_the_reference_makes_of_each_one_call_case_what_the_engine_makes() -> None:
-    table = [*dialects.NAME_ROWS, *dialects.KIND_ROWS, *dialects.OPERATION_ROWS, *dialects.PROTOCOL_ROWS]
+    table = [
+        *dialects.NAME_ROWS,
+        *dialects.KIND_ROWS,
+        *dialects.OPERATION_ROWS,
+        *dialects.PROTOCOL_ROWS,
+        *dialects.SDK_ROWS,
+    ]
 
     def entry(facts: HopFacts, name: str) -> Entry:
         kind, row, scope, client, server, guard, caller, name_depth = facts

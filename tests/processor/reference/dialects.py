@@ -17,8 +17,8 @@ inside the row of the call it wraps (:data:`WRAPPERS`): the call started a new r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Final
 
 AGENT: Final = "agent"
@@ -76,7 +76,27 @@ KIND_ROWS: Final = (
     Row(TL, TL_KIND, "tool", TOOL, (TL_NAME, "gen_ai.tool.name")),
     Row(TL, TL_KIND, "task", AGENT, (TL_NAME,), conditional=True),  # the run of an agent called as a tool
 )
-KIND_KEYS: Final = (OI_KIND, TL_KIND)
+# The observability SDKs' decorators: the span named after the function or the name given. mlflow
+# writes its span type as a JSON string, quotes and all; Laminar has no agent type (its agents are
+# DEFAULT spans: links). Read as kind rows; they stand last in the engine's table.
+LANGFUSE_KIND: Final = "langfuse.observation.type"
+MLFLOW_KIND: Final = "mlflow.spanType"
+LAMINAR_KIND: Final = "lmnr.span.type"
+AGENTOPS_KIND: Final = "agentops.span.kind"
+SDK_ROWS: Final = (
+    Row("Langfuse", LANGFUSE_KIND, "agent", AGENT, (SPAN_NAME,)),
+    Row("Langfuse", LANGFUSE_KIND, "tool", TOOL, (SPAN_NAME,)),
+    Row("MLflow Tracing", MLFLOW_KIND, '"AGENT"', AGENT, (SPAN_NAME,)),
+    Row("MLflow Tracing", MLFLOW_KIND, '"TOOL"', TOOL, (SPAN_NAME,)),
+    Row("Laminar", LAMINAR_KIND, "TOOL", TOOL, (SPAN_NAME,)),
+    # AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
+    Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", STEM)),
+    Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", STEM)),
+    # MLflow's OpenAI Agents integration types its span of each `Runner.run` "AGENT" too, beside the
+    # agent's own span: no call (a span-name row with no kind names nothing: no call).
+    Row("MLflow Tracing", SPAN_NAME, "AgentRunner.run", None, ()),
+)
+KIND_KEYS: Final = (OI_KIND, TL_KIND, LANGFUSE_KIND, MLFLOW_KIND, LAMINAR_KIND, AGENTOPS_KIND)
 OPERATION_ROWS: Final = (
     Row(GENAI, OPERATION, "invoke_agent", AGENT, ("gen_ai.agent.name",)),
     Row(GENAI, OPERATION, "execute_tool", TOOL, ("gen_ai.tool.name",)),
@@ -126,12 +146,13 @@ class Table:
     """The rows read in order (see the module docstring), the wrapper pairs, and the groups of rows
     that read one form (none: each row is a form of its own)."""
 
-    name_rows: tuple[Row, ...] = NAME_ROWS
-    kind_rows: tuple[Row, ...] = KIND_ROWS
+    name_rows: tuple[Row, ...] = (*NAME_ROWS, *(row for row in SDK_ROWS if row.key == SPAN_NAME))
+    kind_rows: tuple[Row, ...] = (*KIND_ROWS, *(row for row in SDK_ROWS if row.key != SPAN_NAME))
     operation_rows: tuple[Row, ...] = OPERATION_ROWS
     protocol_rows: tuple[Row, ...] = PROTOCOL_ROWS
     wrappers: tuple[tuple[Row, Row], ...] = WRAPPERS
     forms: tuple[tuple[Row, ...], ...] = ()
+    kind_keys: tuple[str, ...] = KIND_KEYS
 
     def form(self, row: Row) -> Row:
         """The row that stands for ``row``'s form."""
@@ -143,7 +164,7 @@ class Table:
         for row in self.name_rows:
             if span_name == row.value or span_name.startswith(row.value + " "):
                 return Call(row, _name(row, span_name, text))
-        kind_key = next((key for key in text if key in KIND_KEYS), None)
+        kind_key = next((key for key in text if key in self.kind_keys), None)
         if kind_key is not None:
             for row in self.kind_rows:
                 if row.key == kind_key and row.value == text[kind_key] and row.scope in (None, scope):
@@ -184,6 +205,25 @@ TRANSFER_MODE: Final = "gen_ai.transfer.mode"
 
 
 TABLE: Final = Table()
+
+
+def with_rows(specs: Iterable[tuple[str, str, str, str | None, tuple[str, ...], bool, str | None]]) -> Table:
+    """The table with a dialects file's rows (in ``dialect_table()``'s form) after the built-in rows
+    of their group: span-name rows, ``gen_ai.operation.name`` rows, protocol rows; every other key a
+    kind key after OpenInference's and Traceloop's."""
+    rows = [Row(*spec) for spec in specs]
+    kind_keys = list(KIND_KEYS)
+    for row in rows:
+        if row.key not in (SPAN_NAME, OPERATION, A2A_METHOD, MCP_METHOD) and row.key not in kind_keys:
+            kind_keys.append(row.key)
+    return replace(
+        TABLE,
+        name_rows=(*TABLE.name_rows, *(row for row in rows if row.key == SPAN_NAME)),
+        kind_rows=(*TABLE.kind_rows, *(row for row in rows if row.key in kind_keys)),
+        operation_rows=(*OPERATION_ROWS, *(row for row in rows if row.key == OPERATION)),
+        protocol_rows=(*PROTOCOL_ROWS, *(row for row in rows if row.key in (A2A_METHOD, MCP_METHOD))),
+        kind_keys=tuple(kind_keys),
+    )
 
 
 def call_of(span_name: str, scope: str, text: Mapping[str, str | None]) -> Call | None:
