@@ -128,8 +128,11 @@ class Pipeline:
                 # Detected (or queued for it) only when it goes on downstream: a refused request
                 # comes again. Detection's decode is the check that it is readable; else its check(),
                 # which refuses what detection would: one answer whatever the load.
-                take = self.detection.take
-                spans = take(raw, self._clock(), held_here.release) if full is None else self.detection.check(raw)
+                detection = self.detection
+                if full is None:
+                    spans = detection.take(raw, self._clock(), held_here.release)
+                else:
+                    spans = detection.check(raw)
             except DecodeError as exc:
                 held_here.drop()
                 message = f"not an OTLP ExportTraceServiceRequest: {exc}"
