@@ -52,6 +52,7 @@ EXAMPLES = {
     "smolagents": "smolagents",
     "agent_framework": "agent-framework",
     "llama_index": "llama-index",
+    "haystack": "haystack",
     "services": "services",
 }
 # What the README installs for an example whose environment holds more than its one extra.

@@ -43,6 +43,7 @@ OWN_ENVIRONMENT = {
     "otel_guard_smolagents",
     "otel_guard_agent_framework",
     "otel_guard_llama_index",
+    "otel_guard_haystack",
 }
 
 

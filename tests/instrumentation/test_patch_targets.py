@@ -26,6 +26,7 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
         "otel_guard_agent_framework",
         "otel_guard_crewai",
         "otel_guard_google_adk",
+        "otel_guard_haystack",
         "otel_guard_http",
         "otel_guard_langgraph",
         "otel_guard_llama_index",
