@@ -53,6 +53,7 @@ EXAMPLES = {
     "agent_framework": "agent-framework",
     "llama_index": "llama-index",
     "haystack": "haystack",
+    "claude_agent_sdk": "claude-agent-sdk",
     "services": "services",
 }
 # What the README installs for an example whose environment holds more than its one extra.

@@ -1,7 +1,7 @@
 """Leaves out the runtimes whose tests need an environment of their own, where they are not installed.
 
 google_adk, crewai and strands pin versions of mcp, OpenTelemetry or pydantic that cannot share the
-main environment, and smolagents, agent_framework, llama_index and haystack are kept apart the same way:
+main environment, and smolagents, agent_framework, llama_index, haystack and claude_agent_sdk are kept apart the same way:
 scripts/test runs each folder in its ``.venv-runtimes/<extra>`` (``scripts/test
 tests/instrumentation/crewai`` picks it), and the main run leaves the folders out.
 
@@ -21,6 +21,7 @@ OWN_ENVIRONMENT = {
     "agent_framework": "agent-framework-core",
     "llama_index": "llama-index-core",
     "haystack": "haystack-ai",
+    "claude_agent_sdk": "claude-agent-sdk",
 }
 """Test folder -> the distribution of the runtime it tests."""
 

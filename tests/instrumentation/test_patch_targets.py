@@ -24,6 +24,7 @@ def test_every_runtime_has_an_instrumentor_entry_point() -> None:
     assert [ep.name for ep in our_entry_points(here_only=False)] == [
         "otel_guard_a2a",
         "otel_guard_agent_framework",
+        "otel_guard_claude_agent_sdk",
         "otel_guard_crewai",
         "otel_guard_google_adk",
         "otel_guard_haystack",
