@@ -44,6 +44,7 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
 from otel_guard.instrumentation._base import refusal_text, unless_suppressed
 from otel_guard.instrumentation.claude_agent_sdk._scope import OPEN_CALLS
+from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
 
 RUN_ATTRIBUTE: Final = "_otel_guard_run"
@@ -58,8 +59,9 @@ HookCallback = Callable[[Any, Any, Any], Any]
 class Run:
     """One run's hops: its own, its open tool calls and sub-agents; whether it is spent."""
 
-    def __init__(self, name: str | None) -> None:
+    def __init__(self, name: str | None, tools: dict[str, list[str]] | None = None) -> None:
         self.name = name
+        self.tools = tools or {}  # agent name ("" for the main thread) -> the tools it may call
         self.hop: Delegation | None = None
         self.context: Context = otel_context.get_current()
         self.calls: dict[str, Delegation] = {}  # tool_use_id -> open MCP tool hop
@@ -121,7 +123,21 @@ class Run:
             "PostToolUseFailure": self.post_tool_use_failure,
             "SubagentStart": self.subagent_start,
             "SubagentStop": self.subagent_stop,
+            "UserPromptSubmit": self.user_prompt_submit,
         }
+
+    async def user_prompt_submit(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        """The situational guidance, as context of the run's user turn (when it applies)."""
+        if self.closed or not current_settings().situational_prompt:
+            return {}
+        token = otel_context.attach(self.context)
+        try:
+            prefix = guidance_for(self.name or DEFAULT_NAME, _tool_docs(self.tools.get("", [])))
+        finally:
+            otel_context.detach(token)
+        if prefix is None:
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": prefix}}
 
     async def pre_tool_use(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
         if self.closed or not isinstance(data, dict):
@@ -145,10 +161,28 @@ class Run:
         if kind == "agent":
             self.waiting.setdefault(name, []).append((call_id, hop, ctx))
             self.spawned[call_id] = ctx
-        else:
-            self.calls[call_id] = hop
-            OPEN_CALLS[call_id] = ctx
+            return self._guided(name, data.get("tool_input"), ctx)
+        self.calls[call_id] = hop
+        OPEN_CALLS[call_id] = ctx
         return {}
+
+    def _guided(self, agent: str, tool_input: Any, ctx: Context) -> dict[str, Any]:
+        """The Agent call's input with the guidance leading the sub-agent's prompt (its user turn),
+        when ``situational_prompt`` is on and the sub-agent's tools include an agent on its path."""
+        if not current_settings().situational_prompt or not isinstance(tool_input, dict):
+            return {}
+        prompt = tool_input.get("prompt")
+        if not isinstance(prompt, str):
+            return {}
+        token = otel_context.attach(ctx)
+        try:
+            prefix = guidance_for(agent, _tool_docs(self.tools.get(agent, [])))
+        finally:
+            otel_context.detach(token)
+        if prefix is None:
+            return {}
+        updated = {**tool_input, "prompt": f"{prefix}\n\n{prompt}"}
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}}
 
     async def post_tool_use(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
         self._call_ended(data, tool_use_id, None)
@@ -207,6 +241,16 @@ def _hop_of(tool: Any, tool_input: Any) -> tuple[str, Any] | None:
     return None
 
 
+def _tool_docs(tools: list[str]) -> dict[str, str | None]:
+    """Hop name -> description (none known) of each tool in ``tools`` that is a hop."""
+    docs: dict[str, str | None] = {}
+    for name in tools:
+        target = _hop_of(name, {}) if name not in AGENT_TOOLS else None
+        if target is not None:
+            docs[target[0]] = None
+    return docs
+
+
 def _denied(reason: str, *, stop: bool) -> dict[str, Any]:
     """A ``PreToolUse`` answer that denies the call with ``reason`` (and, ``stop``, ends the turn)."""
     output: dict[str, Any] = {
@@ -233,6 +277,19 @@ def _agent_name(transport: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def _tools_of(transport: Any, query: Any) -> dict[str, list[str]]:
+    """Agent name ("" for the main thread) -> the tools it may call: the run's allowed tools, and
+    each sub-agent's own (its ``AgentDefinition``'s ``tools``, else the run's), sub-agents by name."""
+    options = getattr(transport, "_options", None)
+    allowed = [name for name in getattr(options, "allowed_tools", None) or () if isinstance(name, str)]
+    agents = getattr(query, "_agents", None) or {}
+    tools = {"": allowed + [str(name) for name in agents]}
+    for name, definition in agents.items():
+        own = definition.get("tools") if isinstance(definition, dict) else None
+        tools[str(name)] = [str(t) for t in own] if isinstance(own, list) else allowed
+    return tools
+
+
 @unless_suppressed
 def new_query(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -240,7 +297,7 @@ def new_query(
     """``Query.__init__``: the run gets its :class:`Run` and the guard's hooks."""
     wrapped(*args, **kwargs)
     transport = kwargs.get("transport", args[0] if args else None)
-    run = Run(_agent_name(transport))
+    run = Run(_agent_name(transport), _tools_of(transport, instance))
     hooks = instance.hooks
     for event, callback in run.hooks().items():
         hooks.setdefault(event, []).append({"matcher": None, "hooks": [callback]})
