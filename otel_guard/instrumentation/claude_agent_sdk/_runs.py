@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
@@ -52,6 +53,8 @@ DEFAULT_NAME: Final = "claude"
 AGENT_TOOLS: Final = frozenset({"Agent", "Task"})
 """The CLI's tool that starts a sub-agent (``Task`` before Claude Code 2.1)."""
 GENERAL_PURPOSE: Final = "general-purpose"
+REPLY_WAIT_SECONDS: Final = 1.0
+"""How long a tool call waits for the reply that made it to be counted (it comes within ms)."""
 
 HookCallback = Callable[[Any, Any, Any], Any]
 
@@ -70,6 +73,9 @@ class Run:
         self.spawned: dict[str, Context] = {}  # the Agent call's tool_use_id -> its sub-agent's context
         self.spent: str | None = None
         self.counted: set[str] = set()  # ids of the model replies counted
+        self.counting = False  # the run's replies are counted (a model budget was on at its start)
+        self.replied: set[str] = set()  # the tool_use ids of the replies counted
+        self._awaited: dict[str, anyio.Event] = {}
         self.closed = False
 
     # -- the run's own hop -------------------------------------------------------------------
@@ -139,13 +145,35 @@ class Run:
             return {}
         return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": prefix}}
 
+    def reply_read(self, tool_use_ids: list[str]) -> None:
+        """The reply that made these tool calls has been counted."""
+        self.replied.update(tool_use_ids)
+        for call_id in tool_use_ids:
+            event = self._awaited.pop(call_id, None)
+            if event is not None:
+                event.set()
+
+    async def _reply_counted(self, call_id: str) -> None:
+        """Wait (a moment at most) until the reply that made ``call_id`` has been counted.
+
+        The CLI writes a sub-agent's reply and the ``PreToolUse`` request of its tool call within
+        milliseconds of each other, in either order (measured); the call is decided once the reply
+        is counted, so that a reply that spent the tree denies the calls it made."""
+        if call_id in self.replied:
+            return
+        event = self._awaited.setdefault(call_id, anyio.Event())
+        with anyio.move_on_after(REPLY_WAIT_SECONDS):
+            await event.wait()
+
     async def pre_tool_use(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
         if self.closed or not isinstance(data, dict):
             return {}
-        if self.spent is not None:
-            return _denied(self.spent, stop=True)
         tool = data.get("tool_name")
         call_id = data.get("tool_use_id") or tool_use_id
+        if self.counting and isinstance(call_id, str):
+            await self._reply_counted(call_id)
+        if self.spent is not None:
+            return _denied(self.spent, stop=True)
         target = _hop_of(tool, data.get("tool_input"))
         if target is None or not isinstance(call_id, str):
             return {}
@@ -316,6 +344,7 @@ async def start(
         from otel_guard.instrumentation.claude_agent_sdk._usage import CountingTransport
 
         instance.transport = CountingTransport(instance.transport, run)
+        run.counting = True
     token = otel_context.attach(run.context)
     try:
         return await wrapped(*args, **kwargs)

@@ -7,7 +7,9 @@ the run's ``usage``. :class:`CountingTransport` sits where the run's read loop r
 new reply is counted as one model request of the tree of the agent that made it (the run's, or the
 sub-agent's hop), and the result's ``input_tokens + output_tokens`` are the run's tokens.
 
-A reply is counted after it was made: the guard cannot refuse a request it does not see. A reply
+A reply is counted after it was made: the guard cannot refuse a request it does not see. The CLI
+writes a sub-agent's reply and the ``PreToolUse`` request of a call in it within milliseconds, in
+either order: a call waits (a second at most) for its reply to be counted before it is decided. A reply
 past ``max_model_requests`` (or ``max_tokens`` spent) spends the run (:mod:`._runs`): every later
 tool call of the run and its sub-agents is denied with the refusal and the turn ends, so the tree
 ends up at most one request per agent past its budget. The refusal (in observe mode, the
@@ -56,6 +58,12 @@ class CountingTransport(_TransportProxy):
         if not isinstance(reply_id, str) or reply_id in run.counted:
             return
         run.counted.add(reply_id)
+        content = reply.get("content") if isinstance(reply, dict) else None
+        calls = [
+            b["id"]
+            for b in content or ()
+            if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b
+        ]
         token = otel_context.attach(run.context_of_reply(message.get("parent_tool_use_id")))
         try:
             refused = await abefore_model_request()
@@ -63,6 +71,7 @@ class CountingTransport(_TransportProxy):
             otel_context.detach(token)
         if refused is not None and run.spent is None:
             run.spent = refused
+        run.reply_read([str(call) for call in calls])
 
     async def _result(self, message: dict[str, Any]) -> None:
         run = self._self_run

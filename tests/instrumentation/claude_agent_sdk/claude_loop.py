@@ -183,7 +183,7 @@ def scripted_loop(*, max_tool_calls: int = 6, subagents: bool = False) -> Iterat
 
 
 def main() -> None:
-    with scripted_loop() as loop:
+    with scripted_loop(max_tool_calls=int(os.environ.get("LOOP_MAX_TOOL_CALLS", "6"))) as loop:
         output = asyncio.run(loop.run("planner", "Plan the team offsite"))
         report = {
             "output": output,
