@@ -301,6 +301,8 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "smolagents": runtime_of_its_own("_runtime_smolagents"),
     "agent-framework": runtime_of_its_own("_runtime_agent_framework"),
     "llama-index": runtime_of_its_own("_runtime_llama_index"),
+    "haystack": runtime_of_its_own("_runtime_haystack"),
+    "claude-agent-sdk": runtime_of_its_own("_runtime_claude_agent_sdk"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = ("delegate", "pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")

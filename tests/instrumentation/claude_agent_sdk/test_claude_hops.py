@@ -139,3 +139,44 @@ def test_a_budget_spent_inside_a_sub_agent_ends_the_parent_with_a_result(
     refusals = [s for s in refused(spans) if s.attributes and s.attributes["otel_guard.reason"] == "budget"]
     assert refusals
     assert output is not None
+
+
+def test_a_client_session_is_one_run_and_its_refusal_reaches_the_model(
+    instrumented: ClaudeAgentSDKInstrumentor, spans: Any
+) -> None:
+    from claude_agent_sdk import ClaudeSDKClient
+
+    async def session(loop: Any) -> list[Any]:
+        async with ClaudeSDKClient(options=loop.options("planner")) as client:
+            await client.query("Plan the team offsite")
+            return [message async for message in client.receive_response()]
+
+    with scripted_loop() as loop:
+        messages = asyncio.run(asyncio.wait_for(session(loop), timeout=60))
+
+    (result,) = [m for m in messages if isinstance(m, ResultMessage)]
+    assert result.result is not None
+    assert result.result.startswith("planner answers after budget answers after " + DENIED + REFUSED)
+    assert [d[:2] for d in decisions(spans)] == [
+        ("invoke_agent planner", "allow"),
+        ("execute_tool budget", "allow"),
+        ("execute_tool planner", "refuse"),
+    ]
+    assert all(span.end_time is not None for span in guard_spans(spans))  # disconnect ended the run's hop
+
+
+def test_a_refused_run_raises_before_its_prompt_is_sent(
+    instrumented: ClaudeAgentSDKInstrumentor, spans: Any
+) -> None:
+    async def run_inside_planner(loop: Any) -> None:
+        async with otel_guard.delegate("planner"), otel_guard.delegate("budget"):
+            await loop.run("planner", "Plan the team offsite")
+
+    with (
+        scripted_loop() as loop,
+        pytest.raises(otel_guard.DelegationRefused, match="agent planner is already"),
+    ):
+        asyncio.run(asyncio.wait_for(run_inside_planner(loop), timeout=60))
+    assert loop.api is not None
+    assert loop.api.agent_requests() == []  # the model never saw the prompt
+    assert [d[:2] for d in decisions(spans)][-1] == ("invoke_agent planner", "refuse")
