@@ -3,9 +3,11 @@
 Every ``query()`` and every ``ClaudeSDKClient`` session makes one ``Query``, the SDK's end of the
 CLI's control channel. The guard gives each one a :class:`Run`:
 
-* at ``Query.__init__`` the run's hooks join the app's (``PreToolUse``, ``PostToolUse``,
-  ``PostToolUseFailure``, ``SubagentStart``, ``SubagentStop``, each matching every tool, after the
-  app's own), so the CLI asks the guard about every tool call, the sub-agents' included;
+* at ``Query.__init__`` the run's hooks join the app's, after them (``PreToolUse``,
+  ``PostToolUse``, ``PostToolUseFailure`` matching MCP tools and the Agent tool, every tool for
+  ``PreToolUse`` while a model budget is on; ``SubagentStart``, ``SubagentStop``; and
+  ``UserPromptSubmit`` with guidance on), so the CLI asks the guard about every call that can be a
+  hop, the sub-agents' included;
 * at ``Query.start``, before the CLI is read, the run's hop is decided: ``invoke_agent {name}``,
   where the name is the CLI's ``--agent`` (``extra_args={"agent": "planner"}``: the session runs as
   that agent); a run inside a hop of its own name (tool ``budget`` running agent ``budget``), or with
@@ -53,6 +55,8 @@ DEFAULT_NAME: Final = "claude"
 AGENT_TOOLS: Final = frozenset({"Agent", "Task"})
 """The CLI's tool that starts a sub-agent (``Task`` before Claude Code 2.1)."""
 GENERAL_PURPOSE: Final = "general-purpose"
+HOP_TOOLS: Final = "mcp__.*|Agent|Task"
+"""The hook matcher of the calls that can be hops: MCP tools and the sub-agent tool."""
 REPLY_WAIT_SECONDS: Final = 1.0
 """How long a tool call waits for the reply that made it to be counted (it comes within ms)."""
 
@@ -122,15 +126,22 @@ class Run:
 
     # -- the hooks -----------------------------------------------------------------------------
 
-    def hooks(self) -> dict[str, HookCallback]:
-        return {
-            "PreToolUse": self.pre_tool_use,
-            "PostToolUse": self.post_tool_use,
-            "PostToolUseFailure": self.post_tool_use_failure,
-            "SubagentStart": self.subagent_start,
-            "SubagentStop": self.subagent_stop,
-            "UserPromptSubmit": self.user_prompt_submit,
+    def hooks(self) -> dict[str, tuple[str | None, HookCallback]]:
+        """Hook event -> (the tools it matches, ``None``: all; the callback). The CLI asks the
+        Python process over its control channel for each: only the calls that can be hops are
+        asked about (and every call of a run that may be spent); the user turn only for guidance."""
+        settings = current_settings()
+        calls = None if settings.model_budgets_on else HOP_TOOLS
+        hooks: dict[str, tuple[str | None, HookCallback]] = {
+            "PreToolUse": (calls, self.pre_tool_use),
+            "PostToolUse": (HOP_TOOLS, self.post_tool_use),
+            "PostToolUseFailure": (HOP_TOOLS, self.post_tool_use_failure),
+            "SubagentStart": (None, self.subagent_start),
+            "SubagentStop": (None, self.subagent_stop),
         }
+        if settings.situational_prompt:
+            hooks["UserPromptSubmit"] = (None, self.user_prompt_submit)
+        return hooks
 
     async def user_prompt_submit(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
         """The situational guidance, as context of the run's user turn (when it applies)."""
@@ -327,8 +338,8 @@ def new_query(
     transport = kwargs.get("transport", args[0] if args else None)
     run = Run(_agent_name(transport), _tools_of(transport, instance))
     hooks = instance.hooks
-    for event, callback in run.hooks().items():
-        hooks.setdefault(event, []).append({"matcher": None, "hooks": [callback]})
+    for event, (matcher, callback) in run.hooks().items():
+        hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})
     setattr(instance, RUN_ATTRIBUTE, run)
 
 
