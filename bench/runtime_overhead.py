@@ -304,6 +304,8 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     # In the main environment, each in a module of its own all the same (their scripted models).
     "dspy": runtime_of_its_own("_runtime_dspy"),
     "agno": runtime_of_its_own("_runtime_agno"),
+    "haystack": runtime_of_its_own("_runtime_haystack"),
+    "claude-agent-sdk": runtime_of_its_own("_runtime_claude_agent_sdk"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = ("delegate", "pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")

@@ -54,6 +54,8 @@ EXAMPLES = {
     "llama_index": "llama-index",
     "dspy": "dspy",
     "agno": "agno",
+    "haystack": "haystack",
+    "claude_agent_sdk": "claude-agent-sdk",
     "services": "services",
 }
 # What the README installs for an example whose environment holds more than its one extra.

@@ -43,6 +43,8 @@ OWN_ENVIRONMENT = {
     "otel_guard_smolagents",
     "otel_guard_agent_framework",
     "otel_guard_llama_index",
+    "otel_guard_haystack",
+    "otel_guard_claude_agent_sdk",
 }
 
 

@@ -1,0 +1,375 @@
+"""A run of the Claude Agent SDK as a hop, and the hooks that make its sub-agents and tools hops.
+
+Every ``query()`` and every ``ClaudeSDKClient`` session makes one ``Query``, the SDK's end of the
+CLI's control channel. The guard gives each one a :class:`Run`:
+
+* at ``Query.__init__`` the run's hooks join the app's, after them (``PreToolUse``,
+  ``PostToolUse``, ``PostToolUseFailure`` matching MCP tools and the Agent tool, every tool for
+  ``PreToolUse`` while a model budget is on; ``SubagentStart``, ``SubagentStop``; and
+  ``UserPromptSubmit`` with guidance on), so the CLI asks the guard about every call that can be a
+  hop, the sub-agents' included;
+* at ``Query.start``, before the CLI is read, the run's hop is decided: ``invoke_agent {name}``,
+  where the name is the CLI's ``--agent`` (``extra_args={"agent": "planner"}``: the session runs as
+  that agent); a run inside a hop of its own name (tool ``budget`` running agent ``budget``), or with
+  no agent name inside any hop (a tool that asks another agent), is that hop's work, no hop of its
+  own; else ``claude``. A refused run raises
+  :class:`~otel_guard.DelegationRefused` from the ``query()`` iteration (from ``connect()``) before
+  the prompt is sent, and the SDK closes the CLI. Its read loop, and every hook and tool the CLI asks
+  for, run in the hop's context;
+* at ``Query.close``, however the run ends, every hop it opened ends.
+
+Which tool call is a hop (``PreToolUse``): the Agent tool (``Task`` in older CLIs), which starts a
+sub-agent, is ``invoke_agent {subagent_type}``, kept open until the sub-agent stops
+(``SubagentStop``; the CLI may run it in the background); an MCP tool ``mcp__{server}__{tool}`` is
+``execute_tool {tool}``; the CLI's built-in tools delegate nothing and are no hops. A sub-agent's
+calls are decided in the sub-agent's hop (the hook names its ``agent_id``). A refused call is denied:
+``permissionDecision: "deny"`` with the refusal's text as the reason, which the CLI gives the model
+as the call's error result; the model answers with what it has.
+
+Budgets (:mod:`._usage`): the CLI makes the model requests, out of the guard's reach, so each one is
+counted as its reply arrives (the run's read loop sees every assistant message, the sub-agents'
+included, before the CLI asks about the tool calls in it). A reply that a spent tree should not have
+had (in enforce mode) spends the run: every later tool call of the run is denied with the refusal,
+with ``continue: false``, which ends the turn: the run ends with a result, however deep the
+sub-agent that spent it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+
+from otel_guard.errors import DelegationRefused
+from otel_guard.guard import Delegation, current_chain, delegate
+from otel_guard.instrumentation._base import refusal_text, unless_suppressed
+from otel_guard.instrumentation.claude_agent_sdk._scope import OPEN_CALLS
+from otel_guard.prompt import guidance_for
+from otel_guard.settings import current_settings
+
+RUN_ATTRIBUTE: Final = "_otel_guard_run"
+DEFAULT_NAME: Final = "claude"
+AGENT_TOOLS: Final = frozenset({"Agent", "Task"})
+"""The CLI's tool that starts a sub-agent (``Task`` before Claude Code 2.1)."""
+GENERAL_PURPOSE: Final = "general-purpose"
+HOP_TOOLS: Final = "mcp__.*|Agent|Task"
+"""The hook matcher of the calls that can be hops: MCP tools and the sub-agent tool."""
+REPLY_WAIT_SECONDS: Final = 1.0
+"""How long a tool call waits for the reply that made it to be counted (it comes within ms)."""
+
+HookCallback = Callable[[Any, Any, Any], Any]
+
+
+class Run:
+    """One run's hops: its own, its open tool calls and sub-agents; whether it is spent."""
+
+    def __init__(self, name: str | None, tools: dict[str, list[str]] | None = None) -> None:
+        self.name = name
+        self.tools = tools or {}  # agent name ("" for the main thread) -> the tools it may call
+        self.hop: Delegation | None = None
+        self.context: Context = otel_context.get_current()
+        self.calls: dict[str, Delegation] = {}  # tool_use_id -> open MCP tool hop
+        self.waiting: dict[str, list[tuple[str, Delegation, Context]]] = {}  # subagent_type -> not started
+        self.agents: dict[str, tuple[Delegation, Context]] = {}  # agent_id -> running sub-agent
+        self.spawned: dict[str, Context] = {}  # the Agent call's tool_use_id -> its sub-agent's context
+        self.spent: str | None = None
+        self.counted: set[str] = set()  # ids of the model replies counted
+        self.counting = False  # the run's replies are counted (a model budget was on at its start)
+        self.replied: set[str] = set()  # the tool_use ids of the replies counted
+        self._awaited: dict[str, anyio.Event] = {}
+        self.closed = False
+
+    # -- the run's own hop -------------------------------------------------------------------
+
+    async def begin(self) -> None:
+        """Decide the run's hop (a refusal raises); its context is the run's from here on."""
+        chain = current_chain()
+        if chain is not None and (self.name is None or chain.hops[-1].agent == self.name):
+            # The work of the hop it runs in: a tool named like the agent it runs is one call.
+            self.context = otel_context.get_current()
+            return
+        self.hop = delegate(self.name or DEFAULT_NAME)
+        self.context = await self.hop.astart()
+
+    def end(self) -> None:
+        """End every hop the run opened (the run's last)."""
+        if self.closed:
+            return
+        self.closed = True
+        for tool_use_id, hop in list(self.calls.items()):
+            OPEN_CALLS.pop(tool_use_id, None)
+            hop.finish()
+        self.calls.clear()
+        for pending in self.waiting.values():
+            for _, hop, _ in pending:
+                hop.finish()
+        self.waiting.clear()
+        for hop, _ in self.agents.values():
+            hop.finish()
+        self.agents.clear()
+        if self.hop is not None:
+            self.hop.finish()
+
+    def context_of(self, agent_id: Any) -> Context:
+        """The context a call of ``agent_id`` (``None``: the main thread) is decided in."""
+        found = self.agents.get(agent_id) if isinstance(agent_id, str) else None
+        return found[1] if found is not None else self.context
+
+    def context_of_reply(self, parent_tool_use_id: Any) -> Context:
+        """The context of a model reply: its sub-agent's (named by the Agent call) or the run's."""
+        if isinstance(parent_tool_use_id, str):
+            return self.spawned.get(parent_tool_use_id, self.context)
+        return self.context
+
+    # -- the hooks -----------------------------------------------------------------------------
+
+    def hooks(self) -> dict[str, tuple[str | None, HookCallback]]:
+        """Hook event -> (the tools it matches, ``None``: all; the callback). The CLI asks the
+        Python process over its control channel for each: only the calls that can be hops are
+        asked about (and every call of a run that may be spent); the user turn only for guidance."""
+        settings = current_settings()
+        calls = None if settings.model_budgets_on else HOP_TOOLS
+        hooks: dict[str, tuple[str | None, HookCallback]] = {
+            "PreToolUse": (calls, self.pre_tool_use),
+            "PostToolUse": (HOP_TOOLS, self.post_tool_use),
+            "PostToolUseFailure": (HOP_TOOLS, self.post_tool_use_failure),
+            "SubagentStart": (None, self.subagent_start),
+            "SubagentStop": (None, self.subagent_stop),
+        }
+        if settings.situational_prompt:
+            hooks["UserPromptSubmit"] = (None, self.user_prompt_submit)
+        return hooks
+
+    async def user_prompt_submit(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        """The situational guidance, as context of the run's user turn (when it applies)."""
+        if self.closed or not current_settings().situational_prompt:
+            return {}
+        token = otel_context.attach(self.context)
+        try:
+            prefix = guidance_for(self.name or DEFAULT_NAME, _tool_docs(self.tools.get("", [])))
+        finally:
+            otel_context.detach(token)
+        if prefix is None:
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": prefix}}
+
+    def reply_read(self, tool_use_ids: list[str]) -> None:
+        """The reply that made these tool calls has been counted."""
+        self.replied.update(tool_use_ids)
+        for call_id in tool_use_ids:
+            event = self._awaited.pop(call_id, None)
+            if event is not None:
+                event.set()
+
+    async def _reply_counted(self, call_id: str) -> None:
+        """Wait (a moment at most) until the reply that made ``call_id`` has been counted.
+
+        The CLI writes a sub-agent's reply and the ``PreToolUse`` request of its tool call within
+        milliseconds of each other, in either order (measured); the call is decided once the reply
+        is counted, so that a reply that spent the tree denies the calls it made."""
+        if call_id in self.replied:
+            return
+        event = self._awaited.setdefault(call_id, anyio.Event())
+        with anyio.move_on_after(REPLY_WAIT_SECONDS):
+            await event.wait()
+
+    async def pre_tool_use(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        if self.closed or not isinstance(data, dict):
+            return {}
+        tool = data.get("tool_name")
+        call_id = data.get("tool_use_id") or tool_use_id
+        if self.counting and isinstance(call_id, str):
+            await self._reply_counted(call_id)
+        if self.spent is not None:
+            return _denied(self.spent, stop=True)
+        target = _hop_of(tool, data.get("tool_input"))
+        if target is None or not isinstance(call_id, str):
+            return {}
+        name, kind = target
+        hop = delegate(name, kind=kind)
+        token = otel_context.attach(self.context_of(data.get("agent_id")))
+        try:
+            ctx = await hop.astart()
+        except DelegationRefused as err:
+            return _denied(refusal_text(err), stop=False)
+        finally:
+            otel_context.detach(token)
+        if kind == "agent":
+            self.waiting.setdefault(name, []).append((call_id, hop, ctx))
+            self.spawned[call_id] = ctx
+            return self._guided(name, data.get("tool_input"), ctx)
+        self.calls[call_id] = hop
+        OPEN_CALLS[call_id] = ctx
+        return {}
+
+    def _guided(self, agent: str, tool_input: Any, ctx: Context) -> dict[str, Any]:
+        """The Agent call's input with the guidance leading the sub-agent's prompt (its user turn),
+        when ``situational_prompt`` is on and the sub-agent's tools include an agent on its path."""
+        if not current_settings().situational_prompt or not isinstance(tool_input, dict):
+            return {}
+        prompt = tool_input.get("prompt")
+        if not isinstance(prompt, str):
+            return {}
+        token = otel_context.attach(ctx)
+        try:
+            prefix = guidance_for(agent, _tool_docs(self.tools.get(agent, [])))
+        finally:
+            otel_context.detach(token)
+        if prefix is None:
+            return {}
+        updated = {**tool_input, "prompt": f"{prefix}\n\n{prompt}"}
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}}
+
+    async def post_tool_use(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        self._call_ended(data, tool_use_id, None)
+        return {}
+
+    async def post_tool_use_failure(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        error = data.get("error") if isinstance(data, dict) else None
+        self._call_ended(data, tool_use_id, RuntimeError(str(error or "tool call failed")))
+        return {}
+
+    def _call_ended(self, data: Any, tool_use_id: Any, exc: BaseException | None) -> None:
+        call_id = data.get("tool_use_id") if isinstance(data, dict) else None
+        call_id = call_id or tool_use_id
+        hop = self.calls.pop(call_id, None) if isinstance(call_id, str) else None
+        if hop is not None:
+            OPEN_CALLS.pop(call_id, None)
+            hop.finish(exc)
+            return
+        if exc is not None and isinstance(call_id, str):
+            # A sub-agent call that failed before its sub-agent started: its hop ends here.
+            for pending in self.waiting.values():
+                for entry in pending:
+                    if entry[0] == call_id:
+                        pending.remove(entry)
+                        entry[1].finish(exc)
+                        return
+
+    async def subagent_start(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            return {}
+        agent_id, agent_type = data.get("agent_id"), data.get("agent_type")
+        pending = self.waiting.get(agent_type) if isinstance(agent_type, str) else None
+        if pending and isinstance(agent_id, str):
+            _, hop, ctx = pending.pop(0)
+            self.agents[agent_id] = (hop, ctx)
+        return {}
+
+    async def subagent_stop(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        agent_id = data.get("agent_id") if isinstance(data, dict) else None
+        found = self.agents.pop(agent_id, None) if isinstance(agent_id, str) else None
+        if found is not None:
+            found[0].finish()
+        return {}
+
+
+def _hop_of(tool: Any, tool_input: Any) -> tuple[str, Any] | None:
+    """(hop name, kind) of a call of ``tool``; ``None``: the call is no hop."""
+    if not isinstance(tool, str):
+        return None
+    if tool in AGENT_TOOLS:
+        subagent = tool_input.get("subagent_type") if isinstance(tool_input, dict) else None
+        return (subagent if isinstance(subagent, str) and subagent else GENERAL_PURPOSE), "agent"
+    if tool.startswith("mcp__"):
+        name = tool.split("__", 2)[-1]
+        return (name or tool), "tool"
+    return None
+
+
+def _tool_docs(tools: list[str]) -> dict[str, str | None]:
+    """Hop name -> description (none known) of each tool in ``tools`` that is a hop."""
+    docs: dict[str, str | None] = {}
+    for name in tools:
+        target = _hop_of(name, {}) if name not in AGENT_TOOLS else None
+        if target is not None:
+            docs[target[0]] = None
+    return docs
+
+
+def _denied(reason: str, *, stop: bool) -> dict[str, Any]:
+    """A ``PreToolUse`` answer that denies the call with ``reason`` (and, ``stop``, ends the turn)."""
+    output: dict[str, Any] = {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
+    if stop:
+        output["continue_"] = False
+        output["stopReason"] = reason
+    return output
+
+
+# -- the wrappers ------------------------------------------------------------------------------
+
+
+def _agent_name(transport: Any) -> str | None:
+    """The CLI's ``--agent`` of the run (``extra_args={"agent": ...}``), if it has one."""
+    options = getattr(transport, "_options", None)
+    extra = getattr(options, "extra_args", None)
+    name = extra.get("agent") if isinstance(extra, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _tools_of(transport: Any, query: Any) -> dict[str, list[str]]:
+    """Agent name ("" for the main thread) -> the tools it may call: the run's allowed tools, and
+    each sub-agent's own (its ``AgentDefinition``'s ``tools``, else the run's), sub-agents by name."""
+    options = getattr(transport, "_options", None)
+    allowed = [name for name in getattr(options, "allowed_tools", None) or () if isinstance(name, str)]
+    agents = getattr(query, "_agents", None) or {}
+    tools = {"": allowed + [str(name) for name in agents]}
+    for name, definition in agents.items():
+        own = definition.get("tools") if isinstance(definition, dict) else None
+        tools[str(name)] = [str(t) for t in own] if isinstance(own, list) else allowed
+    return tools
+
+
+@unless_suppressed
+def new_query(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``Query.__init__``: the run gets its :class:`Run` and the guard's hooks."""
+    wrapped(*args, **kwargs)
+    transport = kwargs.get("transport", args[0] if args else None)
+    run = Run(_agent_name(transport), _tools_of(transport, instance))
+    hooks = instance.hooks
+    for event, (matcher, callback) in run.hooks().items():
+        hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})
+    setattr(instance, RUN_ATTRIBUTE, run)
+
+
+async def start(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``Query.start``: the run's hop decided, then the CLI read inside it."""
+    run = getattr(instance, RUN_ATTRIBUTE, None)
+    if not isinstance(run, Run) or run.hop is not None:
+        return await wrapped(*args, **kwargs)
+    await run.begin()  # a refusal raises here: the SDK closes the query
+    if current_settings().model_budgets_on:
+        from otel_guard.instrumentation.claude_agent_sdk._usage import CountingTransport
+
+        instance.transport = CountingTransport(instance.transport, run)
+        run.counting = True
+    token = otel_context.attach(run.context)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        otel_context.detach(token)
+
+
+async def close(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``Query.close``: the run's hops end with it."""
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        run = getattr(instance, RUN_ATTRIBUTE, None)
+        if isinstance(run, Run):
+            run.end()

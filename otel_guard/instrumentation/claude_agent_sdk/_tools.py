@@ -1,0 +1,91 @@
+"""SDK MCP tools: each call runs in its hop, and a refusal inside one is the tool's error result.
+
+The hop of a call is decided in the run's ``PreToolUse`` hook (:mod:`._runs`); the SDK's MCP server
+then runs the tool in a task of its own. The server class the SDK builds its tool servers with
+(``_mcp_compat._Server``) is wrapped so that its ``on_call_tool`` runs the tool inside the context of
+the call's hop, found by the request's ``claudecode/toolUseId`` (:mod:`._scope`): a run the tool
+starts (an agent it asks) is inside the call.
+
+A refusal raised inside a tool (the agent it asks was refused) would come back as the SDK's error
+result with the exception's bare message; ``create_sdk_mcp_server`` is wrapped so that each tool's
+handler answers a refusal with the SDK's error result (``is_error``) whose text is
+:func:`refusal_text`, and the model answers with what it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from opentelemetry import context as otel_context
+
+from otel_guard.instrumentation._base import refusal_behind, refusal_text
+from otel_guard.instrumentation.claude_agent_sdk._scope import OPEN_CALLS, tool_use_id_of
+
+Handler = Callable[[Any], Awaitable[dict[str, Any]]]
+
+
+def new_sdk_server(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``create_sdk_mcp_server(name, version, tools)``: the tools' handlers answer refusals."""
+    if "tools" in kwargs:
+        kwargs = {**kwargs, "tools": _answering(kwargs["tools"])}
+    elif len(args) > 2:
+        args = (*args[:2], _answering(args[2]), *args[3:])
+    return wrapped(*args, **kwargs)
+
+
+def _answering(tools: Any) -> Any:
+    if not isinstance(tools, list):
+        return tools
+    return [_answering_tool(tool) for tool in tools]
+
+
+def _answering_tool(tool: Any) -> Any:
+    """``tool`` (an ``SdkMcpTool``) with a handler that answers refusals."""
+    handler = getattr(tool, "handler", None)
+    if not callable(handler) or isinstance(tool, type) or not dataclasses.is_dataclass(tool):
+        return tool
+    replaced: Any = dataclasses.replace(cast(Any, tool), handler=_answers_refusals(handler))
+    return replaced
+
+
+def _answers_refusals(handler: Handler) -> Handler:
+    async def handle(arguments: Any) -> dict[str, Any]:
+        try:
+            return await handler(arguments)
+        except Exception as exc:
+            err = refusal_behind(exc)
+            if err is None:
+                raise
+            return {"content": [{"type": "text", "text": refusal_text(err)}], "is_error": True}
+
+    handle.__wrapped__ = handler  # type: ignore[attr-defined]
+    return handle
+
+
+def new_tool_server(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``_Server(name, ..., on_call_tool=...)``: each tool call runs in its hop's context."""
+    on_call_tool = kwargs.get("on_call_tool")
+    if on_call_tool is not None:
+        kwargs = {**kwargs, "on_call_tool": _in_hop(on_call_tool)}
+    return wrapped(*args, **kwargs)
+
+
+def _in_hop(on_call_tool: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        tool_use_id = tool_use_id_of(params)
+        hop_context = OPEN_CALLS.get(tool_use_id) if tool_use_id is not None else None
+        if hop_context is None:
+            return await on_call_tool(ctx, params)
+        token = otel_context.attach(hop_context)
+        try:
+            return await on_call_tool(ctx, params)
+        finally:
+            otel_context.detach(token)
+
+    return call_tool

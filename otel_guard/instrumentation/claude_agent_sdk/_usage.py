@@ -1,0 +1,86 @@
+"""A tree's model requests and tokens in the Claude Agent SDK: counted as the CLI reports them.
+
+The CLI makes every model request itself; what the SDK sees is each reply, as an assistant message
+(one per content block, all with the reply's ``message.id``; a sub-agent's with the
+``parent_tool_use_id`` of the Agent call that started it), and the run's ``result`` message with
+the run's ``usage``. :class:`CountingTransport` sits where the run's read loop reads the CLI: each
+new reply is counted as one model request of the tree of the agent that made it (the run's, or the
+sub-agent's hop), and the result's ``input_tokens + output_tokens`` are the run's tokens.
+
+A reply is counted after it was made: the guard cannot refuse a request it does not see. The CLI
+writes a sub-agent's reply and the ``PreToolUse`` request of a call in it within milliseconds, in
+either order: a call waits (a second at most) for its reply to be counted before it is decided. A reply
+past ``max_model_requests`` (or ``max_tokens`` spent) spends the run (:mod:`._runs`): every later
+tool call of the run and its sub-agents is denied with the refusal and the turn ends, so the tree
+ends up at most one request per agent past its budget. The refusal (in observe mode, the
+would-refuse) is an event on the span of the hop that made the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+from opentelemetry import context as otel_context
+
+from otel_guard.usage import aafter_model_request, abefore_model_request, model_requests_counted
+
+if TYPE_CHECKING:
+    from otel_guard.instrumentation.claude_agent_sdk._runs import Run
+
+    _TransportProxy = wrapt.ObjectProxy[Any]
+else:  # wrapt < 2 has no subscriptable proxy type
+    _TransportProxy = wrapt.ObjectProxy
+
+
+class CountingTransport(_TransportProxy):
+    """The run's transport, whose messages count against the run's tree as they are read."""
+
+    def __init__(self, transport: Any, run: Run) -> None:
+        super().__init__(transport)
+        self._self_run = run
+
+    async def read_messages(self) -> AsyncIterator[dict[str, Any]]:
+        async for message in self.__wrapped__.read_messages():
+            if isinstance(message, dict) and model_requests_counted():
+                kind = message.get("type")
+                if kind == "assistant":
+                    await self._reply(message)
+                elif kind == "result":
+                    await self._result(message)
+            yield message
+
+    async def _reply(self, message: dict[str, Any]) -> None:
+        run = self._self_run
+        reply = message.get("message")
+        reply_id = reply.get("id") if isinstance(reply, dict) else None
+        if not isinstance(reply_id, str) or reply_id in run.counted:
+            return
+        run.counted.add(reply_id)
+        content = reply.get("content") if isinstance(reply, dict) else None
+        calls = [
+            b["id"]
+            for b in content or ()
+            if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b
+        ]
+        token = otel_context.attach(run.context_of_reply(message.get("parent_tool_use_id")))
+        try:
+            refused = await abefore_model_request()
+        finally:
+            otel_context.detach(token)
+        if refused is not None and run.spent is None:
+            run.spent = refused
+        run.reply_read([str(call) for call in calls])
+
+    async def _result(self, message: dict[str, Any]) -> None:
+        run = self._self_run
+        usage = message.get("usage")
+        if not isinstance(usage, dict):
+            return
+        tokens = sum(v for v in (usage.get("input_tokens"), usage.get("output_tokens")) if isinstance(v, int))
+        token = otel_context.attach(run.context)
+        try:
+            await aafter_model_request(tokens)
+        finally:
+            otel_context.detach(token)
