@@ -59,7 +59,11 @@ EXAMPLES = {
     "services": "services",
 }
 # What the README installs for an example whose environment holds more than its one extra.
-INSTALLS = {"services": "services,asgi,pydantic-ai,openai-agents,langgraph"}
+BESIDE_THE_FIRST_FIVE = "dspy,agno,haystack,claude-agent-sdk"  # one install line for the four
+INSTALLS = {
+    "services": "services,asgi,pydantic-ai,openai-agents,langgraph",
+    **dict.fromkeys(["dspy", "agno", "haystack", "claude_agent_sdk"], BESIDE_THE_FIRST_FIVE),
+}
 # How each example runs without the guard: plainly, but for the ASGI middleware, which is the app's
 # own code (the example leaves it out when asked).
 WITHOUT_GUARD = {"asgi": ["--without-guard"]}
