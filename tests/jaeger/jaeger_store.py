@@ -4,7 +4,9 @@ Collector-based Jaeger v2) that ``scripts/build-jaeger`` builds from its Go modu
 
 Every address is a free port of its own, never the binary's defaults (4317, 16686, 13133, 8888, ...),
 which other tests' servers or another engineer's Jaeger may hold; the Collector's own telemetry is
-off. Memory storage: what a test stored goes with the process.
+off, and so is the query service's tracing of itself (``enable_tracing``, on by default in v2): it
+would send Jaeger's own spans over OTLP to 127.0.0.1:4317, wherever that is, and wait 10 s at the
+stop to flush them. Memory storage: what a test stored goes with the process.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class JaegerStore:
                 "healthcheckv2": {"use_v2": True, "http": {"endpoint": self.health.removeprefix("http://")}},
                 "jaeger_query": {
                     "storage": {"traces": "memstore"},
+                    "enable_tracing": False,
                     "http": {"endpoint": self.query.removeprefix("http://")},
                     "grpc": {"endpoint": self.query_grpc},
                 },

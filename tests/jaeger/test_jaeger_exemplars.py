@@ -25,6 +25,7 @@ import pytest
 import yaml
 from guarded_loops import (
     SERVICE,
+    Processor,
     chain_root,
     cycle_exemplars,
     loop_in_one_trace,
@@ -34,14 +35,13 @@ from guarded_loops import (
     spans_of,
 )
 from jaeger_store import ROOT, WAIT, JaegerStore, attributes
-from test_collector_scaleout import Instance
 
 import otel_guard
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-async def exemplar_of(instance: Instance, series: tuple[tuple[str, str], ...]) -> dict[str, str]:
+async def exemplar_of(instance: Processor, series: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """The series' exemplar, once the processor counted the loop (at most WAIT s)."""
     deadline = time.monotonic() + WAIT
     while (exemplar := (await cycle_exemplars(instance.metrics_port)).get(series)) is None:
@@ -67,7 +67,7 @@ async def test_the_exemplar_opens_the_loops_trace_in_jaeger(
     (raw,) = loop_in_one_trace(spans)
     sent = spans_of(raw)
     root = chain_root(raw)
-    processor = Instance(tmp_path, 0, jaeger.otlp)
+    processor = Processor(tmp_path, 0, jaeger.otlp)
     processor.start()
     try:
         await processor.ready()
@@ -80,6 +80,7 @@ async def test_the_exemplar_opens_the_loops_trace_in_jaeger(
     finally:
         processor.stop()
 
+    assert processor.status == 0  # a graceful stop
     assert exemplar == {
         "trace_id": sent[0].trace_id.hex(),
         "span_id": sent[2].span_id.hex(),
@@ -135,7 +136,7 @@ async def test_a_cross_trace_loop_is_found_by_the_exemplars_chain_root(
     tree = loop_over_three_traces(spans)
     root = chain_root(b"".join(tree))
     assert chain_root(b"".join(other)) != root
-    processor = Instance(tmp_path, 0, jaeger.otlp)
+    processor = Processor(tmp_path, 0, jaeger.otlp)
     processor.start()
     try:
         await processor.ready()
@@ -150,6 +151,7 @@ async def test_a_cross_trace_loop_is_found_by_the_exemplars_chain_root(
     finally:
         processor.stop()
 
+    assert processor.status == 0
     refused = spans_of(tree[-1])
     assert exemplar == {
         "trace_id": refused[0].trace_id.hex(),

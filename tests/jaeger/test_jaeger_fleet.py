@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from guarded_loops import chain_root, cycle_exemplars, loop_in_one_trace, send, spans_of
+from guarded_loops import Processor, chain_root, cycle_exemplars, loop_in_one_trace, send, spans_of
 from jaeger_store import WAIT, JaegerStore, attributes
 from test_collector_configs import collector
 from test_collector_pipelines import config_for_test, free_port, wait_for_port
-from test_collector_scaleout import Instance
 
 import otel_guard
 
@@ -33,7 +32,7 @@ LOOPS = 16  # the chance that the balancer sends them all to one instance: 2 in 
 SERIES = (("cycle", "planner>budget>planner"), ("kind", "cross_function"))
 
 
-def two_instance_config(tmp_path: Path, port: int, instances: list[Instance]) -> Path:
+def two_instance_config(tmp_path: Path, port: int, instances: list[Processor]) -> Path:
     """``scaleout.yaml`` with the test's addresses, its static ring cut to the two instances."""
     hosts = {f"otel-guard-processor-{n}:4317": instance.address for n, instance in enumerate(instances)}
     path = config_for_test(tmp_path, "scaleout", port, free_port(), hosts)
@@ -50,7 +49,7 @@ async def test_two_processors_behind_the_collector_both_forward_to_jaeger(
     otel_guard.configure(mode="enforce", cycle_rule="agent")
     loops = [loop_in_one_trace(spans)[0] for _ in range(LOOPS)]
     roots = {spans_of(raw)[0].trace_id.hex(): chain_root(raw) for raw in loops}
-    instances = [Instance(tmp_path, n, jaeger.otlp) for n in range(2)]
+    instances = [Processor(tmp_path, n, jaeger.otlp) for n in range(2)]
     process: subprocess.Popen[str] | None = None
     try:
         for instance in instances:
@@ -88,6 +87,9 @@ async def test_two_processors_behind_the_collector_both_forward_to_jaeger(
         for instance in instances:
             instance.stop()
 
+    assert [instance.status for instance in instances] == [0, 0]  # graceful stops
+    assert process is not None
+    assert process.returncode == 0
     # Every span of every loop in Jaeger, once (nothing more came while the counts settled).
     for trace_id, raw in zip(roots, loops, strict=True):
         assert sorted(span["spanId"] for span in stored[trace_id]) == sorted(

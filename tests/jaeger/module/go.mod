@@ -1,6 +1,6 @@
 module otel-guard.test/jaeger
 
-go 1.26.8
+go 1.24.6
 
 tool github.com/jaegertracing/jaeger/cmd/jaeger
 
