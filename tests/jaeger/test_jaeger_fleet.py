@@ -67,8 +67,9 @@ async def test_two_processors_behind_the_collector_both_forward_to_jaeger(
         stored = {trace_id: await jaeger.wait_for_spans(trace_id, 3) for trace_id in roots}
         deadline = time.monotonic() + WAIT
         while True:
-            scraped = [await cycle_exemplars(instance.metrics_port) for instance in instances]
             counted = [await instance.scrape() for instance in instances]
+            # after the counts: an instance counted there has its exemplar here
+            scraped = [await cycle_exemplars(instance.metrics_port) for instance in instances]
             total = sum(
                 value for samples in counted for value in samples.get("otel_guard_cycles_total", {}).values()
             )
