@@ -19,25 +19,36 @@ would-refuse) is an event on the span of the hop that made the request.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import wrapt
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
 from otel_guard.usage import aafter_model_request, abefore_model_request, model_requests_counted
 
 if TYPE_CHECKING:
-    from otel_guard.instrumentation.claude_agent_sdk._runs import Run
-
     _TransportProxy = wrapt.ObjectProxy[Any]
 else:  # wrapt < 2 has no subscriptable proxy type
     _TransportProxy = wrapt.ObjectProxy
 
 
+class CountedRun(Protocol):
+    """What the counting needs of a run (:class:`._runs.Run`, which imports this module)."""
+
+    counted: set[str]
+    spent: str | None
+    context: Context
+
+    def context_of_reply(self, parent_tool_use_id: Any) -> Context: ...
+
+    def reply_read(self, calls: list[str]) -> None: ...
+
+
 class CountingTransport(_TransportProxy):
     """The run's transport, whose messages count against the run's tree as they are read."""
 
-    def __init__(self, transport: Any, run: Run) -> None:
+    def __init__(self, transport: Any, run: CountedRun) -> None:
         super().__init__(transport)
         self._self_run = run
 
