@@ -140,8 +140,39 @@ def run_dspy(scenario: str) -> int:
 
 
 def dspy_program(scenario: str) -> int:
-    """planner and budget, two ``dspy.ReAct`` modules, each the other's tool, on ``DummyLM``."""
-    raise NotImplementedError
+    """planner and budget, two ``dspy.ReAct`` modules, each the other's tool, on ``DummyLM``.
+
+    DummyLM answers in order, and the modules run depth first: each run's first step calls its
+    tool until the calls are used up, then each run, innermost first, finishes and extracts."""
+    import dspy
+    from dspy.utils.dummies import DummyLM
+
+    calls = tool_calls(scenario)
+    made = {"calls": 0}
+
+    def step(tool: str) -> dict[str, Any]:
+        args = {"question": f"asked by {tool.removeprefix('ask_')}'s caller"} if tool != "finish" else {}
+        return {"next_thought": "delegate" if tool != "finish" else "done", "next_tool_name": tool,
+                "next_tool_args": args}
+
+    chain = [step("ask_budget" if at % 2 == 0 else "ask_planner") for at in range(calls)]
+    finish = [step("finish"), {"reasoning": "done", "answer": "an answer"}] * (calls + 1)
+    dspy.configure(lm=DummyLM([*chain, *finish]))
+
+    def ask_budget(question: str) -> str:
+        """Ask the budget agent."""
+        made["calls"] += 1
+        return str(budget(question=question).answer)
+
+    def ask_planner(question: str) -> str:
+        """Ask the planner agent."""
+        made["calls"] += 1
+        return str(planner(question=question).answer)
+
+    planner = dspy.ReAct("question -> answer", tools=[ask_budget], max_iters=2)
+    budget = dspy.ReAct("question -> answer", tools=[ask_planner], max_iters=2)
+    planner(question="Plan the team offsite")
+    return made["calls"]
 
 
 RUNNERS: Runners = {
