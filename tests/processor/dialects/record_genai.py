@@ -14,12 +14,14 @@ runtimes' offline models), each in an environment of its own made from the requi
 RUNTIME (its environment NAME): ``openai_agents_genai`` (openai-agents), ``langgraph_genai``
 (langchain), ``llama_index_genai`` and ``llama_index_openllmetry`` (llama-index), ``agno_genai``
 (agno), ``smolagents_genai`` (smolagents), ``dspy_genai`` (dspy). SCENARIO ``loop`` or ``control``
-as in ``record_runtime_telemetry.py``; ``handoff`` (OpenAI Agents only): planner hands off to budget
-and budget hands back, by the SDK's handoffs, once each. It prints one line ``RESULT {json}``.
+as in ``record_runtime_telemetry.py``; ``handoff`` (OpenAI Agents and LlamaIndex's official
+instrumentation): planner hands off to budget and budget hands back, by the runtime's own handoffs
+(the SDK's ``handoffs``, an ``AgentWorkflow``), once each. It prints one line ``RESULT {json}``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from typing import Any
@@ -99,11 +101,21 @@ def langgraph_program(scenario: str, create_agent: bool) -> int:
 
 
 def run_llama_index(scenario: str) -> int:
-    _only_loops("llama_index_genai", scenario)
     from opentelemetry.instrumentation.genai.llama_index import LlamaIndexInstrumentor
 
     LlamaIndexInstrumentor().instrument()
-    return llama_index_program(scenario)
+    if scenario != "handoff":
+        return llama_index_program(scenario)
+    sys.path.insert(0, str(RUNTIMES / "llama_index"))
+    from llama_index_loop import build_handoffs
+
+    handoffs = build_handoffs(max_tool_calls=2)  # planner => budget => planner, then planner answers
+
+    async def run() -> None:
+        await handoffs.workflow.run(user_msg="Plan the team offsite")
+
+    asyncio.run(run())
+    return handoffs.calls.made
 
 
 def run_llama_index_openllmetry(scenario: str) -> int:

@@ -100,6 +100,7 @@ def reference(raws: Sequence[bytes], table: Table = TABLE) -> Counts:
 # wrong: ADK's `invoke_workflow X` around `invoke_agent X` is one call (a wrapper wraps its call),
 # CrewAI's `X.agent` spans are named by gen_ai.agent.name.
 TOOL_LOOP = {("cross_function", "ask_budget>ask_planner>ask_budget"): 1}
+HANDOFF_TOOLS = {("planner", "handoff"): 1, ("budget", "handoff"): 1}
 TOOL_EDGES = {("ask_budget", "ask_planner"): 2, ("ask_planner", "ask_budget"): 2}
 FINAL_ANSWERS = {("planner", "final_answer"): 3, ("budget", "final_answer"): 3}
 RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {
@@ -141,6 +142,11 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     "runtimes/oai_genai.loop": (LOOP, {**LOOP_EDGES, ("Agent workflow", "planner"): 1}),
     "runtimes/oai_genai.control": ({}, {**HEALTHY_EDGES, ("Agent workflow", "planner"): 1}),
     "runtimes/oai_genai.handoff": ({}, {("Agent workflow", "planner"): 2, ("Agent workflow", "budget"): 1}),
+    # LlamaIndex's AgentWorkflow likewise, each handoff a tool call `handoff` of the agent leaving.
+    "runtimes/llama_index_genai.handoff": (
+        {},
+        {("AgentWorkflow", "planner"): 2, ("AgentWorkflow", "budget"): 1, **HANDOFF_TOOLS},
+    ),
     # LangGraph's StateGraphs: only the top graph is named (`invoke_workflow planner`), the graphs
     # its tools run are not: the loop counts in its tools' names.
     "runtimes/lg_genai.loop": (TOOL_LOOP, {**TOOL_EDGES, ("planner", "ask_budget"): 1}),
