@@ -48,7 +48,6 @@ def run_openai_agents(scenario: str) -> int:
     sys.path.insert(0, str(RUNTIMES / "openai_agents"))
     from agents import Agent, Runner
     from openai_agents_models import CallBudget, LoopModel, agents_handing_off_to_each_other
-
     from opentelemetry.instrumentation.genai.openai_agents import OpenAIAgentsInstrumentor
 
     # Nothing may reach the SDK's default exporter (api.openai.com): the instrumentation's
@@ -95,7 +94,9 @@ def langgraph_program(scenario: str, create_agent: bool) -> int:
         return make_agent(model, tools, name=name) if create_agent else agent_graph(name, model, tools)
 
     script = Script(max_tool_calls=tool_calls(scenario))
-    graphs = delegation_loop(script, tool_names={"budget": "ask_budget", "planner": "ask_planner"}, build=build)
+    graphs = delegation_loop(
+        script, tool_names={"budget": "ask_budget", "planner": "ask_planner"}, build=build
+    )
     graphs["planner"].invoke({"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]})
     return script.tool_calls
 
@@ -164,8 +165,11 @@ def dspy_program(scenario: str) -> int:
 
     def step(tool: str) -> dict[str, Any]:
         args = {"question": f"asked by {tool.removeprefix('ask_')}'s caller"} if tool != "finish" else {}
-        return {"next_thought": "delegate" if tool != "finish" else "done", "next_tool_name": tool,
-                "next_tool_args": args}
+        return {
+            "next_thought": "delegate" if tool != "finish" else "done",
+            "next_tool_name": tool,
+            "next_tool_args": args,
+        }
 
     chain = [step("ask_budget" if at % 2 == 0 else "ask_planner") for at in range(calls)]
     finish = [step("finish"), {"reasoning": "done", "answer": "an answer"}] * (calls + 1)

@@ -318,7 +318,9 @@ RUNNERS: Runners = {
 }
 
 
-def main(argv: list[str], runners: Runners = RUNNERS, scenarios: tuple[str, ...] = ("loop", "control")) -> None:
+def main(
+    argv: list[str], runners: Runners = RUNNERS, scenarios: tuple[str, ...] = ("loop", "control")
+) -> None:
     runtime, scenario, jsonl = argv
     if scenario not in scenarios:
         raise SystemExit(f"unknown scenario {scenario!r}; one of {', '.join(scenarios)}")
