@@ -11,10 +11,11 @@ runtimes' offline models), each in an environment of its own made from the requi
     .venv-dialects-NAME/bin/pip install -r tests/processor/dialects/genai/requirements-NAME.txt
     .venv-dialects-NAME/bin/python record_genai.py RUNTIME SCENARIO FILE
 
-RUNTIME (its environment NAME): ``openai_agents_genai`` (openai-agents), ``langgraph_genai``
-(langchain), ``llama_index_genai`` and ``llama_index_openllmetry`` (llama-index), ``agno_genai``
-(agno), ``smolagents_genai`` (smolagents), ``dspy_genai`` (dspy). SCENARIO ``loop`` or ``control``
-as in ``record_runtime_telemetry.py``; ``handoff`` (OpenAI Agents and LlamaIndex's official
+RUNTIME (its environment NAME): ``openai_agents_genai`` (openai-agents), ``langgraph_genai`` and
+``langchain_agent_genai`` (langchain), ``llama_index_genai`` and ``llama_index_openllmetry``
+(llama-index), ``agno_genai`` (agno), ``smolagents_genai`` (smolagents), ``dspy_genai`` (dspy),
+``qwen_agent_genai`` (qwen-agent). SCENARIO ``loop`` or ``control`` as in
+``record_runtime_telemetry.py``; ``handoff`` (OpenAI Agents and LlamaIndex's official
 instrumentation): planner hands off to budget and budget hands back, by the runtime's own handoffs
 (the SDK's ``handoffs``, an ``AgentWorkflow``), once each. It prints one line ``RESULT {json}``.
 """
@@ -24,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 from record_runtime_telemetry import (
     RUNTIMES,
+    CallBudget,
     Runners,
     agno_program,
     llama_index_program,
@@ -191,6 +193,79 @@ def dspy_program(scenario: str) -> int:
     return made["calls"]
 
 
+def run_qwen_agent(scenario: str) -> int:
+    _only_loops("qwen_agent_genai", scenario)
+    from opentelemetry.instrumentation.genai.qwen_agent import QwenAgentInstrumentor
+
+    QwenAgentInstrumentor().instrument()
+    return qwen_agent_program(scenario)
+
+
+def qwen_agent_program(scenario: str) -> int:
+    """planner and budget, two Qwen-Agent ``Assistant``\\ s, each with a tool that runs the other, on
+    a scripted model: a fresh question calls the tool while the calls last, anything else is
+    answered."""
+    import json
+
+    from qwen_agent.agents import Assistant
+    from qwen_agent.llm.base import BaseChatModel
+    from qwen_agent.llm.schema import ASSISTANT, USER, FunctionCall, Message
+    from qwen_agent.tools.base import BaseTool
+
+    calls = CallBudget(tool_calls(scenario))
+
+    class Scripted(BaseChatModel):
+        def __init__(self, tool: str) -> None:
+            super().__init__({"model": "scripted"})
+            self.tool = tool
+
+        def chat(self, messages: Any, functions: Any = None, stream: bool = True, **kwargs: Any) -> Any:
+            last = messages[-1]
+            role = last.role if isinstance(last, Message) else last["role"]
+            if role == USER and calls.take():
+                arguments = json.dumps({"question": "a question"})
+                call = FunctionCall(self.tool, arguments)
+                reply = Message(role=ASSISTANT, content="", function_call=call, extra={"function_id": "1"})
+            else:
+                reply = Message(role=ASSISTANT, content="an answer")
+            return iter([[reply]]) if stream else [reply]
+
+        def _chat_with_functions(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+        def _chat_stream(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+        def _chat_no_stream(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    agents: dict[str, Any] = {}
+
+    class Ask(BaseTool):
+        description = "Ask another agent."
+        parameters: ClassVar[dict[str, Any]] = {
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"],
+        }
+
+        def __init__(self, name: str, agent: str) -> None:
+            self.name, self.agent = name, agent
+            super().__init__()
+
+        def call(self, params: Any, **kwargs: Any) -> str:
+            question = json.loads(params)["question"] if isinstance(params, str) else params["question"]
+            *_, last = agents[self.agent].run([Message(role=USER, content=question)])
+            return str(last[-1].content)
+
+    for name, other in (("planner", "budget"), ("budget", "planner")):
+        tool = Ask(f"ask_{other}", other)
+        agents[name] = Assistant(llm=Scripted(tool.name), function_list=[tool], name=name)
+    for _ in agents["planner"].run([Message(role=USER, content="Plan the team offsite")]):
+        pass
+    return calls.made
+
+
 RUNNERS: Runners = {
     "openai_agents_genai": (None, run_openai_agents),
     "langgraph_genai": (None, run_langgraph),
@@ -200,6 +275,7 @@ RUNNERS: Runners = {
     "agno_genai": (None, run_agno),
     "smolagents_genai": (None, run_smolagents),
     "dspy_genai": (None, run_dspy),
+    "qwen_agent_genai": (None, run_qwen_agent),
 }
 
 if __name__ == "__main__":

@@ -142,6 +142,15 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     "runtimes/oai_genai.loop": (LOOP, {**LOOP_EDGES, ("Agent workflow", "planner"): 1}),
     "runtimes/oai_genai.control": ({}, {**HEALTHY_EDGES, ("Agent workflow", "planner"): 1}),
     "runtimes/oai_genai.handoff": ({}, {("Agent workflow", "planner"): 2, ("Agent workflow", "budget"): 1}),
+    # Qwen-Agent's Assistant runs its Memory agent in every run: an edge agent -> Memory per run.
+    "runtimes/qwen_agent_genai.loop": (
+        LOOP,
+        {**LOOP_EDGES, ("planner", "Memory"): 3, ("budget", "Memory"): 3},
+    ),
+    "runtimes/qwen_agent_genai.control": (
+        {},
+        {**HEALTHY_EDGES, ("planner", "Memory"): 1, ("budget", "Memory"): 1},
+    ),
     # LlamaIndex's AgentWorkflow likewise, each handoff a tool call `handoff` of the agent leaving.
     "runtimes/llama_index_genai.handoff": (
         {},
