@@ -436,10 +436,11 @@ pub fn call_of<'a>(
 ) -> Option<Call<'a>> {
     let rows = ROWS.iter().enumerate();
     for (at, row) in rows.clone().filter(|(_, row)| row.on == On::SpanName) {
-        let named = span_name
-            .strip_prefix(row.value)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
-            && row.scope.is_none_or(|only| only == scope);
+        // (The scope first: of another length than a scoped row's, it differs at no cost.)
+        let named = row.scope.is_none_or(|only| only == scope)
+            && span_name
+                .strip_prefix(row.value)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '));
         if named {
             return Some(call(at, row, span_name, attributes));
         }
