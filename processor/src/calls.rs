@@ -306,6 +306,7 @@ mod tests {
                 row.value == value
                     && (row.on == crate::dialects::On::SpanName) == on_name
                     && row.kind.is_some()
+                    && row.scope.is_none()
             })
             .expect("a row");
         RowId(u8::try_from(at).expect("few rows"))

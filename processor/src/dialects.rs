@@ -1,14 +1,16 @@
 //! Spans -> calls: the dialect table, as data (one row per rule), and the keys the engine reads.
 //!
-//! A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of
-//! the first dialect kind attribute it carries (OpenInference's, Traceloop's, an observability
-//! SDK's), else the row of its `gen_ai.operation.name`, else the row of its protocol method (`a2a.method.name`,
-//! `mcp.method.name`). A kind row with no kind says "no call by its kind": the span is then
-//! read by its operation. A row's name is the first of its sources the span has (the span name's
-//! subject, the span name, or an attribute); a call with no name is no call.
+//! A span is a call when a row matches it: the first of the GenAI span-name rows (in its scope),
+//! else the row of the first dialect kind attribute it carries (OpenInference's, Traceloop's, an
+//! observability SDK's), else the row of its `gen_ai.operation.name`, else the row of its protocol
+//! method (`a2a.method.name`, `mcp.method.name`). A kind row with no kind says "no call by its kind":
+//! the span is then read by its operation. A row's name is the first of its sources the span has
+//! (the span name's subject, the span name, or an attribute); a call with no name is no call, and a
+//! row with no sources names nothing (an instrumentation that names every agent alike).
 //!
 //! | dialect | key | value | kind | named by |
 //! |---|---|---|---|---|
+//! | GenAI (DSPy's scope) | span name | `invoke_agent` | agent | nothing (`dspy.ReAct` for all) |
 //! | GenAI | span name | `invoke_agent` | agent | subject, `gen_ai.agent.name` |
 //! | GenAI | span name | `execute_tool` | tool | `gen_ai.tool.name`, subject |
 //! | GenAI | span name | `invoke_workflow` | agent | subject, `gen_ai.workflow.name` |
@@ -19,6 +21,7 @@
 //! | Traceloop | `traceloop.span.kind` | `agent` | agent | `traceloop.entity.name`, `gen_ai.agent.name` |
 //! | Traceloop | `traceloop.span.kind` | `workflow` | agent | `traceloop.entity.name`, `gen_ai.workflow.name` |
 //! | Traceloop | `traceloop.span.kind` | `tool` | tool | `traceloop.entity.name`, `gen_ai.tool.name` |
+//! | Traceloop (LlamaIndex scope) | `traceloop.span.kind` | `task` | tool | `tool.name` |
 //! | Traceloop | `traceloop.span.kind` | `task` | agent, first below a tool | `traceloop.entity.name` |
 //! | GenAI | `gen_ai.operation.name` | `invoke_agent` | agent | `gen_ai.agent.name` |
 //! | GenAI | `gen_ai.operation.name` | `execute_tool` | tool | `gen_ai.tool.name` |
@@ -175,6 +178,11 @@ impl Key {
 /// The instrumentation scope of the inline guard's spans.
 pub const GUARD_SCOPE: &str = "otel_guard";
 pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langchain";
+/// The official DSPy instrumentation: every agent `invoke_agent dspy.ReAct`, named by its class.
+pub const GENAI_DSPY: &str = "opentelemetry.instrumentation.genai.dspy";
+/// OpenLLMetry's LlamaIndex instrumentation: every span a `task` (or the top `workflow`), each
+/// named by a class and method; a tool call is the step's `task` holding `tool.name`.
+pub const TRACELOOP_LLAMAINDEX: &str = "opentelemetry.instrumentation.llamaindex";
 
 pub const GENAI: &str = "OpenTelemetry GenAI";
 pub const OI: &str = "OpenInference";
@@ -278,7 +286,9 @@ const fn attr(key: Key) -> Source {
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
 /// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 25] = [
+pub const ROWS: [Row; 27] = [
+    // DSPy's agents are all `invoke_agent dspy.ReAct` (their class): no name, no call.
+    scoped(row(GENAI, NAME, "invoke_agent", AGENT, &[]), GENAI_DSPY),
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
     row(GENAI, NAME, "invoke_agent", AGENT, &[Subject, attr(AgentName)]),
     // (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
@@ -295,6 +305,8 @@ pub const ROWS: [Row; 25] = [
     row(TL, TL_KIND, "agent", AGENT, &[attr(TlName), attr(AgentName)]),
     row(TL, TL_KIND, "workflow", AGENT, &[attr(TlName), attr(WorkflowName)]),
     row(TL, TL_KIND, "tool", TOOL, &[attr(TlName), attr(ToolName)]),
+    // LlamaIndex's tool call: the agent's step `task` that holds `tool.name` (no name: no call).
+    scoped(row(TL, TL_KIND, "task", TOOL, &[attr(OiToolName)]), TRACELOOP_LLAMAINDEX),
     // The run of an agent called as a tool.
     conditional(row(TL, TL_KIND, "task", AGENT, &[attr(TlName)])),
     row(GENAI, OPERATION, "invoke_agent", AGENT, &[attr(AgentName)]),
@@ -355,12 +367,17 @@ const fn same_on(a: On, b: On) -> bool {
     }
 }
 
-/// The row (with a kind) that matches `on` = `value`; a missing one fails the build.
+/// The row (with a kind, in every scope) that matches `on` = `value`; a missing one fails the
+/// build.
 pub(crate) const fn find(on: On, value: &str) -> RowId {
     let mut at = 0;
     while at < ROWS.len() {
         let row = &ROWS[at];
-        if same_on(row.on, on) && same(row.value, value) && row.kind.is_some() {
+        if same_on(row.on, on)
+            && same(row.value, value)
+            && row.kind.is_some()
+            && row.scope.is_none()
+        {
             return RowId(at as u8);
         }
         at += 1;
@@ -508,16 +525,16 @@ pub fn call_of<'a>(
 ) -> Option<Call<'a>> {
     let rows = ROWS.iter().enumerate();
     for (at, row) in rows.clone().filter(|(_, row)| row.on == On::SpanName) {
-        if names(span_name, row.value) {
+        // (The scope first: of another length than a scoped row's, it differs at no cost.)
+        if row.scope.is_none_or(|only| only == scope) && names(span_name, row.value) {
             return Some(call(at, row, span_name, attributes));
         }
     }
     if !more.name_rows.is_empty()
-        && let Some(at) = more
-            .name_rows
-            .iter()
-            .copied()
-            .find(|&at| names(span_name, &more.rows[usize::from(at)].value))
+        && let Some(at) = more.name_rows.iter().copied().find(|&at| {
+            let row = &more.rows[usize::from(at)];
+            row.scope.as_deref().is_none_or(|only| only == scope) && names(span_name, &row.value)
+        })
     {
         return Some(more.call(at, span_name, attributes));
     }
@@ -900,7 +917,12 @@ mod tests {
             if let On::Attribute(key) = row.on {
                 assert!(Key::ALL.contains(&key));
             }
-            assert_eq!(row.kind.is_none(), row.names.is_empty(), "{row:?}");
+            // A row with no kind names nothing; one with no sources is scoped (names nothing there).
+            assert!(row.kind.is_some() || row.names.is_empty(), "{row:?}");
+            assert!(
+                !row.names.is_empty() || row.kind.is_none() || row.scope.is_some(),
+                "{row:?}"
+            );
         }
     }
 
@@ -1138,6 +1160,40 @@ mod tests {
     }
 
     #[test]
+    fn dspys_agents_name_nothing_and_openllmetrys_llamaindex_tools_are_their_steps_tool_name() {
+        let dspy = [(Operation, "invoke_agent"), (AgentName, "dspy.ReAct")];
+        assert_eq!(
+            read("invoke_agent dspy.ReAct", GENAI_DSPY, &dspy),
+            Some((Kind::Agent, None, false))
+        );
+        assert_eq!(
+            read("invoke_agent dspy.ReAct", "other", &dspy),
+            Some((Kind::Agent, Some("dspy.ReAct"), false))
+        );
+        let tool = [
+            (TlKind, "task"),
+            (TlName, "BaseWorkflowAgent.task"),
+            (OiToolName, "ask_budget"),
+        ];
+        assert_eq!(
+            read("BaseWorkflowAgent.task", TRACELOOP_LLAMAINDEX, &tool),
+            Some((Kind::Tool, Some("ask_budget"), false))
+        );
+        assert_eq!(
+            read("run.task", TRACELOOP_LLAMAINDEX, &tool[..2]),
+            Some((Kind::Tool, None, false))
+        );
+        // Elsewhere a task is the conditional agent it was.
+        assert_eq!(
+            read("x.task", "other", &tool),
+            Some((Kind::Agent, Some("BaseWorkflowAgent.task"), true))
+        );
+        // The rows the rules name are the unscoped ones.
+        assert_eq!(find(NAME, "invoke_agent").row().scope, None);
+        assert_eq!(find(TL_KIND, "task").row().kind, AGENT);
+    }
+
+    #[test]
     fn a_value_of_another_type_is_no_text() {
         let other = list(&[
             (OiKind, Value::Int(3)),
@@ -1259,7 +1315,7 @@ mod tests {
         // The built-in rows come first: a span name of theirs, an OpenInference kind.
         assert_eq!(
             read("invoke_agent a", &[(type_key, "\"AGENT\""), (entity, "b")]),
-            Some((Kind::Agent, Some("a"), 0))
+            Some((Kind::Agent, Some("a"), 1)) // row 0 is DSPy's scope's
         );
         let both = [
             (OiKind as u16, "TOOL"),

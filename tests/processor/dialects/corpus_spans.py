@@ -20,7 +20,7 @@ def read_spans(path: Path) -> list[dict[str, Any]]:
 
 
 def to_span(record: dict[str, Any]) -> Span:
-    """One recorded span as an OTLP span (it ended 50 ms after it started)."""
+    """One recorded span as an OTLP span (ended when recorded, else 50 ms after it started)."""
     span = Span(
         trace_id=bytes.fromhex(record["trace_id"]),
         span_id=bytes.fromhex(record["span_id"]),
@@ -28,7 +28,7 @@ def to_span(record: dict[str, Any]) -> Span:
         name=record["name"],
         kind=getattr(Span, f"SPAN_KIND_{record['kind']}"),
         start_time_unix_nano=record["start"],
-        end_time_unix_nano=record["start"] + 50_000_000,
+        end_time_unix_nano=record.get("end") or record["start"] + 50_000_000,
     )
     for key, value in record["attributes"].items():
         span.attributes.append(KeyValue(key=key, value=any_value(value)))

@@ -62,7 +62,9 @@ class JsonLinesExporter(SpanExporter):
                 "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
                 "links": len(span.links),
                 "start": span.start_time,
-                "attributes": {k: _short(v) for k, v in (span.attributes or {}).items()},
+                "end": span.end_time,
+                # (None: a value the SDK kept that the OTLP exporter drops, as it cannot encode it)
+                "attributes": {k: _short(v) for k, v in (span.attributes or {}).items() if v is not None},
             }
             self._file.write(json.dumps(record) + "\n")
         return SpanExportResult.SUCCESS

@@ -181,10 +181,15 @@ def openinference_strands(provider: TracerProvider) -> None:
 
 
 def run_smolagents(scenario: str) -> int:
-    sys.path.insert(0, str(RUNTIMES / "smolagents"))
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 
     SmolagentsInstrumentor().instrument()
+    return smolagents_program(scenario)
+
+
+def smolagents_program(scenario: str) -> int:
+    """The smolagents loop, traced by whatever instrumented it before."""
+    sys.path.insert(0, str(RUNTIMES / "smolagents"))
     from smolagents_loop import build_loop
 
     loop = build_loop(max_tool_calls=tool_calls(scenario))
@@ -193,10 +198,15 @@ def run_smolagents(scenario: str) -> int:
 
 
 def run_llama_index(scenario: str) -> int:
-    sys.path.insert(0, str(RUNTIMES / "llama_index"))
     from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
     LlamaIndexInstrumentor().instrument()
+    return llama_index_program(scenario)
+
+
+def llama_index_program(scenario: str) -> int:
+    """The LlamaIndex loop, traced by whatever instrumented it before."""
+    sys.path.insert(0, str(RUNTIMES / "llama_index"))
     from llama_index_loop import build_loop
 
     loop = build_loop(max_tool_calls=tool_calls(scenario))
@@ -209,10 +219,15 @@ def run_llama_index(scenario: str) -> int:
 
 
 def run_agno(scenario: str) -> int:
-    os.environ["AGNO_TELEMETRY"] = "false"  # no analytics calls to Agno's servers
     from openinference.instrumentation.agno import AgnoInstrumentor
 
     AgnoInstrumentor().instrument()
+    return agno_program(scenario)
+
+
+def agno_program(scenario: str) -> int:
+    """The Agno loop on the scripted model below, traced by whatever instrumented it before."""
+    os.environ["AGNO_TELEMETRY"] = "false"  # no analytics calls to Agno's servers
     from agno.agent import Agent
     from agno.models.base import Model
     from agno.models.message import Message
@@ -290,7 +305,8 @@ def run_openai_agents_openllmetry(scenario: str) -> int:
 
 
 # Runtime -> (what it needs before the exporter's span processor, the program).
-RUNNERS: dict[str, tuple[Callable[[TracerProvider], None] | None, Callable[[str], int]]] = {
+Runners = dict[str, tuple[Callable[[TracerProvider], None] | None, Callable[[str], int]]]
+RUNNERS: Runners = {
     "google_adk": (None, run_google_adk),
     "crewai_openllmetry": (None, run_crewai_openllmetry),
     "strands": (None, run_strands),
@@ -302,13 +318,15 @@ RUNNERS: dict[str, tuple[Callable[[TracerProvider], None] | None, Callable[[str]
 }
 
 
-def main(argv: list[str]) -> None:
+def main(
+    argv: list[str], runners: Runners = RUNNERS, scenarios: tuple[str, ...] = ("loop", "control")
+) -> None:
     runtime, scenario, jsonl = argv
-    if scenario not in ("loop", "control"):
-        raise SystemExit(f"unknown scenario {scenario!r}")
-    if runtime not in RUNNERS:
-        raise SystemExit(f"unknown runtime {runtime!r}; one of {', '.join(RUNNERS)}")
-    before, run = RUNNERS[runtime]
+    if scenario not in scenarios:
+        raise SystemExit(f"unknown scenario {scenario!r}; one of {', '.join(scenarios)}")
+    if runtime not in runners:
+        raise SystemExit(f"unknown runtime {runtime!r}; one of {', '.join(runners)}")
+    before, run = runners[runtime]
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     if before is not None:

@@ -24,9 +24,20 @@ from processor_helpers import ProcessorFactory, export, scrape, series
 RUNTIMES = CORPUS / "runtimes"
 # The runtimes whose telemetry names both agents and nests each under the tool that ran it: their
 # counts are the corpus's own. (The others count as the README's table says: smolagents' final_answer
-# tool, LlamaIndex's tool-level loop, OpenLLMetry's flat OpenAI Agents spans; the service test below
-# holds each to tests/processor/reference/test_reference.py's RIGHT.)
-NAMED_AND_NESTED = ("adk", "crewai_tl", "strands", "strands_oi", "agno_oi")
+# tool, the tool-level loops where no agent is named, OpenLLMetry's flat OpenAI Agents spans, the
+# official OpenAI Agents instrumentation's workflow span; the service test below holds each to
+# tests/processor/reference/test_reference.py's RIGHT.)
+NAMED_AND_NESTED = (
+    "adk",
+    "crewai_tl",
+    "strands",
+    "strands_oi",
+    "agno_oi",
+    "agno_genai",
+    "smolagents_genai",
+    "llama_index_genai",
+    "lg_genai_agent",
+)
 # The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds;
 # Laminar's and Phoenix's decorators name no agent (RIGHT), Logfire's is taught by a dialects file.
 VENDORS = CORPUS / "vendors"
@@ -101,6 +112,10 @@ def test_the_corpus_holds_every_dialect() -> None:
         "opentelemetry.instrumentation.langchain",
         "gcp.vertex.agent",
         "opentelemetry.instrumentation.crewai.instrumentation",
+        "opentelemetry.instrumentation.genai.agno",
+        "opentelemetry.instrumentation.genai.smolagents",
+        "opentelemetry.instrumentation.genai.llama_index",
+        "opentelemetry.instrumentation.genai.langchain",
     } <= scopes
 
 

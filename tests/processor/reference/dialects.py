@@ -1,12 +1,13 @@
 """Which spans are calls, as data: one row per dialect rule, read in order.
 
-A span is a call when a row matches it: the first of the GenAI span-name rows, else the row of the
-first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of its
+A span is a call when a row matches it: the first of the GenAI span-name rows (in its scope), else
+the row of the first dialect kind attribute it carries (OpenInference's or Traceloop's), else the row of its
 ``gen_ai.operation.name``, else the row of its protocol method (A2A's ``a2a.method.name``, MCP's
 ``mcp.method.name``: their spans are named by the method, not by a GenAI operation). A kind row
 whose ``kind`` is None says "no call by its kind": the span is then read by its operation. A row's
 name is the first of its ``names`` the span has (``SUBJECT``: the span name after the operation);
-a call with no name is no call (a link like any other span).
+a call with no name is no call (a link like any other span), and a row with no ``names`` names
+nothing (an instrumentation that names every agent alike, by its class).
 
 The row that read a span is the call's *form*: two spans of one instrumentation with the same name,
 one directly inside the other, are a re-entry when read by the same row (``invoke_agent X`` inside
@@ -26,6 +27,8 @@ TOOL: Final = "tool"
 SUBJECT: Final = "<the span name's subject>"
 STEM: Final = "<the span name before its last dot>"  # smolagents' `planner.run`: planner
 OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
+GENAI_DSPY: Final = "opentelemetry.instrumentation.genai.dspy"  # every agent `invoke_agent dspy.ReAct`
+TRACELOOP_LLAMAINDEX: Final = "opentelemetry.instrumentation.llamaindex"  # every span a task or workflow
 GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
 
 
@@ -57,6 +60,8 @@ TL = "OpenLLMetry / Traceloop"
 
 # The span named ``invoke_agent X`` (or bare ``invoke_agent``, named by its attribute), ...
 NAME_ROWS: Final = (
+    # DSPy's agents are all `invoke_agent dspy.ReAct` (their class): no name, no call.
+    Row(GENAI, SPAN_NAME, "invoke_agent", AGENT, (), scope=GENAI_DSPY),
     Row(GENAI, SPAN_NAME, "invoke_agent", AGENT, (SUBJECT, "gen_ai.agent.name")),
     # (A transfer's tool span is `execute_tool {tool} {target}`: its tool is gen_ai.tool.name.)
     Row(GENAI, SPAN_NAME, "execute_tool", TOOL, ("gen_ai.tool.name", SUBJECT)),
@@ -74,6 +79,8 @@ KIND_ROWS: Final = (
     Row(TL, TL_KIND, "agent", AGENT, (TL_NAME, "gen_ai.agent.name")),
     Row(TL, TL_KIND, "workflow", AGENT, (TL_NAME, "gen_ai.workflow.name")),
     Row(TL, TL_KIND, "tool", TOOL, (TL_NAME, "gen_ai.tool.name")),
+    # LlamaIndex's tool call: the agent's step `task` that holds `tool.name` (no name: no call).
+    Row(TL, TL_KIND, "task", TOOL, ("tool.name",), scope=TRACELOOP_LLAMAINDEX),
     Row(TL, TL_KIND, "task", AGENT, (TL_NAME,), conditional=True),  # the run of an agent called as a tool
 )
 # The observability SDKs' decorators: the span named after the function or the name given. mlflow
@@ -126,7 +133,8 @@ class Call:
 
 
 def _row(rows: tuple[Row, ...], value: str) -> Row:
-    return next(row for row in rows if row.value == value and row.kind is not None)
+    """The row of ``value`` (with a kind, in every scope)."""
+    return next(row for row in rows if row.value == value and row.kind is not None and row.scope is None)
 
 
 # A wrapper span (first) around the call it wraps (second), of the same name and instrumentation.
@@ -162,7 +170,8 @@ class Table:
         """The call a span records: its name, its scope and its attributes' string values (None
         for a value of another type), or None when it is no call."""
         for row in self.name_rows:
-            if span_name == row.value or span_name.startswith(row.value + " "):
+            named = span_name == row.value or span_name.startswith(row.value + " ")
+            if named and row.scope in (None, scope):
                 return Call(row, _name(row, span_name, text))
         kind_key = next((key for key in text if key in self.kind_keys), None)
         if kind_key is not None:

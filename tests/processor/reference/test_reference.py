@@ -102,6 +102,8 @@ def reference(raws: Sequence[bytes], table: Table = TABLE) -> Counts:
 # wrong: ADK's `invoke_workflow X` around `invoke_agent X` is one call (a wrapper wraps its call),
 # CrewAI's `X.agent` spans are named by gen_ai.agent.name.
 TOOL_LOOP = {("cross_function", "ask_budget>ask_planner>ask_budget"): 1}
+HANDOFF_TOOLS = {("planner", "handoff"): 1, ("budget", "handoff"): 1}
+TOOL_EDGES = {("ask_budget", "ask_planner"): 2, ("ask_planner", "ask_budget"): 2}
 FINAL_ANSWERS = {("planner", "final_answer"): 3, ("budget", "final_answer"): 3}
 RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {
     "runtimes/adk.loop": (LOOP, LOOP_EDGES),
@@ -153,6 +155,43 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     "vendors/logfire.control": ({}, {}),
     "vendors/logfire_oai.loop": ({}, {}),
     "vendors/logfire_oai.control": ({}, {}),
+    # The official GenAI instrumentations (opentelemetry-instrumentation-genai-*): agents named
+    # and nested below the tool that ran them.
+    **{
+        f"runtimes/{name}.{scenario}": counts
+        for name in ("agno_genai", "smolagents_genai", "llama_index_genai", "lg_genai_agent")
+        for scenario, counts in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
+    },
+    # OpenAI Agents: the workflow span (`invoke_workflow Agent workflow`) is the first name; a
+    # handoff there and back writes sibling agent runs under it and no transfer (no cycle).
+    "runtimes/oai_genai.loop": (LOOP, {**LOOP_EDGES, ("Agent workflow", "planner"): 1}),
+    "runtimes/oai_genai.control": ({}, {**HEALTHY_EDGES, ("Agent workflow", "planner"): 1}),
+    "runtimes/oai_genai.handoff": ({}, {("Agent workflow", "planner"): 2, ("Agent workflow", "budget"): 1}),
+    # Qwen-Agent's Assistant runs its Memory agent in every run: an edge agent -> Memory per run.
+    "runtimes/qwen_agent_genai.loop": (
+        LOOP,
+        {**LOOP_EDGES, ("planner", "Memory"): 3, ("budget", "Memory"): 3},
+    ),
+    "runtimes/qwen_agent_genai.control": (
+        {},
+        {**HEALTHY_EDGES, ("planner", "Memory"): 1, ("budget", "Memory"): 1},
+    ),
+    # LlamaIndex's AgentWorkflow likewise, each handoff a tool call `handoff` of the agent leaving.
+    "runtimes/llama_index_genai.handoff": (
+        {},
+        {("AgentWorkflow", "planner"): 2, ("AgentWorkflow", "budget"): 1, **HANDOFF_TOOLS},
+    ),
+    # LangGraph's StateGraphs: only the top graph is named (`invoke_workflow planner`), the graphs
+    # its tools run are not: the loop counts in its tools' names.
+    "runtimes/lg_genai.loop": (TOOL_LOOP, {**TOOL_EDGES, ("planner", "ask_budget"): 1}),
+    "runtimes/lg_genai.control": ({}, {("planner", "ask_budget"): 1}),
+    # DSPy names every agent by its class (`invoke_agent dspy.ReAct`): no agent named (row 1).
+    "runtimes/dspy_genai.loop": (TOOL_LOOP, TOOL_EDGES),
+    "runtimes/dspy_genai.control": ({}, {}),
+    # OpenLLMetry's LlamaIndex: every span a `task` named by class and method, the top one the
+    # `FunctionAgent.workflow`; a tool call is the step task holding `tool.name`.
+    "runtimes/llama_index_tl.loop": (TOOL_LOOP, {**TOOL_EDGES, ("FunctionAgent.workflow", "ask_budget"): 1}),
+    "runtimes/llama_index_tl.control": ({}, {("FunctionAgent.workflow", "ask_budget"): 1}),
 }
 
 
@@ -237,6 +276,12 @@ ROWS = [
     (("planner.workflow", "tl"), {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner", "traceloop.span.kind": "workflow", "traceloop.entity.name": "planner"}, (AGENT, "planner", False)),
     # CrewAI under OpenLLMetry: its agent spans name the agent in gen_ai.agent.name alone
     (("planner.agent", "tl"), {"traceloop.span.kind": "agent", "gen_ai.agent.name": "planner"}, (AGENT, "planner", False)),
+    # The official DSPy instrumentation names every agent by its class: no name, in its scope alone
+    (("invoke_agent dspy.ReAct", dialects.GENAI_DSPY), {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "dspy.ReAct"}, None),
+    (("invoke_agent dspy.ReAct", "other"), {"gen_ai.agent.name": "dspy.ReAct"}, (AGENT, "dspy.ReAct", False)),
+    # OpenLLMetry for LlamaIndex: the step task holding tool.name is the tool call, other tasks no call
+    (("BaseWorkflowAgent.task", dialects.TRACELOOP_LLAMAINDEX), {"traceloop.span.kind": "task", "traceloop.entity.name": "BaseWorkflowAgent.task", "tool.name": "ask_budget"}, (TOOL, "ask_budget", False)),
+    (("run.task", dialects.TRACELOOP_LLAMAINDEX), {"traceloop.span.kind": "task", "traceloop.entity.name": "run.task"}, None),
 ]  # fmt: skip
 
 
