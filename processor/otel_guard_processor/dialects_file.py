@@ -10,7 +10,7 @@ docs/processor/dialects.md::
         kind: agent                    # agent, tool, or none (no call by this kind: read by the operation)
         named_by: [acme.agent.name, the span name]   # the first of these the span has
         only_first_below_a_tool: false # optional: a call only directly below a tool (Traceloop's task)
-        only_in_scope: acme.tracer     # optional, kind rows only: only in this instrumentation scope
+        only_in_scope: acme.tracer     # optional, kind and span-name rows: only in this scope
 
 ``named_by`` takes attributes and "the span name", "the span name's subject" (after its first
 space), "the span name before its last dot". A row is read after the built-in rows of its group:
@@ -225,18 +225,24 @@ def _row(node: Any, where: _Where) -> tuple[Spec, int | None]:
     names = tuple(_text(name, at("named_by")) for name in names_value)
     if kind == "none" and names:
         raise at("named_by").error("a row of kind none makes no call and names nothing")
-    if kind != "none" and not names:
-        raise at("named_by").error("a row of kind agent or tool names its call: give at least one source")
     conditional = values.get("only_first_below_a_tool", False)
     if not isinstance(conditional, bool):
         raise at("only_first_below_a_tool").error(f"must be true or false, got {_type(conditional)}")
     scope = values.get("only_in_scope")
     if scope is not None:
         scope = _text(scope, at("only_in_scope"))
-        if key == SPAN_NAME or key in _GROUP_KEYS:
+        if key in _GROUP_KEYS:
             raise at("only_in_scope").error(
-                "only a kind row (an attribute other than " + ", ".join(_GROUP_KEYS) + ") is read by scope"
+                "only a span-name row or a kind row (an attribute other than "
+                + ", ".join(_GROUP_KEYS)
+                + ") is read by scope"
             )
+    if kind != "none" and not names and scope is None:
+        # In a scope a row may name nothing: that instrumentation names every such call alike.
+        raise at("named_by").error(
+            "a row of kind agent or tool names its call: give at least one source "
+            "(or only_in_scope, for an instrumentation that names every call alike)"
+        )
     spec = (
         dialect,
         _TOKENS.get(key, key),
@@ -295,7 +301,8 @@ def _reachable(spec: Spec, earlier: Sequence[Spec], builtin: int, where: _Where)
         if other_key != key:
             continue
         if key == _TOKENS[SPAN_NAME]:
-            shadows = value == other_value or value.startswith(other_value + " ")
+            covers = value == other_value or value.startswith(other_value + " ")
+            shadows = covers and other_scope in (None, scope)
         elif key in _GROUP_KEYS:
             shadows = value == other_value
         else:

@@ -126,7 +126,7 @@ BAD_FILES = {
     ),
     "cannot-match": (
         ROW + ROW.replace("acme.kind", "openinference.span.kind").replace("value: agent", "value: AGENT"),
-        r"line 9, row 2, field value: can never match: built-in row 6 \(OpenInference: "
+        r"line 9, row 2, field value: can never match: built-in row 7 \(OpenInference: "
         r"openinference.span.kind 'AGENT'\) reads every span it would",
     ),
     "cannot-match-file-row": (ROW + ROW, r"line 9, row 2, field value: can never match: row 1 \(Acme"),
@@ -134,7 +134,7 @@ BAD_FILES = {
         ROW.replace("key: acme.kind", "key: the span name").replace(
             "value: agent", "value: invoke_agent planner"
         ),
-        r"row 1, field value: can never match: built-in row 1",
+        r"row 1, field value: can never match: built-in row 2",
     ),
     "no-names": (
         ROW.replace("    named_by: [acme.name]\n", ""),
