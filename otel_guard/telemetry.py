@@ -177,6 +177,32 @@ class HopTally:
         return list(depths.items())
 
 
+class SpendTally:
+    """What priced model responses cost, in integer micro-units by (currency, model), since the start.
+
+    A response adds its cost under a lock (uncontended: one dict update); the SDK reads the sums when
+    it collects, each as one float in units of the currency. Measured: the SDK counter's ``add`` with
+    two attributes in a sampled span (its exemplar offered) cost 83 k instructions a response, more
+    than pricing it; and a sum kept in integers is exact, where a float counter adds rounding errors.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._micros: dict[tuple[str, str], int] = {}
+
+    def add(self, cost: int, currency: str, model: str) -> None:
+        """``cost`` micro-units of ``currency`` spent on ``model``."""
+        key = (currency, model)
+        with self._lock:
+            self._micros[key] = self._micros.get(key, 0) + cost
+
+    def observe(self, _options: CallbackOptions) -> Iterator[Observation]:
+        with self._lock:
+            spent = list(self._micros.items())
+        for (currency, model), micros in spent:
+            yield Observation(micros / MICROS, {COST_CURRENCY: currency, GEN_AI_REQUEST_MODEL: model})
+
+
 class Telemetry:
     """The tracer and instruments of one (tracer provider, meter provider) pair."""
 
@@ -205,8 +231,10 @@ class Telemetry:
             unit="{response}",
             description="Model responses no price covered while max_cost is on, by model",
         )
-        self.spend = meter.create_counter(
+        self.spend = SpendTally()
+        meter.create_observable_counter(
             METRIC_SPEND,
+            callbacks=[self.spend.observe],
             unit="{currency}",
             description="What priced model responses cost while max_cost is on, in units of cost_currency "
             "(a list-price estimate, not a bill), by currency and model",
@@ -263,7 +291,7 @@ def count_unpriced(model: str) -> None:
 def count_spend(cost: int, currency: str, model: str) -> None:
     """What one priced model response cost, ``cost`` micro-units of ``currency``
     (``otel_guard.budget.spend``, in units of the currency)."""
-    current().spend.add(cost / MICROS, {COST_CURRENCY: currency, GEN_AI_REQUEST_MODEL: model})
+    current().spend.add(cost, currency, model)
 
 
 _evictions = 0

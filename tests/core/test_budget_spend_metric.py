@@ -1,7 +1,7 @@
 """What trees spent, from the guard's own process: ``otel_guard.budget.spend`` (issue 44.6).
 
-A counter in units of ``cost_currency`` (a float: the priced cost's integer micro-units over a
-million), by ``cost_currency`` and ``gen_ai.request.model``, added once for each priced response that
+A counter in units of ``cost_currency`` (a float: the sum of the priced costs' integer micro-units,
+over a million), by ``cost_currency`` and ``gen_ai.request.model``, added once for each priced response that
 cost anything while ``max_cost`` is on: the amount its tree's budget store takes. A response no price
 covers adds nothing to it (it is counted in ``otel_guard.budget.unpriced``).
 """
@@ -64,8 +64,10 @@ def test_the_counter_is_what_the_tree_spent_to_the_micro_unit(metric_reader: Any
     assert taken == 5_833 + 46_000 + 28 + 12_346  # by hand, and what the tree's store took
     value = spend(metric_reader, model)
     assert value is not None
-    assert round(value * MICROS) == taken  # exact through the float: no micro-unit lost or added
-    assert abs(value - taken / MICROS) < 1e-12
+    # Exact: the sum is kept in integer micro-units and made a float once, so the counter is the
+    # store's count over a million to the last bit, not a sum of rounded floats.
+    assert value == taken / MICROS
+    assert round(value * MICROS) == taken
 
 
 def test_its_attributes_are_the_currency_and_the_model(metric_reader: Any, unique: Any) -> None:
