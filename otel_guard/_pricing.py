@@ -4,7 +4,8 @@ In this order: a cost the provider itself reported in its response (an actual ch
 OpenRouter's ``usage.cost``; never a runtime's own estimate from a price table); then the ``prices``
 file; then genai-prices' bundled table (the ``prices`` extra; USD only). A response none of them
 covers is *unpriced*: counted in ``otel_guard.budget.unpriced``, warned of once per model, and with
-``budget_unpriced=refuse`` the tree's next request is refused.
+``budget_unpriced=refuse`` the tree's next request is refused. A priced response that cost anything
+is counted in ``otel_guard.budget.spend`` (:func:`spent`).
 
 What a reader would not guess: genai-prices is only ever asked for its *bundled* snapshot. Its
 ``UpdatePrices`` fetches newer prices over the network; nothing here starts it, so the prices are
@@ -76,6 +77,15 @@ def charged_in(response: object) -> Decimal | None:
     usage = response.get("usage") if isinstance(response, dict) else getattr(response, "usage", None)
     cost = usage.get("cost") if isinstance(usage, dict) else getattr(usage, "cost", None)
     return reported_cost(cost)
+
+
+def spent(usage: ModelUsage, settings: Settings) -> int | None:
+    """:func:`price`, and a priced response that cost anything counted in ``otel_guard.budget.spend``
+    (the cost its tree takes)."""
+    cost = price(usage, settings)
+    if cost:
+        names.count_spend(cost, settings.cost_currency, (usage.model or UNKNOWN_MODEL)[:MAX_MODEL_NAME])
+    return cost
 
 
 def price(usage: ModelUsage, settings: Settings) -> int | None:

@@ -29,7 +29,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard import telemetry as names
-from otel_guard._pricing import ModelUsage, price
+from otel_guard._pricing import ModelUsage, spent
 from otel_guard.budget import Meter, spend_meters, store_failure, store_for, usage_meters, usage_spent
 from otel_guard.chain import Chain
 from otel_guard.guard import current_chain
@@ -137,7 +137,7 @@ def _spent(usage: ModelUsage | int) -> tuple[Settings, tuple[Meter, ...]] | None
         return None
     if isinstance(usage, int):
         usage = ModelUsage(None, usage)
-    cost = price(usage, settings) if settings.max_cost else 0
+    cost = spent(usage, settings) if settings.max_cost else 0
     meters = spend_meters(settings, chain.root, chain.expires_at, usage.tokens, cost)
     return (settings, meters) if meters else None
 

@@ -5,7 +5,7 @@ The stack is built in the order production sees it: Prometheus scrapes the proce
 program before any agent delegates, so every loop arrives as new series while it watches. The
 program then runs its steps (guarded_metrics_app.py): the loops, the spent tree budgets, and twice
 the hops whose budget store is down, with a scrape between the two, so that Prometheus sees the
-store errors grow.
+store errors grow; then a tree's spend past its max_cost.
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ def _run_step(app: Process, step: str, done: str | None = None) -> None:
     app.popen.stdin.flush()
     line = done or f"{step} done"
     wait_for(f"the guarded program's step {step} ({line!r})", lambda: _printed(app, line), 30)
+
+
+def _scraped_spend(prometheus: PrometheusServer) -> bool | None:
+    expr = f'sum(otel_guard_budget_spend_total{{job="{AGENTS_JOB}"}}) > 0'
+    return True if prometheus.vector(expr) else None
 
 
 def _scraped_store_errors(prometheus: PrometheusServer, count: int) -> bool | None:
@@ -100,6 +105,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 lambda: _scraped_store_errors(prometheus, 4),
                 30,
             )
+            _run_step(app, "spend")
+            wait_for("Prometheus to scrape the tree's spend", lambda: _scraped_spend(prometheus), 30)
         except (TimeoutError, RuntimeError, AssertionError) as error:
             logs = "\n".join(f"--- {p.name} ({p.log}) ---\n{p.tail()}" for p in processes)
             pytest.fail(f"the live stack did not come up: {error}\n{logs}")

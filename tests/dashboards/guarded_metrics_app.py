@@ -14,7 +14,10 @@ as in production) and can let Prometheus scrape between two steps:
 - ``store_errors``: two hops whose budget store is a Redis URL on a 127.0.0.1 port where nothing
   listens, with ``budget_on_error`` allow: each hop adds one budget store error and still runs.
   The test sends it twice, with a scrape between, so that the error counter grows while
-  Prometheus watches (what ``rate()`` needs).
+  Prometheus watches (what ``rate()`` needs);
+- ``spend``: a tree with ``max_cost`` 0.01 USD and a prices file's model: one response no price
+  covers, then two priced responses of 0.006 USD each (the second takes it past its cap), then a
+  hop the spent tree is refused (reason ``budget``).
 
 The loops step prints ``loop <cycle> <trace id>`` for each loop, the trace it runs in, by which the
 test finds the loop's exemplar and log line. After each step it prints ``<step> done`` once the
@@ -43,9 +46,13 @@ from prometheus_client import start_http_server
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate
+from otel_guard.usage import ModelUsage, after_model_request, before_model_request
 
 LONGEST_LIFE_SECONDS = 300.0
 STORE_ERROR_HOPS = 2  # the hops, so the store errors, of one store_errors step
+PRICED_MODEL, UNPRICED_MODEL = "travel-llm", "homegrown-llm"
+PRICES = {PRICED_MODEL: {"input": 3, "output": 15}}
+"""3 and 15 per million tokens: 1,000 input and 200 output tokens cost 0.006 USD."""
 
 
 def _print_trace(cycle: str) -> None:
@@ -119,6 +126,26 @@ class StoreErrors:
         return f": {self.made}"
 
 
+def spend() -> None:
+    otel_guard.configure(
+        mode="enforce", max_hops=0, budget_store="memory", max_cost="0.01", cost_currency="USD", prices=PRICES
+    )
+    try:
+        with delegate("concierge"):
+            for model in (UNPRICED_MODEL, PRICED_MODEL, PRICED_MODEL):
+                refused = before_model_request()
+                if refused is not None:
+                    raise RuntimeError(f"a model request of concierge was refused: {refused}")
+                after_model_request(ModelUsage(model, 1_000, 200))
+            with delegate("booker"):  # 0.012 USD spent of 0.01: refused
+                pass
+    except DelegationRefused as refused:
+        if refused.reason != "budget":
+            raise RuntimeError(f"booker refused for {refused.reason}, not budget") from refused
+    else:
+        raise RuntimeError("a hop of a tree past its max_cost ran")
+
+
 def main(otlp_endpoint: str, metrics_port: int) -> None:
     watchdog = threading.Timer(LONGEST_LIFE_SECONDS, os._exit, args=(3,))
     watchdog.daemon = True
@@ -136,6 +163,7 @@ def main(otlp_endpoint: str, metrics_port: int) -> None:
         "loops": loops,
         "budgets": budgets,
         "store_errors": store_errors,
+        "spend": spend,
     }
     print("serving", flush=True)
     for line in sys.stdin:  # until the test closes stdin

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import otel_guard
 from otel_guard import DelegationRefused, delegate, telemetry
+from otel_guard.usage import ModelUsage, after_model_request
 
 SAMPLE_SUFFIXES = {
     "counter": ("_total",),
@@ -44,8 +45,8 @@ def guard_metrics_registry() -> Iterator[CollectorRegistry]:
 
 
 def guard_samples() -> dict[str, set[frozenset[tuple[str, str]]]]:
-    """Sample name -> label sets the guard's metrics have after hops of every kind of decision, and a
-    budget check whose store could not be reached.
+    """Sample name -> label sets the guard's metrics have after hops of every kind of decision, a
+    budget check whose store could not be reached, and a priced and an unpriced model response.
 
     The settings and budget stores it changes are the session's; the suite's autouse fixture
     (tests/conftest.py) resets both after each test."""
@@ -76,6 +77,12 @@ def guard_samples() -> dict[str, set[frozenset[tuple[str, str]]]]:
             otel_guard.configure(max_hops=1000, budget_store=store, budget_on_error="allow")
             with delegate("ledger"):
                 pass  # a budget store error; the hop runs
+        otel_guard.configure(
+            max_hops=0, budget_store="memory", max_cost="1", prices={"priced": {"input": 1, "output": 1}}
+        )
+        with delegate("concierge"):
+            after_model_request(ModelUsage("priced", 1000, 0))  # spend
+            after_model_request(ModelUsage("homegrown", 1000, 0))  # unpriced
         text = generate_latest(registry).decode()
     samples: dict[str, set[frozenset[tuple[str, str]]]] = {}
     for family in text_string_to_metric_families(text):

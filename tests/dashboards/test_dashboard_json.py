@@ -125,6 +125,8 @@ def test_dashboard_and_alerts_read_only_metrics_that_are_served(dashboard: dict[
         "otel_guard_decisions_total",
         "otel_guard_chain_depth_bucket",
         "otel_guard_budget_store_errors_total",
+        "otel_guard_budget_spend_total",
+        "otel_guard_budget_unpriced_total",
     } <= used
     assert {
         "otel_guard_cycles_total",
@@ -156,6 +158,14 @@ def test_guard_metric_labels_are_the_ones_the_dashboard_selects() -> None:
     # A budget check that could not reach its store: one series per error type.
     store_errors = [dict(labels) for labels in samples["otel_guard_budget_store_errors_total"]]
     assert [labels["error_type"] for labels in store_errors] == ["StoreError"]
+    # What a tree spent, by currency and model; and a response no price covered, by model only.
+    spend = [dict(labels) for labels in samples["otel_guard_budget_spend_total"]]
+    assert [(labels["cost_currency"], labels["gen_ai_request_model"]) for labels in spend] == [
+        ("USD", "priced")
+    ]
+    unpriced = [dict(labels) for labels in samples["otel_guard_budget_unpriced_total"]]
+    assert [labels["gen_ai_request_model"] for labels in unpriced] == ["homegrown"]
+    assert "cost_currency" not in unpriced[0]
     # The OpenTelemetry SDK's exporter writes bucket bounds as floats ("6.0"); the alert on chain
     # depth matches both that and the Collector's "6".
     bounds = {dict(labels)["le"] for labels in samples["otel_guard_chain_depth_bucket"]}

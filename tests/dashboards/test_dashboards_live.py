@@ -5,8 +5,10 @@ would-refuse), a chain six deep, and summarize > summarize in enforce mode (a re
 max_hops 2, a tree whose third hop (the web_search tool) is a would-refuse for budget in observe
 mode and a tree whose third hop (escalate) is refused for budget in enforce mode; then, twice with a
 scrape between, two hops whose budget store (Redis on a port where nothing listens) cannot be
-reached. Its spans go over OTLP/gRPC to the processor; its metrics reach Prometheus through the
-OpenTelemetry Prometheus exporter. The tests then ask Prometheus what the alerts and the dashboard
+reached; then a tree with max_cost 0.01 USD that has a response no price covers and two priced
+responses of 0.006 USD, and whose next hop (booker) is refused for budget. Its spans go over
+OTLP/gRPC to the processor; its metrics reach Prometheus through the OpenTelemetry Prometheus
+exporter. The tests then ask Prometheus what the alerts and the dashboard
 would show.
 """
 
@@ -128,8 +130,8 @@ def test_the_dashboard_shows_the_loops(stack: Stack) -> None:
         # A loop and a spent tree budget each.
         assert view.value("Would-refuse (guard)") == 2
         assert view.value("Would-refuse (traces)") == 2
-        assert view.value("Refused (guard)") == 2
-        assert view.value("Refused (traces)") == 2
+        assert view.value("Refused (guard)") == 3
+        assert view.value("Refused (traces)") == 3
         # Chains ran six deep at most: the 99th percentile lies in the bucket (5, 6].
         assert 5 < view.value("Chain depth, p99") <= 6
 
@@ -147,12 +149,14 @@ def test_the_dashboard_shows_the_loops(stack: Stack) -> None:
         assert view.by("Refusals by agent and reason (guard)", "name", "otel_guard_reason") == {
             ("summarize", "cycle"): 1,
             ("escalate", "budget"): 1,
+            ("booker", "budget"): 1,
         }
         assert view.by("Would-refuse and refusals in traces", "decision", "agent", "reason") == {
             ("would_refuse", "planner", "cycle"): 1,
             ("refuse", "summarize", "cycle"): 1,
             ("would_refuse", "web_search", "budget"): 1,
             ("refuse", "escalate", "budget"): 1,
+            ("refuse", "booker", "budget"): 1,
         }
         assert set(view.by("Hops decided per second", "otel_guard_decision")) == {
             ("allow",),
@@ -179,6 +183,7 @@ def test_the_dashboard_shows_the_budgets(stack: Stack) -> None:
         ) == {
             ("would_refuse", "web_search"): 1,
             ("refuse", "escalate"): 1,
+            ("refuse", "booker"): 1,
         }
         # Two steps of two hops each, every hop one error; the series was born at the first step's 2.
         assert view.by("Budget store errors by error type", "error_type") == {("StoreError",): 4}
@@ -192,6 +197,25 @@ def test_the_dashboard_shows_the_budgets(stack: Stack) -> None:
             (m["otel_guard_decision"], m["name"]): v for m, v in decided if m["name"] in {"ledger", "invoice"}
         }
         assert hops == {("allow", "ledger"): 2, ("allow", "invoice"): 2}
+
+    eventually(check, timeout=30)
+
+
+def test_the_dashboard_shows_the_trees_spend(stack: Stack) -> None:
+    view = DashboardView(stack)
+
+    def check() -> None:
+        # Two responses of 0.006 USD, priced from the prices file: what the tree's store took.
+        spend = view.by("Tree spend by model and currency", "cost_currency", "gen_ai_request_model")
+        assert set(spend) == {("USD", "travel-llm")}
+        assert round(spend[("USD", "travel-llm")] * 1_000_000) == 12_000
+        # The response no price covered is there, and not among the spend.
+        assert view.by("Unpriced responses by model", "gen_ai_request_model") == {("homegrown-llm",): 1}
+        # The hop into booker, past max_cost, and the spent max_hops trees of the budgets step.
+        assert view.by("Budget refusals in the time range (guard)", "otel_guard_decision") == {
+            ("refuse",): 2,
+            ("would_refuse",): 1,
+        }
 
     eventually(check, timeout=30)
 
