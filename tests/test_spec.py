@@ -78,6 +78,7 @@ def test_every_span_attribute_event_and_metric() -> None:
         telemetry.METRIC_STORE_ERRORS,
         telemetry.METRIC_STORE_EVICTIONS,
         telemetry.METRIC_UNPRICED,
+        telemetry.METRIC_SPEND,
     }
 
 
