@@ -66,6 +66,8 @@ def test_a_tree_past_max_cost_refuses_its_next_request_and_hop(
         assert event.attributes is not None
         assert event.attributes["otel_guard.budget.exhausted"] == "cost"
         assert "has spent its 0.02 USD (max_cost 0.02)" in str(event.attributes["otel_guard.message"])
+        assert hop.chain is not None
+        assert spent(hop.chain.root) == 3 * PER_REPLY  # the replies the CLI had sent are counted
         # The tree's next run is a hop of a spent tree: refused with reason budget.
         with pytest.raises(otel_guard.DelegationRefused, match=r"max_cost 0\.02") as refused:
             asyncio.run(asyncio.wait_for(loop.run("planner", "again"), timeout=60))
@@ -77,8 +79,11 @@ def test_a_model_no_price_covers_is_unpriced(
     instrumented: ClaudeAgentSDKInstrumentor, metric_reader: Any
 ) -> None:
     otel_guard.configure(max_cost="1", budget_unpriced="refuse")
-    with scripted_loop(max_tool_calls=1) as loop:
+    with scripted_loop(max_tool_calls=1) as loop, otel_guard.delegate("coordinator"):
         asyncio.run(asyncio.wait_for(loop.run("planner", "Plan the team offsite"), timeout=60))
+        # budget_unpriced=refuse: the tree had a response no price covers; its next run is refused.
+        with pytest.raises(otel_guard.DelegationRefused, match="no price covers"):
+            asyncio.run(asyncio.wait_for(loop.run("planner", "again"), timeout=60))
     counted = {
         attributes.get("gen_ai.request.model")
         for attributes, _ in metric_reader.points("otel_guard.budget.unpriced")
