@@ -5,15 +5,16 @@ The Agent runs its hooks at fixed points of its loop (``haystack.hooks``), throu
 Agent's own hooks there, for every Agent, without adding a hook to any (an Agent's hooks are its
 constructor's argument, and ``to_dict`` would write the guard's into a saved pipeline):
 
-* ``before_llm``, before each model request: with ``max_model_requests`` or ``max_tokens`` on, the
-  request is checked and counted against the run's tree. A request the tree may not make is not
-  sent: the Agent stops the way a hook stops it, by ``state["stop_run"]``, which it reads before
-  each request and returns as the run's ``exit_reason``; the refusal is also the run's last message
-  (an assistant message), so an Agent called as a tool answers its caller with the refusal, not
-  with what it had before. The caller's next request is refused the same way: the whole tree ends,
-  every run with a result;
+* ``before_llm``, before each model request: with ``max_model_requests``, ``max_tokens`` or
+  ``max_cost`` on, the request is checked and counted against the run's tree. A request the tree may
+  not make is not sent: the Agent stops the way a hook stops it, by ``state["stop_run"]``, which it
+  reads before each request and returns as the run's ``exit_reason``; the refusal is also the run's
+  last message (an assistant message), so an Agent called as a tool answers its caller with the
+  refusal, not with what it had before. The caller's next request is refused the same way: the whole
+  tree ends, every run with a result;
 * after each response, ``_record_llm_usage``: the tokens of its ``meta["usage"]``
-  (``prompt_tokens + completion_tokens``, or ``input_tokens + output_tokens``) go to the tree;
+  (``prompt_tokens + completion_tokens``, or ``input_tokens + output_tokens``) go to the tree, and
+  with ``max_cost`` its price, by its ``meta["model"]`` (:mod:`._cost`);
 * ``before_run``, once, before the first request: with ``OTEL_GUARD_SITUATIONAL_PROMPT=true``, a
   run whose tools include an agent on its call path gets the situational guidance at the start of
   its newest user message. The system prompt is never changed.
@@ -29,6 +30,7 @@ from typing import Any, Final
 from haystack.components.agents.state.state_utils import replace_values
 from haystack.dataclasses import ChatMessage, ChatRole
 
+from otel_guard.instrumentation.haystack._cost import model_usage
 from otel_guard.instrumentation.haystack._scope import run_in_progress
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
@@ -93,22 +95,12 @@ def _stop_if_refused(state: Any, refused: str | None) -> None:
 def count_tokens(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``_record_llm_usage(state, llm_messages)``: the response's tokens go to the tree too."""
+    """``_record_llm_usage(state, llm_messages)``: the response's tokens (and cost) go to the tree too."""
     result = wrapped(*args, **kwargs)
     messages = kwargs["llm_messages"] if "llm_messages" in kwargs else args[1] if len(args) > 1 else ()
     if model_requests_counted():
-        after_model_request(sum(tokens_of(message) for message in messages or ()))
+        after_model_request(model_usage(messages or ()))
     return result
-
-
-def tokens_of(message: Any) -> int:
-    """Input + output tokens of a reply's ``meta["usage"]``, in OpenAI's names or Anthropic's."""
-    usage = getattr(message, "meta", {}).get("usage")
-    if not isinstance(usage, dict):
-        return 0
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    completion = usage.get("completion_tokens", usage.get("output_tokens"))
-    return sum(value for value in (prompt, completion) if isinstance(value, int))
 
 
 def _guide(state: Any) -> None:
