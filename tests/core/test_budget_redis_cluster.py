@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from redis.crc import key_slot
-from redis_fleet import Cluster, running_cluster, wait_until
+from redis_fleet import SERVERS, Cluster, running_cluster, wait_until
 from test_budget import store_errors, store_errors_since
 
 import otel_guard
@@ -31,10 +31,10 @@ from otel_guard.usage import abefore_model_request, before_model_request
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster for the tests that leave its topology as it is."""
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+@pytest.fixture(scope="module", params=SERVERS)
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the tests that leave its topology as it is: of Redis 7, then of Valkey 8."""
+    with running_cluster(tmp_path_factory.mktemp("cluster"), server=request.param) as running:
         yield running
 
 
@@ -258,11 +258,12 @@ def move_slot(cluster: Cluster, slot: int, source: int, target: int) -> None:
         cluster.node(port).ask("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
-def test_a_reshard_mid_run_loses_no_count(tmp_path: Path, metric_reader: Any) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_reshard_mid_run_loses_no_count(tmp_path: Path, metric_reader: Any, server: str) -> None:
     """Every tree's slot moves to another master while its hops go on (ASK while its keys move,
     TRYAGAIN for a take whose keys are split, MOVED after): no tree makes more than ``max_hops``,
     and each makes them all."""
-    with running_cluster(tmp_path, replicas=0) as cluster:
+    with running_cluster(tmp_path, replicas=0, server=server) as cluster:
         otel_guard.configure(
             budget_store=f"{cluster.url}?socket_timeout=2",
             max_hops=150,
@@ -293,12 +294,15 @@ def test_a_reshard_mid_run_loses_no_count(tmp_path: Path, metric_reader: Any) ->
         assert set(failed) <= {"slot_migrating"}, failed
 
 
-def test_a_masters_failover_mid_run_overspends_no_tree(tmp_path: Path, metric_reader: Any) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_masters_failover_mid_run_overspends_no_tree(
+    tmp_path: Path, metric_reader: Any, server: str
+) -> None:
     """A master is killed while its trees count: its replica takes over (after the cluster's node
     timeout, 1 s here); meanwhile those trees' hops are refused (``budget_on_error=refuse``), then
     counted on the new master from the counts it had. No tree makes more than ``max_hops`` and the
     hops racing the kill (acknowledged by the old master, not yet replicated: none on one host)."""
-    with running_cluster(tmp_path) as cluster:
+    with running_cluster(tmp_path, server=server) as cluster:
         otel_guard.configure(budget_store=cluster.url, max_hops=250, budget_on_error="refuse")
         with Spenders(6) as spenders:
             wait_until("every tree has counted", lambda: len(spenders.allowed) == 6, 10)
