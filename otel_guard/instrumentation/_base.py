@@ -247,16 +247,7 @@ def call_in_hop(
         if refused is None:
             raise
         return refused(err)
-    token = attach(ctx)
-    try:
-        result = call()
-    except BaseException as exc:
-        detach(token)
-        hop.finish(exc)
-        raise
-    detach(token)
-    hop.finish()
-    return result
+    return call_in_context(ctx, hop, call)
 
 
 async def acall_in_hop(
@@ -274,13 +265,37 @@ async def acall_in_hop(
         if refused is None:
             raise
         return refused(err)
+    return await acall_in_context(ctx, hop, call)
+
+
+def call_in_context(ctx: Context, hop: Delegation | None, call: Callable[[], R]) -> R:
+    """``call()`` with ``ctx`` attached, then detached, and ``hop`` (started already; ``None`` where
+    the call is the work of the hop it runs in) finished with the call's outcome."""
+    token = attach(ctx)
+    try:
+        result = call()
+    except BaseException as exc:
+        detach(token)
+        if hop is not None:
+            hop.finish(exc)
+        raise
+    detach(token)
+    if hop is not None:
+        hop.finish()
+    return result
+
+
+async def acall_in_context(ctx: Context, hop: Delegation | None, call: Callable[[], Awaitable[R]]) -> R:
+    """:func:`call_in_context` for a coroutine: ``await call()``."""
     token = attach(ctx)
     try:
         result = await call()
     except BaseException as exc:
         detach(token)
-        hop.finish(exc)
+        if hop is not None:
+            hop.finish(exc)
         raise
     detach(token)
-    hop.finish()
+    if hop is not None:
+        hop.finish()
     return result

@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
-from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.instrumentation._base import acall_in_context, unless_suppressed
 from otel_guard.instrumentation.agno._guidance import guided
 from otel_guard.instrumentation.agno._scope import CALL, TEAM, call_in_progress
 from otel_guard.settings import current_settings
@@ -116,18 +116,7 @@ async def _arun_in_hop(instance: Any, kwargs: dict[str, Any], run: Awaitable[Any
         if close is not None:
             close()  # never awaited: no "coroutine was never awaited" warning
         raise
-    token = otel_context.attach(ctx)
-    try:
-        result = await run
-    except BaseException as exc:
-        otel_context.detach(token)
-        if hop is not None:
-            hop.finish(exc)
-        raise
-    otel_context.detach(token)
-    if hop is not None:
-        hop.finish()
-    return result
+    return await acall_in_context(ctx, hop, lambda: run)
 
 
 async def _astream_in_hop(

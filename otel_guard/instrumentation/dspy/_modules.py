@@ -27,7 +27,7 @@ from typing import Any, Final
 from opentelemetry import context as otel_context
 
 from otel_guard.guard import Delegation, current_chain, delegate
-from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.instrumentation._base import acall_in_context, call_in_context, unless_suppressed
 from otel_guard.instrumentation.dspy._scope import in_module_run, inside_module_run, tool_call_in_progress
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
@@ -82,18 +82,7 @@ def guard_call(
     if started is None:
         return wrapped(*args, **kwargs)
     hop, ctx = started
-    token = otel_context.attach(ctx)
-    try:
-        result = wrapped(*args, **_guided(instance, kwargs))
-    except BaseException as exc:
-        otel_context.detach(token)
-        if hop is not None:
-            hop.finish(exc)
-        raise
-    otel_context.detach(token)
-    if hop is not None:
-        hop.finish()
-    return result
+    return call_in_context(ctx, hop, lambda: wrapped(*args, **_guided(instance, kwargs)))
 
 
 @unless_suppressed
@@ -107,18 +96,11 @@ async def guard_acall(
     name, joined = found
     hop = None if joined else delegate(name)
     ctx = otel_context.get_current() if hop is None else await hop.astart()  # a refusal raises here
-    token = otel_context.attach(in_module_run(ctx))
-    try:
-        result = await wrapped(*args, **_guided(instance, kwargs))
-    except BaseException as exc:
-        otel_context.detach(token)
-        if hop is not None:
-            hop.finish(exc)
-        raise
-    otel_context.detach(token)
-    if hop is not None:
-        hop.finish()
-    return result
+
+    def run() -> Any:  # guided in the hop's context: the guidance reads its chain
+        return wrapped(*args, **_guided(instance, kwargs))
+
+    return await acall_in_context(in_module_run(ctx), hop, run)
 
 
 def _guided(module: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from otel_guard.guard import delegate
-from otel_guard.instrumentation._base import unless_suppressed
+from otel_guard.instrumentation._base import acall_in_context, call_in_context, unless_suppressed
 from otel_guard.instrumentation.haystack._scope import call_in_progress, with_values
 
 
@@ -59,18 +59,7 @@ def guard_run(
     name, joins = _hop_for(instance)
     hop = None if joins else delegate(name)
     ctx = otel_context.get_current() if hop is None else hop.start()  # a refusal raises here
-    token = otel_context.attach(with_values(ctx, call=None, run=name))
-    try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        otel_context.detach(token)
-        if hop is not None:
-            hop.finish(exc)
-        raise
-    otel_context.detach(token)
-    if hop is not None:
-        hop.finish()
-    return result
+    return call_in_context(with_values(ctx, call=None, run=name), hop, lambda: wrapped(*args, **kwargs))
 
 
 @unless_suppressed
@@ -81,15 +70,5 @@ async def guard_run_async(
     name, joins = _hop_for(instance)
     hop = None if joins else delegate(name)
     ctx = otel_context.get_current() if hop is None else await hop.astart()  # a refusal raises here
-    token = otel_context.attach(with_values(ctx, call=None, run=name))
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        otel_context.detach(token)
-        if hop is not None:
-            hop.finish(exc)
-        raise
-    otel_context.detach(token)
-    if hop is not None:
-        hop.finish()
-    return result
+    ctx = with_values(ctx, call=None, run=name)
+    return await acall_in_context(ctx, hop, lambda: wrapped(*args, **kwargs))
