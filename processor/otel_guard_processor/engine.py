@@ -109,6 +109,8 @@ class EngineDetector:
             tool_edge_wait=self.limits.count_wait,
             cycle_wait=self.limits.count_wait,
         )
+        # Checks a request on the event loop while detection borrows the engine on a worker.
+        self._checker = self.engine.checker()
         self._on_cycle = on_cycle
         self._clock = clock
         self.cycles: dict[tuple[str, str], int] = {}
@@ -153,8 +155,9 @@ class EngineDetector:
 
     def check(self, raw: bytes) -> int:
         """The spans of a request, or the :class:`DecodeError` :meth:`ingest` would raise for it
-        (:func:`check` with the keys of this detector's dialects file too), keeping nothing."""
-        return self.engine.check(raw)
+        (:func:`check` with the keys of this detector's dialects file too), keeping nothing; safe
+        while :meth:`ingest` runs on another thread."""
+        return self._checker.check(raw)
 
     def ingest(self, raw: bytes, now: float) -> int:
         """Read one request (its protobuf bytes) received at ``now``; return how many spans it had.

@@ -170,6 +170,21 @@ fn decode_summary<'py>(
 /// state (see docs/processor.md). Times are seconds on a clock that does not go back. `dialects`:
 /// more dialect rows, read after the built-in table's, each in `dialect_table()`'s form (a
 /// dialects file's rows; ValueError naming the row when one is malformed).
+/// Checker: `check(request) -> spans`, the module's `check` with an engine's keys (from
+/// `Engine.checker()`): DecodeError exactly where that engine's `ingest` would raise it, nothing
+/// kept. Frozen, so any thread may use it while the engine is borrowed for its work.
+#[pyclass(frozen, module = "otel_guard_processor._engine", name = "Checker")]
+struct PyChecker {
+    keys: Keys,
+}
+
+#[pymethods]
+impl PyChecker {
+    fn check(&self, py: Python<'_>, request: &[u8]) -> PyResult<usize> {
+        guarded(|| Ok(decoded(py, request, &self.keys)?.spans.len()))
+    }
+}
+
 #[pyclass(module = "otel_guard_processor._engine", name = "Engine")]
 struct PyEngine {
     engine: graph::Engine,
@@ -240,12 +255,14 @@ impl PyEngine {
         Ok(PyEngine { engine, faults: 0 })
     }
 
-    /// check(request) -> spans
+    /// checker() -> Checker
     ///
-    /// The module's `check` with this engine's keys (a dialects file's too): DecodeError exactly
-    /// where its `ingest` would raise it, nothing kept.
-    fn check(&self, py: Python<'_>, request: &[u8]) -> PyResult<usize> {
-        guarded(|| Ok(decoded(py, request, self.engine.keys())?.spans.len()))
+    /// A checker with this engine's keys (a dialects file's too), usable while the engine works on
+    /// another thread: a method of the engine itself could not be (it is borrowed for the work).
+    fn checker(&self) -> PyChecker {
+        PyChecker {
+            keys: self.engine.keys().clone(),
+        }
     }
 
     /// ingest(request, now) -> Events
@@ -556,6 +573,7 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(one_call_rules, module)?)?;
     module.add_function(wrap_pyfunction!(cycle_names, module)?)?;
     module.add_class::<PyEngine>()?;
+    module.add_class::<PyChecker>()?;
     module.add_class::<PyEvents>()?;
     crate::grpc_binding::register(module)?;
     crate::budget_binding::register(module)?;

@@ -237,10 +237,13 @@ OTHER = Keyring({"k1": b"o" * 32})  # same key id, another secret
 def _bad_tokens(keyring: Keyring) -> dict[str, str]:
     good = mint("planner", keyring=keyring)
     head, claims, signature = good.split(".")
+    # A character where all six bits count (the last one's low bits are padding: "AA" there may be
+    # the same signature).
+    altered = signature[:10] + ("B" if signature[10] == "A" else "A") + signature[11:]
     return {
         "garbage": "garbage",
         "empty": "",
-        "signature altered": f"{head}.{claims}.{signature[:-2]}AA",
+        "signature altered": f"{head}.{claims}.{altered}",
         "claims altered": f"{head}.{mint('budget', keyring=keyring).split('.')[1]}.{signature}",
         "truncated": good[: len(good) // 2],
         "unsigned": mint("planner", keyring=None),
