@@ -275,8 +275,10 @@ async def test_every_attack_at_once_stays_under_the_stated_worst_case(four_mib_s
     # budget's part of the sum (415 MiB measured): before the one budget, 532 MiB (the 40 uploads
     # alone held 316 MiB, outside any count).
     assert resident.peak_main <= budget_part, report
-    # The attacks were served: each kind was taken at least once or refused as the bounds say.
-    assert "OK" in outcomes["grpc 7.9 MiB"], report
+    # The attacks were served: each kind was taken or refused as the bounds say (which sender wins
+    # the budget's room is not promised: on a loaded machine the JSON conversions may hold it for
+    # the whole attack, and every 7.9 MiB call is told to retry).
+    assert outcomes["grpc 7.9 MiB"] and outcomes["grpc 7.9 MiB"] <= {"OK", "RESOURCE_EXHAUSTED"}, report
     assert outcomes["json 7.8 MiB"] <= {200, 429}, report
     assert alone == 200, report
     assert outcomes["gzip bomb"] == {413} or outcomes["gzip bomb"] <= {413, 429}, report
