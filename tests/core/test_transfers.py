@@ -1,4 +1,4 @@
-"""Transfers (CONTRACT §9): a handoff is a hop of kind transfer; a hand-back is no cycle.
+"""Transfers (docs/spec.md §9): a handoff is a hop of kind transfer; a hand-back is no cycle.
 
 The rule (otel_guard.policy.waiting): in a chain ``h0 … hn`` arriving at a new hop ``h``, the agent of
 place i waits unless place i+1 is a transfer, and the agent of the last place waits unless ``h`` is a

@@ -1,4 +1,4 @@
-"""A request larger than the downstream takes is split to fit, each span forwarded once (CONTRACT §9).
+"""A request larger than the downstream takes is split to fit, each span forwarded once (docs/spec.md §9).
 
 The downstream is a real grpcio server with the OpenTelemetry Collector's default limit,
 ``grpc.max_receive_message_length`` = 4 MiB, which refuses a larger message with gRPC's own

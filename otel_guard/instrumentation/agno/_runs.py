@@ -4,7 +4,7 @@ A run is a hop ``invoke_agent {name}`` (the agent's or team's ``name``, else its
 class name) around the whole run; a streamed run (``stream=True``) keeps its hop open until its
 events end, and each event is made inside the hop's context. A run inside a tool call of its own
 name is that call's hop. A team member run by its leader's delegation tool is a hop into the member:
-a transfer (CONTRACT §9) when the team hands control over (``mode=TeamMode.route`` or
+a transfer (docs/spec.md §9) when the team hands control over (``mode=TeamMode.route`` or
 ``respond_directly=True``: the leader answers with the member's response), a call otherwise. A
 refused run raises :class:`~otel_guard.DelegationRefused` before it starts; inside a tool call the
 call records it, so its error result carries the refusal's text (:mod:`._tools`).
