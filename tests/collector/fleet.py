@@ -86,10 +86,20 @@ class Instance:
         self.forward = forward
         self.log = tmp_path / f"processor-{index}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.status: int | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def options(self) -> list[str]:
+        """Its options after ``--listen`` and ``--forward``."""
+        return [
+            f"--prometheus=127.0.0.1:{self.metrics_port}",
+            f"--trace-ttl={self.trace_ttl}",
+            "--count-wait=0",  # each loop counted as it is seen: the scrape before the kill reads it
+            "--drain-timeout=2",
+        ]
 
     def start(self) -> None:
         command = [
@@ -98,10 +108,7 @@ class Instance:
             "otel_guard_processor",
             f"--listen={self.address}",
             f"--forward={self.forward}",
-            f"--prometheus=127.0.0.1:{self.metrics_port}",
-            f"--trace-ttl={self.trace_ttl}",
-            "--count-wait=0",  # each loop counted as it is seen: the scrape before the kill reads it
-            "--drain-timeout=2",
+            *self.options(),
             "--log-level=warning",
         ]
         with self.log.open("ab") as log:
@@ -129,6 +136,7 @@ class Instance:
         self.process.wait(10)
 
     def stop(self) -> None:
+        """SIGTERM (SIGKILL after 10 s); :attr:`status` is then its exit status, 0 for a graceful stop."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -136,6 +144,8 @@ class Instance:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+        if self.process is not None:
+            self.status = self.process.returncode
 
     async def scrape(self) -> Samples:
         async with httpx.AsyncClient() as client:

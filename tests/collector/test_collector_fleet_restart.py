@@ -16,8 +16,6 @@ spans waiting for their parent, were lost.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,21 +42,13 @@ class PushingInstance(Instance):
         super().__init__(tmp_path, index, forward)
         self.metrics = metrics
 
-    def start(self) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "otel_guard_processor",
-            f"--listen={self.address}",
-            f"--forward={self.forward}",
+    def options(self) -> list[str]:
+        return [
             "--prometheus=off",
             f"--metrics-forward={self.metrics}",
             "--metrics-interval=600",  # only the drain's push: each process's last word
             "--drain-timeout=5",
-            "--log-level=warning",
         ]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
 
     def terminate(self) -> int:
         """SIGTERM, and its exit status once it drained."""

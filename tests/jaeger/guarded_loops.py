@@ -7,15 +7,13 @@ SDK's OTLP exporter encodes them, under the service name :data:`SERVICE`, which 
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from collections import defaultdict
 from typing import Any
 
 import grpc.aio
 import httpx
 import pytest
+from fleet import Instance
 from opentelemetry import baggage, context
 from opentelemetry import trace as trace_api
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -23,7 +21,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from processor_helpers import EXPORT
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from test_collector_scaleout import Instance
 
 from otel_guard import DelegationRefused, delegate
 
@@ -37,34 +34,13 @@ class Processor(Instance):
     default it waits up to 15 s for a scrape after the drain, as a Prometheus would make; the test
     read its figures before); :attr:`status` is its exit status, 0 for a graceful stop."""
 
-    status: int | None = None
-
-    def start(self) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "otel_guard_processor",
-            f"--listen={self.address}",
-            f"--forward={self.forward}",
+    def options(self) -> list[str]:
+        return [
             f"--prometheus=127.0.0.1:{self.metrics_port}",
             "--count-wait=0",
             "--metrics-grace=0",
             "--drain-timeout=2",
-            "--log-level=warning",
         ]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self.process is not None:
-            self.status = self.process.returncode
 
 
 def requests_of(recorded: list[ReadableSpan]) -> list[bytes]:
