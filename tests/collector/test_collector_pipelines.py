@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -32,6 +31,7 @@ from corpus_spans import CORPUS, read_spans, to_request
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.service import Processor
+from ports import free_port
 from processor_helpers import EXPORT, Sink
 from processor_spans import Trace, encode, guard_attributes
 from test_collector_configs import ROOT, collector
@@ -42,12 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TRACES = 20
 SPANS_PER_TRACE = 3
 WAIT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def config_for_test(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,15 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from ports import free_port
 
 START_TIMEOUT = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RedisServer:

@@ -221,6 +221,15 @@ class Spenders:
 
         await asyncio.gather(*(tree() for _ in range(trees)))
 
+    def story(self, since: float) -> str:
+        """Each tree's hops allowed and refused, and when it was last allowed (seconds after ``since``)."""
+        with self._lock:
+            return "; ".join(
+                f"{root[:8]}: {len(times)} allowed (last at {times[-1] - since:+.2f} s), "
+                f"{self.refused.get(root, 0)} refused"
+                for root, times in self.allowed.items()
+            )
+
     def __enter__(self) -> Spenders:
         for thread in self._threads:
             thread.start()
@@ -319,11 +328,14 @@ def test_a_masters_failover_mid_run_overspends_no_tree(
                 "the replica is master", lambda: replica.client().info("replication")["role"] == "master"
             )
             took_over = time.monotonic() - killed_at
-            wait_until(
-                "every tree has spent its hops",
-                lambda: all(len(times) >= 250 for times in spenders.allowed.values()),
-                20,
-            )
+            try:
+                wait_until(
+                    "every tree has spent its hops",
+                    lambda: all(len(times) >= 250 for times in spenders.allowed.values()),
+                    20,
+                )
+            except AssertionError as err:
+                raise AssertionError(f"{err}; {spenders.story(killed_at)}") from None
             time.sleep(0.2)
         on_killed = [
             root

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry import propagate
+from ports import free_port
 
 import otel_guard
 from otel_guard import delegate
@@ -38,15 +39,6 @@ FLEET_SECRET = b"f" * 32
 FLEET_KEYS = "k1:" + base64.urlsafe_b64encode(FLEET_SECRET).rstrip(b"=").decode("ascii")
 FORGER = Keyring({"k1": b"x" * 32})
 Call = Callable[..., tuple[int, dict[str, Any]]]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
+from ports import free_port
 
 T = TypeVar("T")
 
@@ -51,14 +51,6 @@ def require_binary(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed, and the dashboards' tests need it: {PROMETHEUS_PACKAGE_HINT}")
     return path
-
-
-def free_port() -> int:
-    """A port that was free a moment ago (for servers that cannot report a port they chose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.25) -> T:

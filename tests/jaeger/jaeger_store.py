@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 import yaml
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "v1.75.0"
@@ -36,12 +36,6 @@ def jaeger_binary() -> str:
             f"{BINARY} is missing: scripts/build-jaeger builds it (it needs Go; scripts/bootstrap runs it)"
         )
     return str(BINARY)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def attributes(kvs: list[dict[str, Any]]) -> dict[str, Any]:

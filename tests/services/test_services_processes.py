@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -61,13 +62,6 @@ class Service:
             span, at = decoder.raw_decode(text, start)
             found.append(span)
         return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def has_module(bin_dir: Path, module: str) -> bool:
