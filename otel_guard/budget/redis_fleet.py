@@ -41,6 +41,7 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from otel_guard.budget.redis_urls import StoreUrl
@@ -111,6 +112,15 @@ def cluster_client(url: StoreUrl, options: dict[str, Any], connection_class: typ
     )
 
 
+def node_of(nodes_manager: Any, key: str) -> str:
+    """The node (``host:port``) a cluster client's ``nodes_manager`` sends ``key`` to now; "" when it
+    knows none yet (the client has not asked the cluster for its slots)."""
+    try:
+        return str(nodes_manager.get_node_from_slot(key_slot(key.encode())).name)
+    except (redis.RedisError, redis.exceptions.RedisClusterException, LookupError):
+        return ""
+
+
 class AsyncCluster:
     """redis-py's asyncio ``RedisCluster`` for one event loop, whose takes wait for a connection as
     the store's pools do: its nodes raise ``MaxConnectionsError`` when they have no connection free,
@@ -129,6 +139,10 @@ class AsyncCluster:
             **kept,
         )
         self._slots = asyncio.Semaphore(size)
+
+    @property
+    def nodes_manager(self) -> Any:
+        return self.client.nodes_manager
 
     async def evalsha(self, *args: Any) -> Any:
         async with self._slots:

@@ -34,7 +34,9 @@ it answers again -- naming the URL without its password.
 On a cluster, the keys of one take share a hash slot (a tag of the tree's root, or of the workspace
 when ``workspace_max_hops`` is on: :func:`~otel_guard.budget.redis_fleet.cluster_key`), and redis-py
 follows MOVED, ASK and TRYAGAIN within the take's deadline; a take that meets a failing node fails
-(``budget_on_error``) and the next one finds the new topology. Through Sentinel, the store asks the
+(``budget_on_error``) and the next one finds the new topology. On a cluster a failing node is taken
+for down alone: the trees whose slots other nodes serve go on counting, and the warning names the
+node. Through Sentinel, the store asks the
 sentinels which node is the master every half second, so after a failover at most about that (and
 the sentinels' own switch) of hops go to the old master and are lost; a ``ReadOnlyError`` from a
 demoted master fails its take and the next take finds the new master.
@@ -51,6 +53,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
@@ -80,6 +83,17 @@ WARN_EVERY: Final = 60.0
 """Seconds at least between two warnings that the store stopped answering (a Redis that comes and goes)."""
 
 _log = logging.getLogger("otel_guard")
+
+
+@dataclass
+class _Outage:
+    """What the store knows of one place it sends takes to: the whole store, or one node of a cluster."""
+
+    down_until: float = -math.inf
+    answering: bool | None = None  # None: not asked yet
+    warned_at: float = -math.inf
+    quiet: bool = False  # this outage was not told (rate limit): nor will its end be
+
 
 # KEYS: the counts. ARGV: for each, its limit (0: none), its expiry (unix milliseconds) and what the
 # take adds (0: it only checks that the count is below its limit), each at most MAX_COUNT. Returns the
@@ -205,14 +219,12 @@ class RedisStore:
             weakref.WeakKeyDictionary()
         )
         self._down_for = DOWN_FOR if down_for is None else down_for
-        self._down_until = -math.inf
         self._warn_every = WARN_EVERY if warn_every is None else warn_every
         self._clock = clock
         self._lock = threading.Lock()
         self._making = threading.Lock()
-        self._answering: bool | None = None  # None: not asked yet
-        self._warned_at = -math.inf
-        self._quiet = False  # this outage was not told (rate limit): nor will its end be
+        # "" is the whole store (and a cluster's client being made); a cluster's nodes by name.
+        self._outages: dict[str, _Outage] = {"": _Outage()}
         self._password = str(parsed.get("password") or "")
 
     # EVALSHA by hand, EVAL when Redis does not hold the script yet (which also loads it): redis-py's
@@ -220,32 +232,48 @@ class RedisStore:
 
     def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         command = self._ask(meters)
+        self._refuse_while_down("")
         deadline = _DEADLINE.set(time.monotonic() + self.timeout)
+        where = ""
         try:
-            client = self._client if self._client is not None else self._cluster_client()
-            watch = self._watch
-            if watch is not None and watch.due():
-                watch.check()
             try:
-                result = client.evalsha(_TAKE_SHA, len(meters), *command)
-            except redis.exceptions.NoScriptError:
-                result = client.eval(TAKE_SCRIPT, len(meters), *command)
-        except Exception as exc:  # a RedisError, or a client the URL's options broke (TypeError)
-            raise self._failed(exc) from exc
+                client = self._client if self._client is not None else self._cluster_client()
+            except Exception as exc:  # a RedisError, or a client the URL's options broke (TypeError)
+                raise self._failed(exc, where) from exc
+            if self._cluster:
+                where = redis_fleet.node_of(client.nodes_manager, command[0])
+                self._refuse_while_down(where)
+            try:
+                watch = self._watch
+                if watch is not None and watch.due():
+                    watch.check()
+                try:
+                    result = client.evalsha(_TAKE_SHA, len(meters), *command)
+                except redis.exceptions.NoScriptError:
+                    result = client.eval(TAKE_SCRIPT, len(meters), *command)
+            except Exception as exc:
+                raise self._failed(exc, where) from exc
         finally:
             _DEADLINE.reset(deadline)
-        if self._answering is not True:
-            self._answered()
+        self._succeeded(where)
         return _taken(result, meters)
 
     async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         """:meth:`take` through the asyncio client of the running event loop."""
         command = self._ask(meters)
+        self._refuse_while_down("")
         loop = asyncio.get_running_loop()
         client = self._async_clients.get(loop)
+        where = ""
         try:
             if client is None:
                 client = self._async_clients[loop] = self._async_client(loop)
+            if self._cluster:
+                where = redis_fleet.node_of(client.nodes_manager, command[0])
+        except Exception as exc:
+            raise self._failed(exc, where) from exc
+        self._refuse_while_down(where)
+        try:
             watch = self._async_watches.get(loop)
             async with asyncio.timeout(self.timeout):  # the take's deadline, the pool's wait included
                 if watch is not None and watch.due():
@@ -255,9 +283,8 @@ class RedisStore:
                 except redis.exceptions.NoScriptError:
                     result = await client.eval(TAKE_SCRIPT, len(meters), *command)
         except Exception as exc:
-            raise self._failed(exc) from exc
-        if self._answering is not True:
-            self._answered()
+            raise self._failed(exc, where) from exc
+        self._succeeded(where)
         return _taken(result, meters)
 
     def _cluster_client(self) -> Any:
@@ -284,23 +311,28 @@ class RedisStore:
     def probe(self) -> None:
         """Ask Redis once (``PING``, within the store's timeout) if nothing has asked it yet: where the
         guard starts, so a store that cannot be reached says so then, before any hop."""
-        if self._answering is not None:
+        if self._outages[""].answering is not None:
             return
         deadline = _DEADLINE.set(time.monotonic() + self.timeout)
         try:
             client = self._client if self._client is not None else self._cluster_client()
             client.ping()
         except Exception as exc:
-            self._failed(exc)
+            self._failed(exc, "")
             return
         finally:
             _DEADLINE.reset(deadline)
-        self._answered()
+        self._answered("")
+
+    def _refuse_while_down(self, where: str) -> None:
+        """Raises at once while ``where`` (the store, or a cluster's node) is taken for down."""
+        outage = self._outages.get(where)
+        if outage is not None and outage.down_until > self._clock():
+            place = f"node {where} of " if where else ""
+            raise StoreError(f"the {place}Redis budget store failed a moment ago; not asking again yet")
 
     def _ask(self, meters: Sequence[Meter]) -> list[str]:
-        """The script's keys and arguments; raises at once while the store is taken for down."""
-        if self._down_until > self._clock():
-            raise StoreError("the Redis budget store failed a moment ago; not asking again yet")
+        """The script's keys and arguments."""
         command = [meter.key for meter in meters]
         if self._cluster:
             command = redis_fleet.cluster_keys(command, current_settings().workspace_max_hops > 0)
@@ -309,32 +341,49 @@ class RedisStore:
             command += (str(limit), str(int(meter.expires_at * 1000)), str(amount))
         return command
 
-    def _failed(self, exc: Exception) -> StoreError:
+    def _failed(self, exc: Exception, where: str) -> StoreError:
+        """What a take that failed at ``where`` (the store, or a cluster's node) raises; that place
+        taken for down for a moment, and said so."""
         if isinstance(exc, redis.exceptions.TryAgainError | redis.exceptions.ClusterError):
             # A slot on the move (TRYAGAIN, or redirections past redis-py's TTL): this take only.
             return SlotMigrating(f"the budget store's slot is moving between nodes: {type(exc).__name__}")
         with self._lock:
             now = self._clock()
-            self._down_until = now + self._down_for
-            was, self._answering = self._answering, False
-            if was is None:
-                self._warn(exc, "cannot be reached", now)
-            elif was and now - self._warned_at >= self._warn_every:
-                self._warn(exc, "stopped answering", now)
+            outage = self._outages.setdefault(where, _Outage())
+            outage.down_until = now + self._down_for
+            was, outage.answering = outage.answering, False
+            if was is None and not where:
+                self._warn(exc, "cannot be reached", now, outage, where)
+            elif was is not False and now - outage.warned_at >= self._warn_every:
+                self._warn(exc, "stopped answering", now, outage, where)
             elif was:
-                self._quiet = True
+                outage.quiet = True
         return StoreError(f"the Redis budget store did not answer: {type(exc).__name__}")
 
-    def _answered(self) -> None:
-        with self._lock:
-            was, self._answering = self._answering, True
-            if was is False and not self._quiet:
-                _log.info("otel-guard: the budget store %s answers again; hops are counted", self.name)
-            self._quiet = False
+    def _succeeded(self, where: str) -> None:
+        """A take at ``where`` was answered: that place, and the store, answer (said if they did not)."""
+        outage = self._outages.get(where)
+        if outage is None or outage.answering is not True:
+            self._answered(where)
+        if where and self._outages[""].answering is not True:
+            self._answered("")
 
-    def _warn(self, exc: Exception, what: str, now: float) -> None:
-        self._warned_at = now
-        self._quiet = False
+    def _answered(self, where: str) -> None:
+        with self._lock:
+            outage = self._outages.setdefault(where, _Outage())
+            was, outage.answering = outage.answering, True
+            if was is False and not outage.quiet:
+                _log.info(
+                    "otel-guard: the budget store %s answers again; hops are counted", self._place(where)
+                )
+            outage.quiet = False
+
+    def _place(self, where: str) -> str:
+        return f"{self.name} (its node {where})" if where else self.name
+
+    def _warn(self, exc: Exception, what: str, now: float, outage: _Outage, where: str) -> None:
+        outage.warned_at = now
+        outage.quiet = False
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if self._password:  # redis-py's errors do not repeat it; this makes sure no line of ours does
             reason = reason.replace(self._password, "***")
@@ -343,7 +392,7 @@ class RedisStore:
         _log.warning(
             "otel-guard: the budget store %s %s (%s); budget_on_error is %s: hops will be %s until it "
             "answers",
-            self.name,
+            self._place(where),
             what,
             reason,
             on_error,

@@ -115,7 +115,14 @@ class Cluster:
     """A Redis Cluster (or a Valkey cluster: ``server="valkey"``) of ``masters`` masters, each with
     ``replicas`` replicas."""
 
-    def __init__(self, directory: Path, masters: int = 3, replicas: int = 1, server: str = "redis") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        masters: int = 3,
+        replicas: int = 1,
+        server: str = "redis",
+        full_coverage: bool = True,
+    ) -> None:
         self.server = server
         binary, self._cli = binaries(server)
         self.nodes = [
@@ -129,6 +136,9 @@ class Cluster:
                 str(NODE_TIMEOUT_MS),
                 "--cluster-replica-validity-factor",
                 "0",  # any replica may take over
+                # "no": the masters left serve their slots while one is down for good.
+                "--cluster-require-full-coverage",
+                "yes" if full_coverage else "no",
                 binary=binary,
             )
             for _ in range(masters * (1 + replicas))
@@ -214,9 +224,9 @@ class Cluster:
 
 @contextmanager
 def running_cluster(
-    directory: Path, masters: int = 3, replicas: int = 1, server: str = "redis"
+    directory: Path, masters: int = 3, replicas: int = 1, server: str = "redis", full_coverage: bool = True
 ) -> Iterator[Cluster]:
-    cluster = Cluster(directory, masters, replicas, server)
+    cluster = Cluster(directory, masters, replicas, server, full_coverage)
     try:
         cluster.start()
         yield cluster

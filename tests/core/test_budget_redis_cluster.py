@@ -181,12 +181,12 @@ class Spenders:
         self.allowed: dict[str, list[float]] = {}
         self.refused: dict[str, int] = {}
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._threads = [threading.Thread(target=self._sync, args=(i,)) for i in range(trees // 2)]
         self._threads.append(threading.Thread(target=lambda: asyncio.run(self._async(trees - trees // 2))))
 
     def _note(self, root: str, allowed: bool) -> None:
-        with self._lock:
+        with self.lock:
             if allowed:
                 self.allowed.setdefault(root, []).append(time.monotonic())
             else:
@@ -223,7 +223,7 @@ class Spenders:
 
     def story(self, since: float) -> str:
         """Each tree's hops allowed and refused, and when it was last allowed (seconds after ``since``)."""
-        with self._lock:
+        with self.lock:
             return "; ".join(
                 f"{root[:8]}: {len(times)} allowed (last at {times[-1] - since:+.2f} s), "
                 f"{self.refused.get(root, 0)} refused"
@@ -347,3 +347,42 @@ def test_a_masters_failover_mid_run_overspends_no_tree(
             racing = sum(killed_at - 0.01 <= at <= killed_at for at in times) if root in on_killed else 0
             assert 250 <= len(times) <= 250 + racing, (root, len(times), racing)
         print(f"replica took over after {took_over:.2f} s")
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_dead_master_stops_only_its_own_trees(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, server: str
+) -> None:
+    """A master that dies for good (no replica; the cluster serves the slots it has left) refuses
+    its own trees' hops (``budget_on_error=refuse``), and only theirs: the trees the other masters
+    serve go on counting with none refused, though the store is one. The warning names the node."""
+    with running_cluster(tmp_path, replicas=0, server=server, full_coverage=False) as cluster:
+        otel_guard.configure(
+            budget_store=f"{cluster.url}?socket_timeout=2", max_hops=100_000, budget_on_error="refuse"
+        )
+        with Spenders(12) as spenders:
+            wait_until("every tree has counted", lambda: len(spenders.allowed) == 12, 20)
+            owners = {root: cluster.owner(slot_of(f"tree:default:{root}")) for root in spenders.allowed}
+            killed = max(set(owners.values()), key=list(owners.values()).count)
+            assert len(set(owners.values())) > 1, "twelve trees, all on one master"
+            cluster.node(killed).stop()
+            time.sleep(0.3)  # the hops in flight when it died
+            with spenders.lock:
+                before = {
+                    root: (len(spenders.allowed[root]), spenders.refused.get(root, 0)) for root in owners
+                }
+            time.sleep(2.5)
+            with spenders.lock:
+                after = {
+                    root: (len(spenders.allowed[root]), spenders.refused.get(root, 0)) for root in owners
+                }
+        for root, owner in owners.items():
+            allowed = after[root][0] - before[root][0]
+            refused = after[root][1] - before[root][1]
+            if owner == killed:
+                assert (allowed, refused > 0) == (0, True), (root, allowed, refused)
+            else:
+                assert refused == 0, (root, allowed, refused)
+                assert allowed >= 50, (root, allowed, refused)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"(its node 127.0.0.1:{killed}) stopped answering" in line for line in warnings), warnings
