@@ -6,7 +6,9 @@ Haystack's chat generators pass the provider's usage on as they got it: OpenAI's
 What a reader would not guess: Anthropic's ``input_tokens`` leave the cached tokens out, so those are
 added for the price (which counts every input token) and not for ``max_tokens`` (which counts
 input + output as the provider reports them). A ``cost`` in the usage is a charge the provider
-reported (OpenRouter's ``usage.cost``, through the OpenAI generator) and comes first.
+reported (OpenRouter's ``usage.cost``, through the OpenAI generator) and comes first. A response
+of several choices (OpenAI's ``n``) gives each reply the whole response's usage: a usage equal to one
+already read is that response's again, counted once (Haystack's own ``token_usage`` counts it n times).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def model_usage(replies: Iterable[Any]) -> ModelUsage:
     model: str | None = None
     counted = input_tokens = output_tokens = cache_read = cache_write = 0
     cost: Decimal | None = None
+    read: list[dict[str, Any]] = []
     for reply in replies:
         meta = getattr(reply, "meta", None)
         if not isinstance(meta, dict):
@@ -31,8 +34,9 @@ def model_usage(replies: Iterable[Any]) -> ModelUsage:
         if model is None and isinstance(meta.get("model"), str) and meta["model"]:
             model = meta["model"]
         usage = meta.get("usage")
-        if not isinstance(usage, dict):
+        if not isinstance(usage, dict) or usage in read:
             continue
+        read.append(usage)
         prompt = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
         completion = _count(usage.get("completion_tokens", usage.get("output_tokens")))
         counted += prompt + completion
@@ -42,11 +46,11 @@ def model_usage(replies: Iterable[Any]) -> ModelUsage:
             cache_read += _count(details.get("cached_tokens"))
             input_tokens += prompt
         else:  # Anthropic's: the input tokens leave them out
-            read = _count(usage.get("cache_read_input_tokens"))
+            cached = _count(usage.get("cache_read_input_tokens"))
             written = _count(usage.get("cache_creation_input_tokens"))
-            cache_read += read
+            cache_read += cached
             cache_write += written
-            input_tokens += prompt + read + written
+            input_tokens += prompt + cached + written
         charged = reported_cost(usage.get("cost"))
         if charged is not None:
             cost = charged if cost is None else cost + charged

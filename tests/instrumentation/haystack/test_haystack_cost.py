@@ -110,3 +110,14 @@ def test_anthropic_usage_prices_its_cache_tokens_and_counts_its_own_tokens() -> 
     entry = {"claude-*": {"input": 1000, "output": 2000, "cache_read": 100, "cache_write": 1250}}
     otel_guard.configure(max_cost="1", prices=entry)
     assert price(used, otel_guard.settings.current_settings()) == 10 * 1000 + 5 * 2000 + 100 * 100 + 20 * 1250
+
+
+def test_the_choices_of_one_response_count_its_usage_once() -> None:
+    # OpenAI's n=2: Haystack's OpenAIChatGenerator gives each choice's reply the completion's usage.
+    usage = {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
+    replies = [
+        ChatMessage.from_assistant(text, meta={"model": "gpt-x", "index": index, "usage": dict(usage)})
+        for index, text in enumerate(("one", "two"))
+    ]
+    used = model_usage(replies)
+    assert (used.tokens, used.input_tokens, used.output_tokens) == (16, 10, 6)
