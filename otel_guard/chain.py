@@ -361,6 +361,16 @@ class ChainToken:
         child.kin = None
         return child
 
+    def extended_afresh(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
+        """The token :meth:`extended` makes, built from the chain alone: none of this token's claims
+        text (its own, or the sender's it arrived with), size bound, agents or skills is reused;
+        only the arrived token that a process with no signing key sends on (:attr:`travels`). The
+        guard calls :meth:`extended`; this is the uncached path that it must agree with, to the
+        byte (tests/core/test_cache_equivalence.py)."""
+        child = ChainToken(self.chain.extended(hop), keyring)
+        child._relay = self._text if self._relay is None else self._relay
+        return child
+
     def fits(self, limit: int) -> bool:
         """Whether the token's text is at most ``limit`` characters, encoding it only if it may not be."""
         if self._length < 0 and _token_length(self._claims_size_bound(), self._keyring) <= limit:
@@ -480,7 +490,7 @@ class VerifiedTokens:
     second read is a dict lookup. A token this process signed (a call to a server in this same
     process, over a transport) is what verifying its text with the same keyring would give, so it
     is kept too: the check is the keyring's identity, as for a verified one. Bounded (emptied when
-    full); only successful verifications are kept. Small on purpose: the reads of one request come
+    full; ``VerifiedTokens(0)`` keeps nothing); only successful verifications are kept. Small on purpose: the reads of one request come
     close together, and a token used once (as most are) should die young, before the garbage
     collector's older generations see it and its plan (at 256 entries the ingress hop cost 4 % more
     instructions, most of it in collections). Plain dict operations are atomic under the GIL, so no
@@ -522,6 +532,8 @@ class VerifiedTokens:
     def _keep(self, text: str, keyring: Keyring | None, token: ChainToken | Chain) -> None:
         if len(self._items) >= self._size:
             self._items.clear()
+            if not self._size:  # VerifiedTokens(0) keeps nothing: every read verifies (the uncached path)
+                return
         self._items[text] = (keyring, token)
 
 
