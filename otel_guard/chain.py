@@ -490,11 +490,11 @@ class VerifiedTokens:
     second read is a dict lookup. A token this process signed (a call to a server in this same
     process, over a transport) is what verifying its text with the same keyring would give, so it
     is kept too: the check is the keyring's identity, as for a verified one. Bounded (emptied when
-    full; ``VerifiedTokens(0)`` keeps nothing); only successful verifications are kept. Small on purpose: the reads of one request come
-    close together, and a token used once (as most are) should die young, before the garbage
-    collector's older generations see it and its plan (at 256 entries the ingress hop cost 4 % more
-    instructions, most of it in collections). Plain dict operations are atomic under the GIL, so no
-    lock is needed.
+    full; ``VerifiedTokens(0)`` keeps nothing); only successful verifications are kept. Small on
+    purpose: the reads of one request come close together, and a token used once (as most are)
+    should die young, before the garbage collector's older generations see it and its plan (at 256
+    entries the ingress hop cost 4 % more instructions, most of it in collections). Plain dict
+    operations are atomic under the GIL, so no lock is needed.
     """
 
     def __init__(self, size: int = 16) -> None:
