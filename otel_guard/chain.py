@@ -525,9 +525,19 @@ class VerifiedTokens:
         Kept as its chain: most signed tokens go to another process and are never read here, and
         making the token object costs a signing a sixth more (measured: 15 k instructions)."""
         # What decode would refuse, this refuses too: a token too long, a chain with no root (the
-        # stand-in of a refused hop's span, never sent).
-        if len(text) <= MAX_TOKEN_LENGTH and _ROOT.fullmatch(chain.root) is not None:
+        # stand-in of a refused hop's span, never sent), times past MAX_TIME (a ttl that long).
+        # The names of a chain the guard made were checked when its hops were planned; encode()
+        # forgets the chains it is given, which nothing here has checked.
+        if (
+            len(text) <= MAX_TOKEN_LENGTH
+            and _ROOT.fullmatch(chain.root) is not None
+            and 0.0 <= chain.issued_at <= chain.expires_at <= MAX_TIME
+        ):
             self._keep(text, keyring, chain)
+
+    def forget(self, text: str) -> None:
+        """Keep nothing for ``text``: a token made here from a chain the guard has not checked."""
+        self._items.pop(text, None)
 
     def _keep(self, text: str, keyring: Keyring | None, token: ChainToken | Chain) -> None:
         if len(self._items) >= self._size:
@@ -541,8 +551,13 @@ verified_tokens = VerifiedTokens()
 
 
 def encode(chain: Chain, keyring: Keyring | None) -> str:
-    """The compact token for ``chain``, signed with the keyring's first key (unsigned without one)."""
-    return str(ChainToken(chain, keyring))
+    """The compact token for ``chain``, signed with the keyring's first key (unsigned without one).
+
+    ``chain`` is taken as given (a name or a time :func:`decode` refuses included): this process
+    verifies the token when it reads it, as any other does."""
+    text = str(ChainToken(chain, keyring))
+    verified_tokens.forget(text)
+    return text
 
 
 # -- decoding -----------------------------------------------------------------------------------

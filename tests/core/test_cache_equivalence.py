@@ -54,6 +54,7 @@ from otel_guard.chain import (
     Chain,
     ChainToken,
     Hop,
+    InvalidToken,
     Keyring,
     NoSigningKey,
     TransferHop,
@@ -788,7 +789,7 @@ offs = st.one_of(st.just(everything), st.frozensets(st.sampled_from(sorted(CACHE
 
 
 @settings(
-    max_examples=120,
+    max_examples=100,
     deadline=None,  # the whole test is bounded by its examples (about 10 s)
     # No explain phase: tracing every line of two runs of a failing program takes minutes.
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
@@ -869,3 +870,47 @@ def test_a_hop_opened_under_another_context_keeps_the_baggage_it_was_decided_in(
     assert dict(baggage.get_all(body)) == {"tenant": "t1", CHAIN_KEY: baggage.get_baggage(CHAIN_KEY, decided)}
     assert trace.get_current_span(body) is hop.span
     assert spans.one("invoke_agent a").parent.span_id == runtime.get_span_context().span_id
+
+
+def test_a_chain_encoded_by_hand_is_verified_when_this_process_reads_it(spans: Any) -> None:
+    """``encode()`` of a chain the guard never checked (here a name not in NFKC form, which no
+    guard writes and every guard refuses) leaves nothing in the verified tokens: this process reads
+    it as any other does (found by the property: the cache took it as verified)."""
+    otel_guard.configure(keys="")
+    made = Chain((Hop("ｂ"),), f"{1:032x}", "default", START, START + 300)
+    token = encode(made, None)
+    with pytest.raises(InvalidToken, match="NFKC"):
+        decode(token, None)
+    with _in(token):
+        assert otel_guard.current_chain() is None
+        with pytest.raises(DelegationRefused) as refused, otel_guard.delegate("a", receiving=True):
+            pass
+    assert refused.value.reason == "bad_signature"
+
+
+def test_a_ttl_that_ends_past_2242_gives_tokens_refused_here_as_everywhere(
+    carrier_token: Callable[[dict[str, str]], str],
+) -> None:
+    """A chain whose ``exp`` no token may hold (``ttl`` past the year 2242) is refused by every
+    other process; a server in this process refuses it too, cache or no cache (found by the
+    property's reasoning: the cache kept every token signed here, whatever its times)."""
+    otel_guard.configure(keys=K1, ttl=2.0**33)
+    carrier: dict[str, str] = {}
+    with otel_guard.delegate("a"):
+        propagate.inject(carrier)
+    token = carrier_token(carrier)
+    with pytest.raises(InvalidToken, match="exp"):
+        decode(token, Keyring.parse(K1))
+    with _in(token), pytest.raises(DelegationRefused) as refused, otel_guard.delegate("b", receiving=True):
+        pass
+    assert refused.value.reason == "bad_signature"
+
+
+@contextmanager
+def _in(token: str) -> Iterator[None]:
+    """A request's context: ``token`` as its chain, nothing else."""
+    attached = context.attach(baggage.set_baggage(CHAIN_KEY, token, Context()))
+    try:
+        yield
+    finally:
+        context.detach(attached)
