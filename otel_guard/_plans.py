@@ -190,7 +190,8 @@ class SharedHop:
 
 class FirstHops:
     """The :class:`SharedHop` of each first hop's key, and of the hops after them (bounded: all
-    emptied when ``size`` first hops or ``4 * size`` later ones are kept; dict operations are atomic)."""
+    emptied when ``size`` first hops or ``4 * size`` later ones are kept; ``FirstHops(0)`` keeps
+    none, so no later one either; dict operations are atomic)."""
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
@@ -204,6 +205,8 @@ class FirstHops:
     def keep(self, key: PlanKey, plan: Plan, settings: Settings) -> None:
         if len(self._items) >= self._size:
             self._items.clear()
+            if not self._size:  # FirstHops(0) keeps nothing: every hop is decided (the uncached path)
+                return
         self._items[key] = SharedHop(plan, settings)
 
     def share(self, kin: dict[PlanKey, SharedHop], key: PlanKey, plan: Plan, settings: Settings) -> None:

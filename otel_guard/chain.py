@@ -361,6 +361,16 @@ class ChainToken:
         child.kin = None
         return child
 
+    def extended_afresh(self, hop: Hop, keyring: Keyring | None) -> ChainToken:
+        """The token :meth:`extended` makes, built from the chain alone: none of this token's claims
+        text (its own, or the sender's it arrived with), size bound, agents or skills is reused;
+        only the arrived token that a process with no signing key sends on (:attr:`travels`). The
+        guard calls :meth:`extended`; this is the uncached path that it must agree with, to the
+        byte (tests/core/test_cache_equivalence.py)."""
+        child = ChainToken(self.chain.extended(hop), keyring)
+        child._relay = self._text if self._relay is None else self._relay
+        return child
+
     def fits(self, limit: int) -> bool:
         """Whether the token's text is at most ``limit`` characters, encoding it only if it may not be."""
         if self._length < 0 and _token_length(self._claims_size_bound(), self._keyring) <= limit:
@@ -480,11 +490,11 @@ class VerifiedTokens:
     second read is a dict lookup. A token this process signed (a call to a server in this same
     process, over a transport) is what verifying its text with the same keyring would give, so it
     is kept too: the check is the keyring's identity, as for a verified one. Bounded (emptied when
-    full); only successful verifications are kept. Small on purpose: the reads of one request come
-    close together, and a token used once (as most are) should die young, before the garbage
-    collector's older generations see it and its plan (at 256 entries the ingress hop cost 4 % more
-    instructions, most of it in collections). Plain dict operations are atomic under the GIL, so no
-    lock is needed.
+    full; ``VerifiedTokens(0)`` keeps nothing); only successful verifications are kept. Small on
+    purpose: the reads of one request come close together, and a token used once (as most are)
+    should die young, before the garbage collector's older generations see it and its plan (at 256
+    entries the ingress hop cost 4 % more instructions, most of it in collections). Plain dict
+    operations are atomic under the GIL, so no lock is needed.
     """
 
     def __init__(self, size: int = 16) -> None:
@@ -515,13 +525,25 @@ class VerifiedTokens:
         Kept as its chain: most signed tokens go to another process and are never read here, and
         making the token object costs a signing a sixth more (measured: 15 k instructions)."""
         # What decode would refuse, this refuses too: a token too long, a chain with no root (the
-        # stand-in of a refused hop's span, never sent).
-        if len(text) <= MAX_TOKEN_LENGTH and _ROOT.fullmatch(chain.root) is not None:
+        # stand-in of a refused hop's span, never sent), times past MAX_TIME (a ttl that long).
+        # The names of a chain the guard made were checked when its hops were planned; encode()
+        # forgets the chains it is given, which nothing here has checked.
+        if (
+            len(text) <= MAX_TOKEN_LENGTH
+            and _ROOT.fullmatch(chain.root) is not None
+            and 0.0 <= chain.issued_at <= chain.expires_at <= MAX_TIME
+        ):
             self._keep(text, keyring, chain)
+
+    def forget(self, text: str) -> None:
+        """Keep nothing for ``text``: a token made here from a chain the guard has not checked."""
+        self._items.pop(text, None)
 
     def _keep(self, text: str, keyring: Keyring | None, token: ChainToken | Chain) -> None:
         if len(self._items) >= self._size:
             self._items.clear()
+            if not self._size:  # VerifiedTokens(0) keeps nothing: every read verifies (the uncached path)
+                return
         self._items[text] = (keyring, token)
 
 
@@ -529,8 +551,13 @@ verified_tokens = VerifiedTokens()
 
 
 def encode(chain: Chain, keyring: Keyring | None) -> str:
-    """The compact token for ``chain``, signed with the keyring's first key (unsigned without one)."""
-    return str(ChainToken(chain, keyring))
+    """The compact token for ``chain``, signed with the keyring's first key (unsigned without one).
+
+    ``chain`` is taken as given (a name or a time :func:`decode` refuses included): this process
+    verifies the token when it reads it, as any other does."""
+    text = str(ChainToken(chain, keyring))
+    verified_tokens.forget(text)
+    return text
 
 
 # -- decoding -----------------------------------------------------------------------------------

@@ -309,7 +309,7 @@ class Delegation:
         if FAST_CONTEXT:
             ctx = Context({**parent, SPAN_SLOT: span, BAGGAGE_SLOT: plan.child_baggage(parent_baggage)})
         else:
-            ctx = _child_context_slowly(parent, span, plan)
+            ctx = _with_baggage(trace.set_span_in_context(span, parent), plan.child_baggage(parent_baggage))
         self.context = ctx
         return ctx
 
@@ -634,21 +634,15 @@ def _record_verdict(span: trace.Span, verdict: Verdict) -> None:
 
 
 def _with_baggage(ctx: Context, hop_baggage: Mapping[str, object]) -> Context:
-    """``ctx`` with ``hop_baggage`` as its baggage (a decided hop before its span starts)."""
+    """``ctx`` with ``hop_baggage`` as its baggage, whatever baggage ``ctx`` had (a decided hop before
+    its span starts; through the public API, a hop's context: its span's parent context may be
+    another than the one it was decided in, :meth:`Delegation.open`)."""
     if FAST_CONTEXT:
         return Context({**ctx, BAGGAGE_SLOT: hop_baggage})
     ctx = baggage.clear(ctx)
     for key, value in hop_baggage.items():
         ctx = baggage.set_baggage(key, value, ctx)
     return ctx
-
-
-def _child_context_slowly(parent: Context, span: trace.Span, plan: Plan) -> Context:
-    """The hop's context made through the public API only (when the context slots are unknown)."""
-    ctx = trace.set_span_in_context(span, parent)
-    if plan.carried:
-        return baggage.set_baggage(_BAGGAGE_KEY, plan.token, ctx)
-    return baggage.remove_baggage(_BAGGAGE_KEY, ctx)
 
 
 def _continues(arrival: Chain, hop: Hop) -> bool:

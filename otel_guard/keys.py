@@ -179,7 +179,12 @@ class Keyring:
         known = self._by_header.get(header)
         if known is not None:
             return known
-        # A header another library wrote (other key order, spacing): read it properly.
+        return self.key_read(header)
+
+    def key_read(self, header: str) -> AnyKey:
+        """:meth:`key_for` with the header read properly, not looked up by its text: for a header
+        another library wrote (other key order, spacing), and the uncached path that the lookup
+        must agree with (tests/core/test_cache_equivalence.py)."""
         fields = _json_object(_b64decode(header), "header")
         _check_header(fields)
         alg = fields.get("alg")
