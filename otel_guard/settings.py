@@ -96,6 +96,17 @@ def _seconds(name: str, value: object) -> float:
     return seconds
 
 
+MAX_TTL: Final = 100 * 365.25 * 86400
+"""The longest ``ttl``: a chain's ``exp`` must stay before 2^33 (the year 2242), which no guard reads past."""
+
+
+def _ttl(name: str, value: object) -> float:
+    seconds = _seconds(name, value)
+    if seconds > MAX_TTL:
+        raise ValueError(f"{name}: {value!r} is past the longest ttl, {MAX_TTL:.0f} seconds (100 years)")
+    return seconds
+
+
 def _bool(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -352,7 +363,7 @@ class Settings:
         integer(1),
         "observe mode's hard stop: a deeper chain is refused in observe mode too",
     )
-    ttl: float = setting(300.0, "OTEL_GUARD_TTL_SECONDS", _seconds, "a chain's lifetime from its first hop")
+    ttl: float = setting(300.0, "OTEL_GUARD_TTL_SECONDS", _ttl, "a chain's lifetime from its first hop")
     keys: Keyring | None = setting(
         None, "OTEL_GUARD_KEYS", _keys, "kid:secret pairs; the first signs, every one verifies"
     )

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import otel_guard
+from otel_guard import delegate
 from otel_guard.chain import Chain, Hop, Keyring
 from otel_guard.policy import CLOCK_SKEW, decide
 from otel_guard.settings import (
@@ -311,6 +312,7 @@ def test_environment_values_are_read_leniently_where_unambiguous() -> None:
         ("OTEL_GUARD_TTL_SECONDS", "soon"),
         ("OTEL_GUARD_TTL_SECONDS", "inf"),
         ("OTEL_GUARD_TTL_SECONDS", "nan"),
+        ("OTEL_GUARD_TTL_SECONDS", "1e10"),  # exp past 2242: every guard would refuse its chains
         ("OTEL_GUARD_KEYS", "k1"),
         ("OTEL_GUARD_KEYS", "k1:c2hvcnQ"),
         ("OTEL_GUARD_KEYS", "k1:***"),
@@ -498,3 +500,12 @@ def test_an_allowed_hop_keeps_the_chain_within_the_limits(arrival: Chain, hop: H
         longer = arrival.extended(hop)
         assert longer.depth <= settings_.max_depth
         assert longer.name_depth(hop.agent) <= settings_.max_name_depth
+
+
+def test_a_ttl_past_a_hundred_years_is_a_settings_error_and_a_hundred_years_is_not() -> None:
+    with pytest.raises(ValueError, match=r"past the longest ttl, 3155760000 seconds \(100 years\)"):
+        otel_guard.configure(ttl=3155760001)
+    otel_guard.configure(ttl=3155760000)
+    with delegate("planner") as planner:
+        assert planner.chain is not None
+        assert planner.chain.expires_at < 2**33
