@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, cast
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
@@ -300,7 +300,7 @@ class Delegation:
         # Lean (docs/spec.md §9): the chain's lists are left out when the span goes directly under
         # the span of the hop whose chain this one extends, in that hop's context; its path is then
         # its ancestors'. An arriving hop, and one refused or that would be, keeps them.
-        previous = parent.get(_PREVIOUS_HOP)
+        previous = cast("tuple[trace.Span, ChainToken] | None", parent.get(_PREVIOUS_HOP))
         if (
             previous is not None
             and previous[0] is (parent.get(SPAN_SLOT) if FAST_CONTEXT else trace.get_current_span(parent))
