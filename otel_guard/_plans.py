@@ -20,6 +20,7 @@ from otel_guard.policy import ALLOW, CLOCK_SKEW, Verdict
 from otel_guard.settings import Settings
 
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
+_CHAIN_LISTS = (names.CHAIN_AGENTS, names.CHAIN_SKILLS)
 
 PlanKey = tuple[str, str | None, str]
 """A hop's (agent, skill, kind): what its plans and shared hops are kept under. The kind is
@@ -41,6 +42,7 @@ class Plan:
         "budgeted",
         "carried",
         "hop",
+        "lean",
         "meters",
         "own_baggage",
         "received",
@@ -90,12 +92,23 @@ class Plan:
         self.carried = carried  # False: too large for baggage (off mode), the hop carries no chain
         self.settings = settings
         self.attributes = attributes
+        self.lean: dict[str, AttributeValue] | None = None  # lean_attributes(), made when first asked
         self.span_name = span_name
         self.tally = tally
         self.valid_until = valid_until  # the chain's expiry: then the hop is decided afresh
         # The baggage of a hop made in a context whose baggage holds nothing but the chain (the usual
         # case): the same for every such hop, and never changed in place, so it is shared.
         self.own_baggage: dict[str, object] = {_BAGGAGE_KEY: token} if carried else {}
+
+    def lean_attributes(self) -> dict[str, AttributeValue]:
+        """:attr:`attributes` without the chain's lists: those of a hop nested in the previous hop's
+        span, whose path is its ancestors' (docs/spec.md §9, lean hop spans)."""
+        lean = self.lean
+        if lean is None:
+            lean = self.lean = {
+                key: value for key, value in self.attributes.items() if key not in _CHAIN_LISTS
+            }
+        return lean
 
     def child_baggage(self, parent_baggage: Mapping[str, object] | None) -> dict[str, object]:
         """The baggage of a hop made from this plan in a context with ``parent_baggage``."""

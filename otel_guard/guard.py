@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, cast
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
@@ -87,6 +87,11 @@ def _warn_unsigned_once() -> None:
 
 JOINABLE: str = context.create_key("otel_guard.joinable")
 """Context key of a hop that the first agent hop of its own name inside it joins (see :func:`joinable`)."""
+
+
+_PREVIOUS_HOP: str = context.create_key("otel_guard.previous_hop")
+"""Context key of the (span, token) of the hop whose context it is: a hop made directly under that
+span, with that token in force, is nested in it (its span leaves the chain's lists out)."""
 
 
 def joinable(hop: Delegation, ctx: Context) -> Context:
@@ -291,9 +296,25 @@ class Delegation:
         """Start the hop's span under ``parent``'s span; ``parent`` with the span and the hop's chain
         (``parent_baggage`` is the baggage the hop was decided in)."""
         verdict = plan.verdict
-        attributes = plan.attributes if self._attributes is None else {**self._attributes, **plan.attributes}
-        tally = plan.tally
         spent = self._spent
+        # Lean (docs/spec.md §9): the chain's lists are left out when the span goes directly under
+        # the span of the hop whose chain this one extends, in that hop's context; its path is then
+        # its ancestors'. An arriving hop, and one refused or that would be, keeps them.
+        previous = cast("tuple[trace.Span, ChainToken] | None", parent.get(_PREVIOUS_HOP))
+        if (
+            previous is not None
+            and previous[0] is (parent.get(SPAN_SLOT) if FAST_CONTEXT else trace.get_current_span(parent))
+            and previous[1] is (parent_baggage.get(_BAGGAGE_KEY) if parent_baggage else None)
+            and verdict.reason is None
+            and not self._receiving
+            and (spent is None or spent[0] is None)
+        ):
+            attributes = plan.lean_attributes() if plan.lean is None else plan.lean
+        else:
+            attributes = plan.attributes
+        if self._attributes is not None:
+            attributes = {**self._attributes, **attributes}
+        tally = plan.tally
         if spent is not None:
             # What this hop spent (or, in observe mode, would have been refused for): per hop.
             spent_verdict, spent_attributes = spent
@@ -307,9 +328,19 @@ class Delegation:
         self.span = span = self._open_span(plan.span_name, parent, attributes, verdict, tally)
         # The context in one copy (span and baggage together); the public API's way takes two.
         if FAST_CONTEXT:
-            ctx = Context({**parent, SPAN_SLOT: span, BAGGAGE_SLOT: plan.child_baggage(parent_baggage)})
+            ctx = Context(
+                {
+                    **parent,
+                    SPAN_SLOT: span,
+                    BAGGAGE_SLOT: plan.child_baggage(parent_baggage),
+                    _PREVIOUS_HOP: (span, plan.token),
+                }
+            )
         else:
-            ctx = _with_baggage(trace.set_span_in_context(span, parent), plan.child_baggage(parent_baggage))
+            ctx = _with_baggage(
+                context.set_value(_PREVIOUS_HOP, (span, plan.token), trace.set_span_in_context(span, parent)),
+                plan.child_baggage(parent_baggage),
+            )
         self.context = ctx
         return ctx
 

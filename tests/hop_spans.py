@@ -11,6 +11,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 DECISION = "otel_guard.decision"
+AGENTS = "otel_guard.chain.agents"
+SKILLS = "otel_guard.chain.skills"
 
 
 def guard_spans(spans: Any) -> list[ReadableSpan]:
@@ -19,15 +21,38 @@ def guard_spans(spans: Any) -> list[ReadableSpan]:
     return sorted(found, key=lambda s: s.start_time or 0)
 
 
+def chain_of(span: ReadableSpan, spans: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The (agents, skills) of the chain including ``span``'s hop: its ``otel_guard.chain.agents`` /
+    ``.skills``, or for a lean hop span (without them: a hop nested in the previous hop's span) its
+    parent hop span's chain and its own hop, checked against the depth and root it names."""
+    attributes = dict(span.attributes or {})
+    agents = attributes.get(AGENTS)
+    if agents is not None:
+        skills = attributes[SKILLS]
+        assert isinstance(agents, tuple), attributes
+        assert isinstance(skills, tuple), attributes
+        return tuple(str(agent) for agent in agents), tuple(str(skill) for skill in skills)
+    assert SKILLS not in attributes, attributes
+    assert attributes[DECISION] == "allow", attributes  # refused and would-refuse hops name their chain
+    parent = span.parent
+    assert parent is not None, f"a lean hop span with no parent: {span.name}"
+    [above] = [s for s in spans.all() if s.context is not None and s.context.span_id == parent.span_id]
+    above_attributes = dict(above.attributes or {})
+    assert DECISION in above_attributes, f"{span.name}: a lean hop span directly under {above.name}"
+    assert above_attributes["otel_guard.chain.root"] == attributes["otel_guard.chain.root"]
+    agents, skills = chain_of(above, spans)
+    name = attributes.get("gen_ai.agent.name", attributes.get("gen_ai.tool.name"))
+    agents, skills = (*agents, str(name)), (*skills, str(attributes.get("otel_guard.skill", "")))
+    assert len(agents) == attributes["otel_guard.chain.depth"], (span.name, agents)
+    return agents, skills
+
+
 def decisions(spans: Any) -> list[tuple[str, str, tuple[str, ...]]]:
     """(span name, decision, chain agents) of every hop, in the order the hops started."""
-    found = []
-    for span in guard_spans(spans):
-        attributes = dict(span.attributes or {})
-        agents = attributes["otel_guard.chain.agents"]
-        assert isinstance(agents, tuple), agents
-        found.append((span.name, str(attributes[DECISION]), tuple(str(agent) for agent in agents)))
-    return found
+    return [
+        (span.name, str(dict(span.attributes or {})[DECISION]), chain_of(span, spans)[0])
+        for span in guard_spans(spans)
+    ]
 
 
 def refused(spans: Any) -> list[ReadableSpan]:

@@ -84,12 +84,24 @@ def _sdk() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
         yield exporter, reader
 
 
+def _chain(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> tuple[list[str], list[str]]:
+    """The agents and skills of a hop span's chain: its lists, or (a lean span, nested in the
+    previous hop's) its parent hop span's chain and its own hop."""
+    attributes: Any = span.attributes
+    if names.CHAIN_AGENTS in attributes:
+        return list(attributes[names.CHAIN_AGENTS]), list(attributes[names.CHAIN_SKILLS])
+    assert span.parent is not None
+    agents, skills = _chain(by_id[span.parent.span_id], by_id)
+    name = attributes.get(names.GEN_AI_AGENT_NAME, attributes.get(names.GEN_AI_TOOL_NAME))
+    return [*agents, name], [*skills, attributes.get(names.SKILL, "")]
+
+
 def _hop_rows(spans: list[ReadableSpan]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
+    by_id = {span.context.span_id: span for span in spans if span.context is not None}
     for span in sorted(spans, key=lambda s: s.start_time or 0):
         attributes: Any = span.attributes
-        agents = list(attributes[names.CHAIN_AGENTS])
-        skills = list(attributes[names.CHAIN_SKILLS])
+        agents, skills = _chain(span, by_id)
         caller = agents[-2] if len(agents) > 1 else "user"
         result = RESULTS[attributes[names.DECISION]]
         if names.REASON in attributes:

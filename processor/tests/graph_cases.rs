@@ -222,6 +222,40 @@ fn a_linked_root_and_a_chained_root_continue_their_path_across_traces() {
 }
 
 #[test]
+fn a_lean_hop_span_takes_its_path_from_its_parent_in_any_order() {
+    // fx arrived over the wire (its span names the chain), then, directly in fx's span, planner
+    // again with another skill: allowed, so the guard leaves the chain's lists out (lean). Its
+    // path is its parent's: the loop across traces is counted as with the lists, in either order.
+    let arrived = guarded(
+        span(1, 1, None, "invoke_agent fx", 1),
+        &["planner", "budget", "fx"],
+        "allow",
+    );
+    let full = guarded(
+        span(1, 2, Some(1), "invoke_agent planner", 2),
+        &["planner", "budget", "fx", "planner"],
+        "allow",
+    );
+    let mut lean = full.clone();
+    lean.attributes
+        .retain(|pair| pair.key != "otel_guard.chain.agents");
+    assert_eq!(lean.attributes.len() + 1, full.attributes.len());
+    for nested in [lean, full] {
+        for spans in [
+            vec![arrived.clone(), nested.clone()],
+            vec![nested.clone(), arrived.clone()],
+        ] {
+            let counted = run(&one(GUARD, spans));
+            assert_eq!(
+                counted.cycles(),
+                [("cross_trace", "planner>budget>fx>planner")]
+            );
+            assert_eq!(counted.edges(), [("budget", "fx", 1), ("fx", "planner", 1)]);
+        }
+    }
+}
+
+#[test]
 fn a_span_whose_parent_never_comes_settles_on_its_chain_when_its_trace_goes() {
     let orphan = guarded(
         span(1, 2, Some(99), "invoke_agent planner", 2),

@@ -889,13 +889,17 @@ def test_a_chain_encoded_by_hand_is_verified_when_this_process_reads_it(spans: A
     assert refused.value.reason == "bad_signature"
 
 
-def test_a_ttl_that_ends_past_2242_gives_tokens_refused_here_as_everywhere(
-    carrier_token: Callable[[dict[str, str]], str],
+def test_a_chain_that_ends_past_2242_gives_tokens_refused_here_as_everywhere(
+    carrier_token: Callable[[dict[str, str]], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A chain whose ``exp`` no token may hold (``ttl`` past the year 2242) is refused by every
-    other process; a server in this process refuses it too, cache or no cache (found by the
-    property's reasoning: the cache kept every token signed here, whatever its times)."""
-    otel_guard.configure(keys=K1, ttl=2.0**33)
+    """A chain whose ``exp`` no token may hold (past the year 2242: a clock that far on, as ``ttl``
+    is bounded) is refused by every other process; a server in this process refuses it too, cache
+    or no cache (found by the property's reasoning: the cache kept every token signed here,
+    whatever its times)."""
+    otel_guard.configure(keys=K1)
+    late = 2.0**33 - 100  # the chain's exp, 300 s on, is past 2^33
+    monkeypatch.setattr(guard, "time", SimpleNamespace(time=lambda: late))
+    monkeypatch.setattr(spending, "time", SimpleNamespace(time=lambda: late))
     carrier: dict[str, str] = {}
     with otel_guard.delegate("a"):
         propagate.inject(carrier)

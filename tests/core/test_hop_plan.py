@@ -16,6 +16,7 @@ import otel_guard._in_force
 import otel_guard.guard
 from otel_guard import DelegationRefused, Hop, delegate
 from otel_guard.chain import ChainToken, decode
+from tests.hop_spans import chain_of
 
 CHAIN_KEY = "otel_guard.chain"
 PARENT_MEMBERS = {"user.id": "u-1", "tenant": "acme", "session": "s 42"}
@@ -54,7 +55,10 @@ class _Clock:
 
 def _public_api_context(parent: context.Context, d: otel_guard.Delegation) -> context.Context:
     token = baggage.get_baggage(CHAIN_KEY, d.context)
-    return baggage.set_baggage(CHAIN_KEY, token, trace.set_span_in_context(d.span, parent))
+    ctx = trace.set_span_in_context(d.span, parent)
+    # The hop's span and token, which a hop made directly under that span reads (lean hop spans).
+    ctx = context.set_value(otel_guard.guard._PREVIOUS_HOP, (d.span, token), ctx)
+    return baggage.set_baggage(CHAIN_KEY, token, ctx)
 
 
 # -- the context a hop makes ---------------------------------------------------------------------
@@ -257,7 +261,8 @@ def test_the_hops_after_a_first_hop_are_shared_by_every_chain_of_that_path(spans
         {**s.attributes, "otel_guard.chain.root": ""} == {**tools[0].attributes, "otel_guard.chain.root": ""}
         for s in tools
     )
-    assert tools[0].attributes["otel_guard.chain.agents"] == ("planner", "lookup")
+    assert "otel_guard.chain.agents" not in tools[0].attributes  # nested in planner's span: lean
+    assert chain_of(tools[0], spans) == (("planner", "lookup"), ("", ""))
     assert [s.attributes["otel_guard.chain.depth"] for s in spans.named("invoke_agent fx")] == [3] * 4
     assert [s.attributes["otel_guard.decision"] for s in spans.named("invoke_agent rates")] == ["refuse"] * 4
 

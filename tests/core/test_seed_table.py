@@ -16,6 +16,7 @@ import pytest
 
 import otel_guard
 from otel_guard import DelegationRefused, agentic
+from tests.hop_spans import chain_of
 
 
 class TravelDesk:
@@ -60,13 +61,13 @@ def hop_table(spans: Any) -> list[tuple[int, str, str, str, str]]:
     rows = []
     for span in sorted(spans.all(), key=lambda s: s.start_time):
         attributes = span.attributes
-        agents = list(attributes["otel_guard.chain.agents"])
+        agents, skills = chain_of(span, spans)  # a nested hop's from its parent hop's span
         caller = agents[-2] if len(agents) > 1 else "user"
         rows.append(
             (
                 attributes["otel_guard.chain.depth"],
                 f"{caller} → {agents[-1]}",
-                attributes["otel_guard.chain.skills"][-1],
+                skills[-1],
                 " → ".join(agents[:-1]) or "none",
                 attributes["otel_guard.decision"],
             )

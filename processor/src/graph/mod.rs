@@ -6,9 +6,12 @@
 //! guard's chain it carries, else the span its first link points to, else the caller it names. A
 //! span whose parent (or linked span) has not arrived waits for it, and settles, with everything
 //! that waited for it, when it does; one whose parent never comes settles when its trace goes (on
-//! its chain, else as a root). A path keeps its last [`MAX_PATH_NAMES`] names. A name that comes
-//! back is a loop only where it still waits on the path: a place followed by a transfer (a handoff
-//! its spans mark as one) handed off, and control coming back to it is no loop. One loop counts
+//! its chain, else as a root). The guard leaves the chain out of a hop nested directly in the
+//! previous hop's span (lean hop spans): such a span's path is its parent's, as any span's, and
+//! its parent is the previous hop's span, which the same process exports. A path keeps its last
+//! [`MAX_PATH_NAMES`] names. A name that comes back is a loop only where it still waits on the
+//! path: a place followed by a transfer (a handoff its spans mark as one) handed off, and control
+//! coming back to it is no loop. One loop counts
 //! once per trace, labelled from the return that started first (each name in the label escaped:
 //! [`push_name`]); one call counts once on the edge
 //! from its nearest named ancestor, per path the larger of the guard's spans' calls and the

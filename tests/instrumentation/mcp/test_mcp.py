@@ -37,6 +37,7 @@ from otel_guard.instrumentation._base import resolve
 from otel_guard.instrumentation.mcp import EXTRACTION, PATCH_TARGETS, MCPInstrumentor
 from otel_guard.instrumentation.mcp._refusal import REFUSAL_META_KEY
 from tests.conventions import assert_follows
+from tests.hop_spans import chain_of
 
 MODES = ["auto", "legacy"]
 # The spans of one hop in each in-process pairing: "auto" dispatches directly, the server running in
@@ -68,7 +69,7 @@ def side(span: ReadableSpan) -> str:
 
 def decisions(spans: Any, name: str) -> list[tuple[str, str, tuple[str, ...]]]:
     return [
-        (side(s), attributes(s)["otel_guard.decision"], tuple(attributes(s)["otel_guard.chain.agents"]))
+        (side(s), attributes(s)["otel_guard.decision"], chain_of(s, spans)[0])  # a lean hop: its parent's
         for s in spans.named(name)
     ]
 

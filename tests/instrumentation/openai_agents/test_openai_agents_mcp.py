@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from agents import Agent, Runner
 from agents.mcp import MCPServerStdio
-from openai_agents_helpers import attrs
 from openai_agents_models import CallBudget, LoopModel
 
 from otel_guard.instrumentation.mcp import MCPInstrumentor
 from otel_guard.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+from tests.hop_spans import chain_of
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
@@ -65,7 +65,7 @@ async def test_an_mcp_tool_call_is_one_hop_and_its_chain_reaches_the_server(
     # The server saw the chain with the tool added once, not twice (which would be a false cycle).
     assert result.final_output == "planner answers: chain: planner > lookup"
     tool_span = spans.one("execute_tool lookup")
-    assert attrs(tool_span)["otel_guard.chain.agents"] == ("planner", "lookup")
+    assert chain_of(tool_span, spans)[0] == ("planner", "lookup")
 
 
 async def test_a_refusal_by_the_server_reaches_the_model(instrumented: None) -> None:

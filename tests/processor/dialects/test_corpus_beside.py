@@ -47,6 +47,29 @@ def test_every_pairing_was_recorded_with_both_instrumentations() -> None:
             assert len(scopes) >= 2, (pairing, scopes)
 
 
+@pytest.mark.parametrize("pairing", PAIRINGS)
+def test_the_recordings_hold_the_guards_spans_as_it_writes_them_today(pairing: str) -> None:
+    """Lean hop spans (docs/spec.md §9): a hop span leaves the chain's lists out only when it is an
+    allowed hop directly under its previous hop's span. None here is one (the guard's spans go
+    under the runtime's or the tracer's; the one directly under a hop span is refused), so every
+    hop span names its chain, as the guard writes these runs today: no re-recording needed."""
+    for scenario, mode in EXPECTED:
+        records = read_spans(recording(pairing, scenario, mode))
+        by_id = {record["span_id"]: record for record in records}
+        for record in records:
+            attributes = record["attributes"]
+            if record["scope"] != "otel_guard" or "otel_guard.decision" not in attributes:
+                continue
+            parent = by_id.get(record["parent_id"] or "")
+            above = parent["attributes"] if parent is not None and parent["scope"] == "otel_guard" else {}
+            nested = (
+                attributes["otel_guard.decision"] == "allow"
+                and above.get("otel_guard.chain.root") == attributes["otel_guard.chain.root"]
+                and above.get("otel_guard.chain.depth") == attributes["otel_guard.chain.depth"] - 1
+            )
+            assert ("otel_guard.chain.agents" not in attributes) == nested, (pairing, record["name"])
+
+
 @pytest.mark.parametrize("order", ORDERS, ids=lambda order: order.__name__)
 @pytest.mark.parametrize(("scenario", "mode"), sorted(EXPECTED), ids=str)
 @pytest.mark.parametrize("pairing", PAIRINGS)

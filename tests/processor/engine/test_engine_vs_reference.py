@@ -177,6 +177,23 @@ def test_any_forest_in_any_delivery_counts_as_the_reference(
     assert engine(raws) == reference(raws)
 
 
+GUARD_STYLES = tuple(style for style in STYLES if style.startswith("guard"))
+
+
+@FORESTS
+@given(calls(STYLES), st.sampled_from(GUARD_STYLES), deliveries, st.sampled_from(ROOTS))
+def test_lean_guard_spans_count_as_the_guards_spans_with_their_lists(
+    call: Call, style: str, delivery: Delivery, root: str
+) -> None:
+    """Nested hops without ``otel_guard.chain.agents`` (docs/spec.md §9) take their path from their
+    ancestors: every loop, cross-trace and cross-process ones among them, counts as it does when
+    every hop span names its chain, in any delivery that loses no span."""
+    delivery = replace(delivery, lost=[])
+    lean = requests(spans_of(call, style, root), delivery)
+    full = requests(spans_of(call, style, root, lean=False), delivery)
+    assert engine(lean) == engine(full)
+
+
 @FORESTS
 @given(calls(FIXED_STYLES, hops=("in_process",)), st.sampled_from(FIXED_STYLES), deliveries)
 def test_any_forest_of_the_fixed_runtimes_counts_as_the_reference(

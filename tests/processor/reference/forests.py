@@ -90,12 +90,19 @@ class Context:
     chain: tuple[str, ...] = ()
     root: str = ROOTS[0]
     caller: str | None = None  # the agent that called, by name
+    arriving: bool = False  # the call came from another process (its first hop: an arriving one)
 
 
 class Forest:
-    """Spans written in order of their start (a counter): ``spans`` as (scope, span)."""
+    """Spans written in order of their start (a counter): ``spans`` as (scope, span).
 
-    def __init__(self) -> None:
+    ``lean``: the guard's spans are lean as the guard writes them (docs/spec.md §9): a hop directly
+    under the previous hop's span, allowed and not arriving, leaves ``otel_guard.chain.agents`` out.
+    """
+
+    def __init__(self, lean: bool = True) -> None:
+        self.lean = lean
+        self.chains: dict[bytes, tuple[str, ...]] = {}  # the guard's span id -> its hop's chain
         self.spans: list[tuple[str, Span]] = []
         self._ids = count(1)
         self._clock = count(1_700_000_000_000_000_000, 1000)
@@ -140,6 +147,7 @@ class Forest:
             "gen_ai.operation.name": "execute_tool" if tool else "invoke_agent",
             "gen_ai.tool.name" if tool else "gen_ai.agent.name": name,
             "otel_guard.chain.agents": list(chain),
+            "otel_guard.chain.skills": [""] * len(chain),
             "otel_guard.chain.depth": len(chain),
             "otel_guard.name_depth": chain.count(name),
             "otel_guard.chain.root": context.root,
@@ -149,9 +157,18 @@ class Forest:
         }
         if name in context.chain:
             attributes["otel_guard.reason"] = "cycle"
+        elif (
+            self.lean
+            and parent is not None
+            and not context.arriving
+            and self.chains.get(parent.span_id) == context.chain
+        ):
+            del attributes["otel_guard.chain.agents"], attributes["otel_guard.chain.skills"]
         span_name = f"{'execute_tool' if tool else 'invoke_agent'} {name}"
         below = Context(context.trace_id, context.style, chain, context.root)
-        return self.span(context, span_name, parent, attributes), below
+        span = self.span(context, span_name, parent, attributes)
+        self.chains[span.span_id] = chain
+        return span, below
 
 
 def render(forest: Forest, call: Call, parent: Span | None, context: Context) -> None:
@@ -168,7 +185,7 @@ def render(forest: Forest, call: Call, parent: Span | None, context: Context) ->
         and (not crossing or call.style.startswith("guard") == style.startswith("guard"))
     ):
         style = call.style
-    context = Context(context.trace_id, style, context.chain, context.root, context.caller)
+    context = Context(context.trace_id, style, context.chain, context.root, context.caller, crossing)
     if parent is not None and call.hop == "http":
         client = forest.span(context, "POST", parent, HTTP, kind=Span.SPAN_KIND_CLIENT, style="http")
         parent = forest.span(context, "POST /a2a", client, HTTP, kind=Span.SPAN_KIND_SERVER, style="http")
@@ -306,9 +323,10 @@ AGENT_WRITERS: dict[str, Writer] = dict.fromkeys(SCOPES, _agent)
 TOOL_WRITERS: dict[str, Writer] = dict.fromkeys(SCOPES, _tool)
 
 
-def spans_of(call: Call, style: str, root: str = ROOTS[0]) -> list[tuple[str, Span]]:
-    """The spans of one call tree, its first process in ``style``, in the order they started."""
-    forest = Forest()
+def spans_of(call: Call, style: str, root: str = ROOTS[0], lean: bool = True) -> list[tuple[str, Span]]:
+    """The spans of one call tree, its first process in ``style``, in the order they started
+    (``lean``: the guard's spans as :class:`Forest` says)."""
+    forest = Forest(lean)
     top = Call(call.agent, None, "in_process", style, call.calls, call.tools)
     render(forest, top, None, Context(forest.trace_id(), style, root=root))
     return forest.spans

@@ -357,7 +357,8 @@ class Detection:
         return ROOT
 
     def chain(self, span: Span) -> Path | None:
-        """The earlier hops of the guard's chain that a guard span carries, as a path."""
+        """The earlier hops of the guard's chain that a guard span carries, as a path (``None`` for
+        a lean span, a hop nested in the previous hop's span: its path is its parent's)."""
         call = span.call(self.table)
         if call is None or not any(key.startswith("otel_guard.") for key in span.attributes):
             return None

@@ -11,6 +11,7 @@ dialect row as documented, and counts alike in any delivery that loses nothing.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -346,6 +347,46 @@ def test_the_reference_counts_alike_in_any_delivery_that_loses_nothing(
     whole = detect(requests(spans, WHOLE))
     for counted in ("cycles", "returns", "delegations", "decisions", "trees"):
         assert getattr(delivered, counted) == getattr(whole, counted), counted
+
+
+@FORESTS
+@given(calls(STYLES), st.sampled_from([s for s in STYLES if s.startswith("guard")]), deliveries)
+def test_lean_guard_spans_count_as_the_guards_spans_with_their_lists(
+    call: Call, style: str, delivery: Delivery
+) -> None:
+    """A nested hop's span without the chain's lists (docs/spec.md §9) takes its path from its
+    ancestors' spans: the counts are those of the same spans each naming its chain."""
+    delivery = replace(delivery, lost=[])
+    lean = detect(requests(spans_of(call, style), delivery))
+    full = detect(requests(spans_of(call, style, lean=False), delivery))
+    for counted in ("cycles", "returns", "delegations", "decisions", "trees"):
+        assert getattr(lean, counted) == getattr(full, counted), counted
+
+
+def test_the_forests_guard_spans_are_lean_where_the_guard_leaves_the_lists_out() -> None:
+    """Planner -> ask_budget -> budget in one process, budget -> fx over HTTP, fx -> tax in a new
+    trace, tax -> ask_planner -> planner: the hops nested in their previous hop's span are lean; the
+    first, the arriving, the new trace's first and the would-refuse hop are not. The loop is counted
+    in the new trace, through its lean tool hop, as a cross-trace one."""
+    tax = Call("tax", hop="chain", calls=[Call(P, via="ask_planner")])
+    call = Call(P, calls=[Call(B, via="ask_budget", calls=[Call("fx", hop="http", calls=[tax])])])
+    guard = [
+        (span.name, "otel_guard.chain.agents" in {kv.key for kv in span.attributes})
+        for scope, span in spans_of(call, "guard")
+        if scope == "otel_guard"
+    ]
+    assert guard == [
+        ("invoke_agent planner", True),
+        ("execute_tool ask_budget", False),
+        ("invoke_agent budget", False),
+        ("invoke_agent fx", True),
+        ("invoke_agent tax", True),
+        ("execute_tool ask_planner", False),
+        ("invoke_agent planner", True),
+    ]
+    ours = detect(requests(spans_of(call, "guard"), WHOLE))
+    assert ours.cycles == detect(requests(spans_of(call, "guard", lean=False), WHOLE)).cycles
+    assert ours.cycles == Counter({("cross_trace", "planner>ask_budget>budget>fx>tax>planner"): 1})
 
 
 @FORESTS
