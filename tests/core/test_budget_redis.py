@@ -273,7 +273,7 @@ async def test_the_asgi_middleware_awaits_redis_and_the_event_loop_serves_on(
 
     from otel_guard.asgi import GuardMiddleware
 
-    otel_guard.configure(max_hops=100, budget_store=redis_server.url, budget_on_error="allow")
+    otel_guard.configure(max_hops=100, budget_store=redis_server.probe_url, budget_on_error="allow")
 
     async def endpoint(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -294,7 +294,7 @@ async def test_an_agentic_async_generator_awaits_redis_and_the_event_loop_runs_o
 ) -> None:
     """An ``@agentic`` async generator's hop starts at its first step, awaiting the store: a Redis
     that does not answer holds the hop (up to the store's timeout), never the event loop."""
-    otel_guard.configure(max_hops=100, budget_store=redis_server.url, budget_on_error=on_error)
+    otel_guard.configure(max_hops=100, budget_store=redis_server.probe_url, budget_on_error=on_error)
 
     @otel_guard.agentic(name="planner")
     async def plan() -> AsyncIterator[str]:

@@ -666,7 +666,7 @@ async def test_a_send_awaits_a_redis_that_does_not_answer_and_the_loop_runs_on(
     """The client's hop (every send is a stream of events) waits for a paused Redis on the event
     loop without holding it, then answers per ``budget_on_error``."""
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         agents = start_agents(JSONRPC, streaming)
         assert await agents.ask_planner(hops=MAX_HOPS)  # the store's clients are connected
         async with paused_under_probe(redis) as probe:

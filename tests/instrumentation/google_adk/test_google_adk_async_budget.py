@@ -33,7 +33,7 @@ async def test_a_run_awaits_a_redis_that_does_not_answer(
     model = ScriptedModel(agent="planner")
     planner = LlmAgent(name="planner", description="Plans team events.", model=model)
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         assert final_text(await run(planner)) == "planner answers without tools"  # clients connected
         async with paused_under_probe(redis) as probe:
             if on_error == "allow":
@@ -78,7 +78,7 @@ async def test_a_transfer_awaits_a_redis_that_does_not_answer(
         tool_calls=pair.tool_calls,
     )
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         assert final_text(await run(pair.planner)) == "budget answers without tools"  # clients connected
         pair.tool_calls.left, model.redis = 1, redis
         spans.clear()

@@ -56,7 +56,7 @@ async def test_a_graph_run_awaits_a_redis_that_does_not_answer(
 ) -> None:
     graph = planner()
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         assert await run(graph, how) == "3 days in Lisbon"  # the store's clients are connected
         async with paused_under_probe(redis) as probe:
             if on_error == "allow":
@@ -84,7 +84,7 @@ async def test_a_tool_awaited_on_the_loop_awaits_a_redis_that_does_not_answer(
         return f"{city}: sunny"
 
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         assert await lookup.ainvoke({"city": "Lisbon"}) == "Lisbon: sunny"  # the clients are connected
         async with paused_under_probe(redis) as probe:
             answer = await lookup.ainvoke({"city": "Lisbon"})

@@ -30,7 +30,7 @@ async def test_a_run_awaits_a_redis_that_does_not_answer(
     planner = Agent(name="planner", instructions="Plan the trip.")
     planner.model = LoopModel("planner", None, CallBudget(0))
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         assert (await Runner.run(planner, TASK)).final_output  # the store's clients are connected
         async with paused_under_probe(redis) as probe:
             if on_error == "allow":
@@ -67,7 +67,7 @@ async def test_a_handoff_awaits_a_redis_that_does_not_answer(
     budget = CallBudget(1)  # planner -> budget, then budget answers on its own
     planner, _ = agents_handing_off_to_each_other(budget)
     with running_redis(tmp_path) as redis:
-        otel_guard.configure(max_hops=100, budget_store=redis.url, budget_on_error=on_error)
+        otel_guard.configure(max_hops=100, budget_store=redis.probe_url, budget_on_error=on_error)
         planner.model = model = PausingModel(redis, budget)
         await Runner.run(planner, TASK)  # the store's clients are connected
         budget.left, model.pause = 1, True
