@@ -205,3 +205,39 @@ async fn a_call_the_budget_cannot_hold_is_refused_busy_with_a_retry_delay() {
     drop(served.server.take());
     assert_eq!(served.server.budget().used(), 0);
 }
+
+#[tokio::test]
+async fn an_unended_call_holds_its_declared_length_from_its_prefix() {
+    let (size, sent) = std::env::var("DBG").map_or((600u32 << 10, 1000), |_| ((16u32 << 20) - 64, 1 << 20));
+    let served = Served::start(Limits::new(16 << 20, 128 << 20), false);
+    let socket = tokio::net::TcpStream::connect(served.server.addresses()[0])
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(socket).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::post(format!("http://localhost{}", METHODS[0]))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (_response, mut stream) = client
+        .ready()
+        .await
+        .unwrap()
+        .send_request(request, false)
+        .unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&size.to_be_bytes());
+    body.resize(5 + sent, 0x0a);
+    stream.send_data(bytes::Bytes::from(body), false).unwrap();
+    let mut held = 0;
+    for _ in 0..300 {
+        held = served.server.budget().used();
+        if held > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(held, size as usize);
+    served.server.shutdown(Duration::ZERO);
+}

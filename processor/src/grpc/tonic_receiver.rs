@@ -268,10 +268,13 @@ impl tower::Service<http::Request<Body>> for Receiver {
             });
             let mut grpc = Grpc::new(Raw {
                 held,
+                max_inflated: limits.max_inflated_bytes,
                 retry_after: limits.retry_after,
             })
             .accept_compressed(CompressionEncoding::Gzip)
-            .max_decoding_message_size(limits.max_inflated_bytes);
+            // tonic has one limit for a message as it arrives and once inflated: the larger
+            // here, the inflated one checked after (see RawDecoder).
+            .max_decoding_message_size(limits.max_message_bytes.max(limits.max_inflated_bytes));
             let handler = Handler {
                 inbox,
                 method,
@@ -298,7 +301,7 @@ fn status(outcome: Outcome) -> Status {
 struct Budgeted {
     inner: Body,
     taken: Option<Taken>,
-    held: Arc<Mutex<Option<Taken>>>,
+    held: Held,
     serving: Arc<Serving>,
     prefix: [u8; PREFIX],
     prefix_len: usize,
@@ -353,7 +356,7 @@ impl Budgeted {
         if let Some(taken) = self.taken.take()
             && let Ok(mut held) = self.held.lock()
         {
-            *held = Some(taken);
+            *held = Some((taken, self.prefix[0] != 0));
         }
     }
 }
@@ -411,9 +414,14 @@ impl HttpBody for Budgeted {
 /// The request message as bytes (never decoded here), with the budget its body drew; the
 /// response as the bytes the Python service answered with.
 struct Raw {
-    held: Arc<Mutex<Option<Taken>>>,
+    held: Held,
+    max_inflated: usize,
     retry_after: Duration,
 }
+
+/// A call's take of the budget and whether its message is compressed, from its body to its
+/// codec.
+type Held = Arc<Mutex<Option<(Taken, bool)>>>;
 
 impl Codec for Raw {
     type Encode = Vec<u8>;
@@ -428,6 +436,7 @@ impl Codec for Raw {
     fn decoder(&mut self) -> RawDecoder {
         RawDecoder {
             held: Arc::clone(&self.held),
+            max_inflated: self.max_inflated,
             retry_after: self.retry_after,
         }
     }
@@ -446,7 +455,8 @@ impl Encoder for RawEncoder {
 }
 
 struct RawDecoder {
-    held: Arc<Mutex<Option<Taken>>>,
+    held: Held,
+    max_inflated: usize,
     retry_after: Duration,
 }
 
@@ -457,9 +467,12 @@ impl Decoder for RawDecoder {
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Message>, Status> {
         let bytes = src.copy_to_bytes(src.remaining());
         let taken = self.held.lock().ok().and_then(|mut held| held.take());
-        let Some(mut taken) = taken else {
+        let Some((mut taken, compressed)) = taken else {
             return Err(Status::internal("the request message was not drawn from the budget"));
         };
+        if compressed && bytes.len() > self.max_inflated {
+            return Err(status(too_large(bytes.len(), self.max_inflated)));
+        }
         // Inflated by tonic (bounded by max_inflated_bytes while it ran): drawn now, after.
         let inflated = bytes.len().saturating_sub(taken.bytes());
         if inflated > 0 && !taken.try_grow(inflated) {
