@@ -39,7 +39,10 @@ const TRACES: u64 = 40;
 const SPANS: u64 = 13;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     if args.first().map(String::as_str) == Some("serve") {
         return serve(&args[1], args.get(2).is_some_and(|mode| mode == "busy"));
     }
@@ -114,7 +117,10 @@ fn serve(transport: &str, busy: bool) {
         });
     });
     let mut line = String::new();
-    while std::io::stdin().read_line(&mut line).is_ok_and(|read| read > 0) {
+    while std::io::stdin()
+        .read_line(&mut line)
+        .is_ok_and(|read| read > 0)
+    {
         println!("{} {}", server.budget().used(), server.refused_busy());
         std::io::stdout().flush().unwrap();
         line.clear();
@@ -256,7 +262,13 @@ fn requests(count: u64) -> Vec<Bytes> {
                     let agent = agents[(at as usize) % agents.len()];
                     chain.push(agent);
                     let parent = (at > 0).then_some(at);
-                    let hop = span(id, at + 1, parent, &format!("invoke_agent {agent}"), at * 10);
+                    let hop = span(
+                        id,
+                        at + 1,
+                        parent,
+                        &format!("invoke_agent {agent}"),
+                        at * 10,
+                    );
                     all.push(guarded(hop, &chain, "allow"));
                 }
             }
@@ -279,7 +291,8 @@ async fn drive(
     for connection in 0..connections {
         let client = client(address).await;
         for lane in 0..in_flight / connections {
-            let (mut client, requests, ok) = (client.clone(), Arc::clone(requests), Arc::clone(&ok));
+            let (mut client, requests, ok) =
+                (client.clone(), Arc::clone(requests), Arc::clone(&ok));
             let mut next = connection * 7919 + lane * 104_729;
             tasks.spawn(async move {
                 while Instant::now() < until {
@@ -317,7 +330,11 @@ async fn compare(rounds: usize, time: Duration) {
     let (mut rate_ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let mut figures = Vec::new();
-        let order: Vec<usize> = if round % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
+        let order: Vec<usize> = if round % 2 == 0 {
+            vec![0, 1]
+        } else {
+            vec![1, 0]
+        };
         let mut by_arm = [(0.0, 0.0); 2];
         for arm in order {
             let receiver = &receivers[arm];

@@ -142,12 +142,21 @@ fn a_loop(trace: u64) -> Vec<u8> {
 #[tokio::test]
 async fn an_export_through_tonic_reaches_the_engine_plain_and_gzip() {
     let served = Served::start(Limits::new(4 << 20, 64 << 20), true);
-    assert_eq!(export(&served.server, a_loop(1), false).await.unwrap(), Vec::<u8>::new());
-    assert_eq!(export(&served.server, a_loop(2), true).await.unwrap(), Vec::<u8>::new());
+    assert_eq!(
+        export(&served.server, a_loop(1), false).await.unwrap(),
+        Vec::<u8>::new()
+    );
+    assert_eq!(
+        export(&served.server, a_loop(2), true).await.unwrap(),
+        Vec::<u8>::new()
+    );
     let counted = served.counted();
     assert_eq!(
         counted.cycles.keys().collect::<Vec<_>>(),
-        [&("cross_function".to_owned(), "planner>budget>planner".to_owned())]
+        [&(
+            "cross_function".to_owned(),
+            "planner>budget>planner".to_owned()
+        )]
     );
     assert_eq!(
         counted.cycles.values().next().map(Vec::len),
@@ -192,14 +201,20 @@ async fn a_call_the_budget_cannot_hold_is_refused_busy_with_a_retry_delay() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-    assert!(refused.message().contains("max_pending_bytes"), "{refused:?}");
+    assert!(
+        refused.message().contains("max_pending_bytes"),
+        "{refused:?}"
+    );
     assert!(!refused.details().is_empty(), "no RetryInfo");
     assert_eq!(served.server.refused_busy(), 1);
     served.server.shutdown(Duration::ZERO);
     // Unanswered at stop: UNAVAILABLE, which clients retry.
     let first = first.await.unwrap().unwrap_err();
     assert!(
-        matches!(first.code(), Code::Unavailable | Code::Unknown | Code::Cancelled),
+        matches!(
+            first.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
         "{first:?}"
     );
     drop(served.server.take());
@@ -208,7 +223,8 @@ async fn a_call_the_budget_cannot_hold_is_refused_busy_with_a_retry_delay() {
 
 #[tokio::test]
 async fn an_unended_call_holds_its_declared_length_from_its_prefix() {
-    let (size, sent) = std::env::var("DBG").map_or((600u32 << 10, 1000), |_| ((16u32 << 20) - 64, 1 << 20));
+    let (size, sent) =
+        std::env::var("DBG").map_or((600u32 << 10, 1000), |_| ((16u32 << 20) - 64, 1 << 20));
     let served = Served::start(Limits::new(16 << 20, 128 << 20), false);
     let socket = tokio::net::TcpStream::connect(served.server.addresses()[0])
         .await

@@ -341,9 +341,9 @@ impl Server {
             .spawn(move || match transport {
                 Transport::H2 => runtime.block_on(serve(listeners, inbox, serving, stopped)),
                 #[cfg(feature = "tonic-receiver")]
-                Transport::Tonic => runtime.block_on(tonic_receiver::serve(
-                    listeners, inbox, serving, stopped,
-                )),
+                Transport::Tonic => {
+                    runtime.block_on(tonic_receiver::serve(listeners, inbox, serving, stopped))
+                }
             })?;
         *state = State::Running { thread, stop };
         Ok(())

@@ -77,11 +77,7 @@ pub(super) async fn serve(
         .max_frame_size(MAX_FRAME)
         .max_concurrent_streams(MAX_STREAMS)
         .http2_max_header_list_size(MAX_HEADERS)
-        .serve_with_incoming_shutdown(
-            Receiver { inbox, serving },
-            Incoming(sockets),
-            signal,
-        );
+        .serve_with_incoming_shutdown(Receiver { inbox, serving }, Incoming(sockets), signal);
     tokio::pin!(server);
     tokio::select! {
         _ = &mut server => {}
@@ -343,7 +339,10 @@ impl Budgeted {
             }
         }
         self.received += data.len();
-        if self.expected.is_some_and(|expected| self.received > expected) {
+        if self
+            .expected
+            .is_some_and(|expected| self.received > expected)
+        {
             return Err(Status::unimplemented(
                 "more than one request message in a unary call",
             ));
@@ -468,7 +467,9 @@ impl Decoder for RawDecoder {
         let bytes = src.copy_to_bytes(src.remaining());
         let taken = self.held.lock().ok().and_then(|mut held| held.take());
         let Some((mut taken, compressed)) = taken else {
-            return Err(Status::internal("the request message was not drawn from the budget"));
+            return Err(Status::internal(
+                "the request message was not drawn from the budget",
+            ));
         };
         if compressed && bytes.len() > self.max_inflated {
             return Err(status(too_large(bytes.len(), self.max_inflated)));
@@ -540,7 +541,10 @@ impl UnaryService<Message> for Handler {
                 answered: false,
             };
             let outcome = answered.await.unwrap_or_else(|_| {
-                Outcome::error(code::UNAVAILABLE, "the processor stopped before it answered")
+                Outcome::error(
+                    code::UNAVAILABLE,
+                    "the processor stopped before it answered",
+                )
             });
             waiting.answered = true;
             if outcome.code == code::OK {
