@@ -257,3 +257,24 @@ async fn an_unended_call_holds_its_declared_length_from_its_prefix() {
     assert_eq!(held, size as usize);
     served.server.shutdown(Duration::ZERO);
 }
+
+#[tokio::test]
+async fn a_gzip_message_inflating_past_its_limit_is_refused() {
+    let mut limits = Limits::new(1 << 20, 64 << 20);
+    limits.max_inflated_bytes = 10_000;
+    let served = Served::start(limits, true);
+    let refused = export(&served.server, vec![0x0a; 50_000], true)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(
+        refused.message(),
+        "Received message larger than max (50000 vs. 10000)"
+    );
+    // Within it, the same message arrives whole.
+    assert_eq!(
+        export(&served.server, a_loop(3), true).await.unwrap(),
+        Vec::<u8>::new()
+    );
+    served.counted();
+}
