@@ -217,6 +217,16 @@ pub struct Message {
 }
 
 impl Message {
+    /// A message that arrived in one buffer, holding `held` of its budget.
+    #[cfg(feature = "tonic-receiver")]
+    pub(crate) fn whole(bytes: Bytes, held: Taken) -> Self {
+        Message {
+            len: bytes.len(),
+            parts: vec![bytes],
+            held,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -481,7 +491,7 @@ impl Read for Parts<'_> {
     }
 }
 
-fn too_large(length: usize, max: usize) -> Outcome {
+pub(crate) fn too_large(length: usize, max: usize) -> Outcome {
     Outcome::error(
         code::RESOURCE_EXHAUSTED,
         format!("Received message larger than max ({length} vs. {max})"),

@@ -15,6 +15,8 @@
 //! longest.
 
 pub mod message;
+#[cfg(feature = "tonic-receiver")]
+mod tonic_receiver;
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -159,6 +161,16 @@ impl Inbox {
     }
 }
 
+/// The HTTP/2 stack a [`Server`] serves with: the engine's own on h2 (the default), or tonic and
+/// tower (the `tonic-receiver` feature; a prototype, see `docs/processor.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    #[default]
+    H2,
+    #[cfg(feature = "tonic-receiver")]
+    Tonic,
+}
+
 enum State {
     Bound(Vec<StdListener>),
     Running {
@@ -175,6 +187,7 @@ pub struct Server {
     addresses: Vec<SocketAddr>,
     serving: Arc<Serving>,
     state: Mutex<State>,
+    transport: Transport,
 }
 
 /// What every call is read against: the methods served, the limits, the budget, the headers kept.
@@ -249,6 +262,7 @@ impl Server {
                 refused_busy: AtomicU64::new(0),
             }),
             state: Mutex::new(State::Bound(listeners)),
+            transport: Transport::default(),
         })
     }
 
@@ -269,6 +283,13 @@ impl Server {
         if let Some(serving) = Arc::get_mut(&mut self.serving) {
             serving.budget = budget;
         }
+        self
+    }
+
+    /// Serve with `transport` rather than the default; before [`Server::start`] only.
+    #[must_use]
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
         self
     }
 
@@ -314,9 +335,16 @@ impl Server {
         let (stop, stopped) = watch::channel(None);
         let inbox = Arc::clone(&self.inbox);
         let serving = Arc::clone(&self.serving);
+        let transport = self.transport;
         let thread = std::thread::Builder::new()
             .name("otel-guard-grpc".into())
-            .spawn(move || runtime.block_on(serve(listeners, inbox, serving, stopped)))?;
+            .spawn(move || match transport {
+                Transport::H2 => runtime.block_on(serve(listeners, inbox, serving, stopped)),
+                #[cfg(feature = "tonic-receiver")]
+                Transport::Tonic => {
+                    runtime.block_on(tonic_receiver::serve(listeners, inbox, serving, stopped))
+                }
+            })?;
         *state = State::Running { thread, stop };
         Ok(())
     }
