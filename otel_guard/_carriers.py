@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from typing import Final
 
-from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
 from opentelemetry.baggage import propagation as baggage_propagation
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 
+from otel_guard._in_force import baggage_of
 from otel_guard.chain import MAX_QUOTED
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
@@ -100,7 +101,9 @@ def attach_caller_context(
     """
     current = otel_context.get_current()
     if trace.get_current_span(current).get_span_context().is_valid:
-        if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not None:
+        # The chain read from the context's own slot (one lookup: otel_guard._in_force).
+        members = baggage_of(current)
+        if members and members.get(CHAIN_BAGGAGE_KEY) is not None:
             return None
         ctx = _BAGGAGE_ONLY.extract(carrier() if callable(carrier) else carrier, context=current)
     else:

@@ -159,8 +159,11 @@ class _Reply:
         if message["type"] == "http.response.start":
             self.started = True
             headers = message.get("headers")
-            if headers and any(name.lower() == b"baggage" for name, _ in headers):
-                message = {**message, "headers": headers_without_chain(headers)}
+            if headers:
+                for name, _ in headers:  # a loop, not any(<generator>): every response pays it
+                    if name.lower() == b"baggage":
+                        message = {**message, "headers": headers_without_chain(headers)}
+                        break
         await self.send(message)
 
 

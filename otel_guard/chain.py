@@ -32,6 +32,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Final, Literal, NamedTuple
 
 # The token's basics and its keys live below this module; the names other modules take from here
@@ -129,6 +130,10 @@ class TransferHop(Hop):
         return "transfer"
 
 
+_AGENT: Final = itemgetter(0)
+_SKILL: Final = itemgetter(1)
+
+
 @dataclass(frozen=True, slots=True)
 class Chain:
     """The hops that led to the call being executed, oldest first; the last hop is the current one."""
@@ -145,12 +150,13 @@ class Chain:
 
     @property
     def agents(self) -> tuple[str, ...]:
-        return tuple([hop[0] for hop in self.hops])
+        return tuple(map(_AGENT, self.hops))  # no comprehension's frame: every token reads it
 
     @property
     def skills(self) -> tuple[str, ...]:
         """The hops' skills, ``""`` for none (the span attribute ``otel_guard.chain.skills``)."""
-        return tuple([hop[1] or "" for hop in self.hops])
+        skills = tuple(map(_SKILL, self.hops))
+        return tuple([skill or "" for skill in skills]) if None in skills else skills
 
     def name_depth(self, name: str) -> int:
         """How many times ``name`` stands in the chain."""
@@ -211,9 +217,27 @@ def _claims_prefix(chain: Chain) -> tuple[str, int]:
     return text, len(text.encode())
 
 
+_CHECKED_HOPS: dict[tuple[str, str | None], None] = {}
+"""The (agent, skill) pairs :func:`check_hop` passed (bounded: emptied at 1024): a service's ingress
+plans a hop of the same names for every fresh chain, and checking them again cost 4 k instructions."""
+
+
 def check_hop(hop: Hop) -> None:
     """Raise ``ValueError`` for a hop whose names cannot travel in a token (:func:`name_problem`);
     a skill is text or ``None``. Called once per planned hop, not per call."""
+    agent, skill = hop
+    if type(agent) is str and (skill is None or type(skill) is str):
+        if (agent, skill) in _CHECKED_HOPS:
+            return
+        _check_names(hop)
+        if len(_CHECKED_HOPS) >= 1024:
+            _CHECKED_HOPS.clear()
+        _CHECKED_HOPS[agent, skill] = None
+        return
+    _check_names(hop)
+
+
+def _check_names(hop: Hop) -> None:
     if hop.skill is not None and not isinstance(hop.skill, str):
         raise ValueError(f"delegate: skill must be a string or None, not {hop.skill!r}")
     for what, name in (("agent", hop.agent), ("skill", hop.skill)):
@@ -466,7 +490,7 @@ class ChainToken:
                 text = f"{signing_input}.{_b64encode(signing.sign(signing_input.encode('ascii')))}"
             self._text = text
             # What a server in this process would verify it against (an MCP or A2A call to itself).
-            verified_tokens.signed(text, keyring, self.chain)
+            verified_tokens.signed(text, keyring, self)
         return text
 
     def _relayed(self) -> str:
@@ -499,52 +523,55 @@ class VerifiedTokens:
 
     def __init__(self, size: int = 16) -> None:
         self._size = size
-        # A token signed here is kept as its chain, made a token only if a server here reads it.
-        self._items: dict[str, tuple[Keyring | None, ChainToken | Chain]] = {}
+        # text -> (keyring, token, signed here): a token signed here is kept as the token that
+        # signed it, and a token of its own is made only if a server here reads it.
+        self._items: dict[str, tuple[Keyring | None, ChainToken, bool]] = {}
 
     def verify(self, text: str, keyring: Keyring | None) -> ChainToken:
         """The token of ``text`` verified with ``keyring``; raises :class:`InvalidToken`."""
         item = self._items.get(text)
         if item is not None and item[0] is keyring:
-            found = item[1]
-            if type(found) is ChainToken:
-                return found
-            assert isinstance(found, Chain)
-            token = ChainToken(found, keyring, text)  # signed here: read for the first time
+            if not item[2]:
+                return item[1]
+            token = ChainToken(item[1].chain, keyring, text)  # signed here: read for the first time
         else:
             chain, claims, size = _decoded(text, keyring)
             token = ChainToken(chain, keyring, text)
             if claims is not None:
                 token.arrived_claims(claims, size)
-        self._keep(text, keyring, token)
+        self._keep(text, keyring, token, False)
         return token
 
-    def signed(self, text: str, keyring: Keyring | None, chain: Chain) -> None:
-        """Keep the token this process just encoded as ``text`` (signed with ``keyring``).
+    def signed(self, text: str, keyring: Keyring | None, token: ChainToken) -> None:
+        """Keep ``token``, which this process just encoded as ``text`` (signed with ``keyring``).
 
-        Kept as its chain: most signed tokens go to another process and are never read here, and
-        making the token object costs a signing a sixth more (measured: 15 k instructions)."""
+        Kept as it is: most signed tokens go to another process and are never read here, and
+        making a token object for the cache costs a signing a sixth more (measured: 15 k
+        instructions), building its chain (a child's is made on first use) 5 k more."""
         # What decode would refuse, this refuses too: a token too long, a chain with no root (the
-        # stand-in of a refused hop's span, never sent), times past MAX_TIME (a ttl that long).
+        # stand-in of a refused hop's span, never sent), times past MAX_TIME (a clock that far on).
         # The names of a chain the guard made were checked when its hops were planned; encode()
-        # forgets the chains it is given, which nothing here has checked.
+        # forgets the chains it is given, which nothing here has checked. A child's times are its
+        # parent chain's: read there, so that its own chain is not made for this.
+        times = token._chain if token._chain is not None else token._base
         if (
             len(text) <= MAX_TOKEN_LENGTH
-            and _ROOT.fullmatch(chain.root) is not None
-            and 0.0 <= chain.issued_at <= chain.expires_at <= MAX_TIME
+            and _ROOT.fullmatch(token.root) is not None
+            and times is not None
+            and 0.0 <= times.issued_at <= times.expires_at <= MAX_TIME
         ):
-            self._keep(text, keyring, chain)
+            self._keep(text, keyring, token, True)
 
     def forget(self, text: str) -> None:
         """Keep nothing for ``text``: a token made here from a chain the guard has not checked."""
         self._items.pop(text, None)
 
-    def _keep(self, text: str, keyring: Keyring | None, token: ChainToken | Chain) -> None:
+    def _keep(self, text: str, keyring: Keyring | None, token: ChainToken, signed: bool) -> None:
         if len(self._items) >= self._size:
             self._items.clear()
             if not self._size:  # VerifiedTokens(0) keeps nothing: every read verifies (the uncached path)
                 return
-        self._items[text] = (keyring, token)
+        self._items[text] = (keyring, token, signed)
 
 
 verified_tokens = VerifiedTokens()
@@ -607,16 +634,27 @@ def _claims_to_chain(claims: Mapping[str, Any]) -> Chain:
             raise InvalidToken(_HOP_SHAPE)
         # JSON escapes can spell anything, a lone surrogate included. Printable ASCII (nearly every
         # name) is the test inline; anything else gets name_problem's full check.
-        for name in (agent, skill):
-            if name is not None and not (name.isascii() and name.isprintable()):
-                problem = name_problem(name)
-                if problem is not None:
-                    raise InvalidToken(f"token hop name {quoted(name)} {problem}")
+        if not (agent.isascii() and agent.isprintable()):
+            _check_name(agent)
+        if skill is not None and not (skill.isascii() and skill.isprintable()):
+            _check_name(skill)
         hops.append(_new_hop(kind, item))
-    issued_at, expires_at = _number(claims.get("iat"), "iat"), _number(claims.get("exp"), "exp")
+    # A float in range (what this module writes) inline; anything else is _number's to read.
+    issued_at = claims.get("iat")
+    if type(issued_at) is not float or not 0 <= issued_at <= MAX_TIME:
+        issued_at = _number(issued_at, "iat")
+    expires_at = claims.get("exp")
+    if type(expires_at) is not float or not 0 <= expires_at <= MAX_TIME:
+        expires_at = _number(expires_at, "exp")
     if expires_at < issued_at:
         raise InvalidToken("token claim 'exp' is before its 'iat'")
     return Chain(tuple(hops), root, workspace, issued_at, expires_at)
+
+
+def _check_name(name: str) -> None:
+    problem = name_problem(name)
+    if problem is not None:
+        raise InvalidToken(f"token hop name {quoted(name)} {problem}")
 
 
 def name_problem(name: str) -> str | None:

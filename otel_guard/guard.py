@@ -599,8 +599,10 @@ class Delegation:
         attributes: dict[str, AttributeValue] = {
             names.GEN_AI_OPERATION_NAME: names.EXECUTE_TOOL if tool else names.INVOKE_AGENT,
             names.GEN_AI_TOOL_NAME if tool else names.GEN_AI_AGENT_NAME: hop.agent,
-            names.CHAIN_AGENTS: agents,
-            names.CHAIN_SKILLS: token.skills,
+            # Lists, not the token's tuples: the SDK stores either as a tuple, and its check of a
+            # list is an ABC cache hit where a tuple's is a miss (measured: 2.4 k instructions each).
+            names.CHAIN_AGENTS: list(agents),
+            names.CHAIN_SKILLS: list(token.skills),
             names.CHAIN_DEPTH: len(agents),
             names.NAME_DEPTH: agents.count(hop.agent),
             names.DECISION: verdict.outcome,

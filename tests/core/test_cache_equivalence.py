@@ -81,6 +81,13 @@ def _verified_tokens_off(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(in_force, "verified_tokens", none_kept)
 
 
+class _KeepsNothing(dict[Any, Any]):
+    """A memo dict that never holds what it is given: each look-up misses."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
 def _hmac_digest(self: Any, message: bytes) -> bytes:
     return hmac.digest(self.secret, message, "sha256")
 
@@ -113,6 +120,8 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "workspace_window": lambda mp: mp.setattr(
         spending, "workspace_meter", lambda s, now: _WorkspaceWindows().meter(s, now)
     ),
+    # The (agent, skill) pairs check_hop passed, not checked again: chain._CHECKED_HOPS.
+    "checked_hops": lambda mp: mp.setattr(chain_module, "_CHECKED_HOPS", _KeepsNothing()),
     # The cryptography package's primitives, imported once (_jwk._crypto).
     "crypto_imports": lambda mp: mp.setattr(jwk, "_crypto", jwk._crypto.__wrapped__),
 }
