@@ -112,6 +112,10 @@ def price(usage: ModelUsage, settings: Settings) -> int | None:
 
 _table: Any = None  # genai_prices, once imported; False when it is not installed
 
+_NOT_IN_TABLE: dict[tuple[str, str | None], None] = {}
+"""The (model, provider) pairs genai-prices' bundled table has no price for (emptied at 1024): its
+failing look-up walks every provider's patterns, 150 k instructions a response of such a model."""
+
 
 def _table_price(usage: ModelUsage, model: str) -> int | None:
     """The price in genai-prices' bundled table (USD), or ``None`` when it has none (or is absent)."""
@@ -125,16 +129,24 @@ def _table_price(usage: ModelUsage, model: str) -> int | None:
             _table = genai_prices
     if _table is False:
         return None
+    providers = (usage.provider, None) if usage.provider else (None,)
+    if all((model, provider) in _NOT_IN_TABLE for provider in providers):
+        return None
     counted = _table.Usage(
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
     )
-    for provider in (usage.provider, None) if usage.provider else (None,):
+    for provider in providers:
+        if (model, provider) in _NOT_IN_TABLE:
+            continue
         try:
             found = _table.calc_price(counted, model, provider_id=provider)
         except LookupError:
+            if len(_NOT_IN_TABLE) >= 1024:
+                _NOT_IN_TABLE.clear()
+            _NOT_IN_TABLE[model, provider] = None
             continue
         return micros(found.total_price)
     return None

@@ -97,3 +97,25 @@ def test_genai_prices_prices_with_every_connection_refused(run_program: Any) -> 
     assert result["control"].startswith("no egress in this test")  # the hook does refuse connections
     assert result["blocked"] == []  # and nothing asked for one
     assert result["spent"] == sum(table(model, i, o) for model, i, o in responses)
+
+
+def test_genai_prices_is_asked_once_for_a_model_it_has_no_price_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its failing look-up walks every provider's patterns: 70 k instructions a response, each time.
+    asked: list[tuple[str, str | None]] = []
+    calc_price = genai_prices.calc_price
+    expected = table("gpt-4o", 1_000, 100)
+
+    def counted(usage: Any, model: str, *, provider_id: str | None = None, **rest: Any) -> Any:
+        asked.append((model, provider_id))
+        return calc_price(usage, model, provider_id=provider_id, **rest)
+
+    monkeypatch.setattr(genai_prices, "calc_price", counted)
+    settings = configure(max_cost=100)
+    homegrown = ModelUsage("homegrown-llm-7", 1_000, 100, provider="acme")
+    known = ModelUsage("gpt-4o", 1_000, 100)
+    for _ in range(3):
+        assert price(homegrown, settings) is None
+        assert price(known, settings) == expected
+    assert asked.count(("homegrown-llm-7", "acme")) == 1
+    assert asked.count(("homegrown-llm-7", None)) == 1
+    assert asked.count(("gpt-4o", None)) == 3
