@@ -16,6 +16,10 @@ For each runtime, one run that makes one tool call, with an offline model (no ne
   ``delegate("planner")`` and a ``delegate("lookup", kind="tool")`` inside it); its bare arm does
   nothing.
 
+DSPy and Agno are in the main environment too (their runs in ``bench/_runtime_dspy.py`` and
+``_runtime_agno.py``); every other runtime's run is in ``bench/_runtime_<runtime>.py``, measured with
+its own environment's interpreter and ``--runtime``.
+
 Unguarded means the runtime's otel-guard instrumentor is not instrumented; guarded means it is. The two
 arms alternate round by round (which arm goes first alternates too) under the same SDK: a global
 TracerProvider with a BatchSpanProcessor and an exporter that discards (it only counts the guard's
@@ -308,7 +312,16 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "claude-agent-sdk": runtime_of_its_own("_runtime_claude_agent_sdk"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
-MAIN_ENVIRONMENT = ("delegate", "pydantic-ai", "openai-agents", "langgraph", "mcp", "mcp-streams")
+MAIN_ENVIRONMENT = (
+    "delegate",
+    "pydantic-ai",
+    "openai-agents",
+    "langgraph",
+    "mcp",
+    "mcp-streams",
+    "dspy",
+    "agno",
+)
 
 
 def set_guarded(runtime: Runtime, guarded: bool) -> None:
