@@ -50,7 +50,7 @@ from otel_guard.chain import (
     start_chain,
 )
 from otel_guard.errors import DelegationRefused
-from otel_guard.policy import ALLOW, Verdict, decide
+from otel_guard.policy import ALLOW, Verdict, decide_for_agent
 from otel_guard.settings import Settings, current_settings
 
 __all__ = [
@@ -481,13 +481,13 @@ class Delegation:
             before = Chain(
                 arrival.hops[:-1], arrival.root, arrival.workspace, arrival.issued_at, arrival.expires_at
             )
-            verdict = decide(before, hop, settings, now)
+            verdict = decide_for_agent(before, hop, settings, now)
             token = arrived
         elif arrived is None:
-            verdict = decide(None, hop, settings, now)
+            verdict = decide_for_agent(None, hop, settings, now)
             token = ChainToken(start_chain(hop, settings.workspace, now, settings.ttl), keyring)
         else:
-            verdict = decide(arrival, hop, settings, now)
+            verdict = decide_for_agent(arrival, hop, settings, now)
             token = arrived.extended(hop, keyring)
             memo = arrived
         if verdict.outcome == "refuse":

@@ -44,7 +44,11 @@ def decide(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> V
     then the cycle rule, the per-name depth and the chain depth. Observe mode lets those last three
     through, up to ``observe_max_depth`` hops. In ``off`` mode everything is allowed.
     """
-    settings = settings.for_agent(hop.agent)
+    return decide_for_agent(arrival, hop, settings.for_agent(hop.agent), now)
+
+
+def decide_for_agent(arrival: Chain | None, hop: Hop, settings: Settings, now: float) -> Verdict:
+    """:func:`decide`, with ``settings`` already ``for_agent(hop.agent)`` (as the guard holds them)."""
     if settings.mode == "off":
         return ALLOW
     verdict = _check(arrival, hop, settings, now)

@@ -116,6 +116,11 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
         mp.setattr(in_force, "FAST_CONTEXT", False),
         mp.setattr(guard, "FAST_CONTEXT", False),
     ),
+    # The last chain root checked, found by identity: chain.REMEMBER_ROOTS.
+    "checked_root": lambda mp: (
+        mp.setattr(chain_module, "REMEMBER_ROOTS", False),
+        mp.setattr(chain_module, "_checked_root", [None]),
+    ),
     # The meter of the workspace's current window, made once a window.
     "workspace_window": lambda mp: mp.setattr(
         spending, "workspace_meter", lambda s, now: _WorkspaceWindows().meter(s, now)
