@@ -18,7 +18,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.baggage import propagation as baggage_propagation
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 
-from otel_guard._in_force import baggage_of
+from otel_guard._context_slots import baggage_of
 from otel_guard.chain import MAX_QUOTED
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 

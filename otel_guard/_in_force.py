@@ -9,39 +9,15 @@ holds it to that API), because every hop reads it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from opentelemetry import baggage, context, trace
+from opentelemetry import context
 from opentelemetry.context import Context
 
 from otel_guard import telemetry as names
+from otel_guard._context_slots import baggage_of
 from otel_guard.chain import Chain, ChainToken, InvalidToken, Keyring, decode_unsigned, verified_tokens
 from otel_guard.settings import Settings, current_settings
 
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
-
-
-def _context_slot(ctx: Context) -> str:
-    """The one key ``ctx`` holds (an empty context changed once through the public API), or ``""``."""
-    keys = list(ctx)
-    return keys[0] if len(keys) == 1 else ""
-
-
-# Where the context keeps the current span and the baggage, found once through the public API. With
-# both known, a hop reads the baggage with one lookup and makes its context with one copy (instead
-# of one copy for the span and one for the baggage); a test checks the result against the public API.
-SPAN_SLOT = _context_slot(trace.set_span_in_context(trace.INVALID_SPAN, Context()))
-BAGGAGE_PROBE = baggage.set_baggage(_BAGGAGE_KEY, "", Context())
-BAGGAGE_SLOT = _context_slot(BAGGAGE_PROBE)
-FAST_CONTEXT = bool(SPAN_SLOT and BAGGAGE_SLOT) and type(BAGGAGE_PROBE.get(BAGGAGE_SLOT)) is dict
-
-
-def baggage_of(ctx: Context) -> Mapping[str, object] | None:
-    """The baggage of ``ctx``, or ``None`` (or an empty mapping) when it has none."""
-    if FAST_CONTEXT:
-        value = ctx.get(BAGGAGE_SLOT)
-        return value if type(value) is dict else None
-    return baggage.get_all(ctx)
 
 
 def verified_token(value: object, keyring: Keyring | None) -> ChainToken | None:

@@ -24,11 +24,8 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_guard import telemetry as names
 from otel_guard._carriers import keep_tokens_out_of_logs
+from otel_guard._context_slots import BAGGAGE_SLOT, FAST_CONTEXT, SPAN_SLOT, baggage_of
 from otel_guard._in_force import (
-    BAGGAGE_SLOT,
-    FAST_CONTEXT,
-    SPAN_SLOT,
-    baggage_of,
     chain_in,
     current_chain,
     name_depth,

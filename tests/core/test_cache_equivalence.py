@@ -38,6 +38,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 
 import otel_guard
+import otel_guard._context_slots as context_slots
 import otel_guard._in_force as in_force
 import otel_guard._jwk as jwk
 import otel_guard._spending as spending
@@ -113,7 +114,7 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "key_by_header": lambda mp: mp.setattr(Keyring, "key_for", Keyring.key_read),
     # The context's span and baggage slots, found once: the public OpenTelemetry API instead.
     "context_slots": lambda mp: (
-        mp.setattr(in_force, "FAST_CONTEXT", False),
+        mp.setattr(context_slots, "FAST_CONTEXT", False),
         mp.setattr(guard, "FAST_CONTEXT", False),
     ),
     # The last chain root checked, found by identity: chain.REMEMBER_ROOTS.
@@ -868,7 +869,7 @@ def test_a_hop_opened_under_another_context_keeps_the_baggage_it_was_decided_in(
     """``open(span_parent)`` takes the parent span from ``span_parent`` and nothing else: the body's
     baggage is the hop's (the decided context's members and the chain), on the public API's path too
     (found by the property above: that path took ``span_parent``'s baggage and lost the others)."""
-    monkeypatch.setattr(in_force, "FAST_CONTEXT", fast_context)
+    monkeypatch.setattr(context_slots, "FAST_CONTEXT", fast_context)
     monkeypatch.setattr(guard, "FAST_CONTEXT", fast_context)
     tracer = trace.get_tracer("cache-equivalence")
     outer = context.attach(baggage.set_baggage("tenant", "t1", Context()))

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry import baggage, context, trace
 
 import otel_guard
-import otel_guard._in_force
+import otel_guard._context_slots
 import otel_guard.guard
 from otel_guard import DelegationRefused, Hop, delegate
 from otel_guard.chain import ChainToken, decode
@@ -26,8 +26,8 @@ CUSTOM_KEY = context.create_key("test_hop_plan.custom")
 @pytest.fixture(params=[True, False], ids=["fast context", "public API"])
 def context_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     if not request.param:
-        # Both readers of the flag: the context's reading (otel_guard._in_force) and making (guard).
-        monkeypatch.setattr(otel_guard._in_force, "FAST_CONTEXT", False)
+        # Both readers of the flag: the context's reading (_context_slots) and making (guard).
+        monkeypatch.setattr(otel_guard._context_slots, "FAST_CONTEXT", False)
         monkeypatch.setattr(otel_guard.guard, "FAST_CONTEXT", False)
     return bool(request.param)
 

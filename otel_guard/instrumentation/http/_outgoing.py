@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from opentelemetry import context
 
-from otel_guard._in_force import baggage_of
+from otel_guard._context_slots import baggage_of
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 _MEMBER_PREFIX = f"{CHAIN_BAGGAGE_KEY}="
