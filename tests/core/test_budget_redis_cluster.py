@@ -109,10 +109,16 @@ def test_trees_on_every_master_are_counted_exactly(cluster: Cluster, metric_read
         return [await ahops_in_a_tree(26) for _ in range(6)]
 
     results += asyncio.run(in_async())
+
+    def masters() -> set[int]:
+        return {cluster.owner(slot_of(f"tree:default:{root}")) for root, _, _ in results}
+
+    # Twelve random roots miss one of three masters 2 % of the time: more trees until each has one.
+    while masters() != set(cluster.masters()) and len(results) < 60:
+        results.append(hops_in_a_tree(26))
     for _, allowed, refused in results:
         assert (allowed, refused) == (20, ["budget"] * 6)
-    masters = {cluster.owner(slot_of(f"tree:default:{root}")) for root, _, _ in results}
-    assert masters == set(cluster.masters())  # the trees' counts are on every master
+    assert masters() == set(cluster.masters())  # the trees' counts are on every master
     store = store_for(current_settings())
     assert all(store.used(f"tree:default:{root}", time.time()) == 20 for root, _, _ in results)  # type: ignore[attr-defined]
     assert store_errors_since(errors, metric_reader) == {}
