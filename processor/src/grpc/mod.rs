@@ -447,6 +447,25 @@ fn make_room(peers: &mut HashMap<tokio::task::Id, Arc<Peer>>) -> bool {
     }
 }
 
+/// `listener` as the runtime's listener, or `None` when it cannot be one.
+pub(crate) fn listening(listener: StdListener) -> Option<TcpListener> {
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
+        .ok()
+}
+
+/// The next connection `listener` accepts; after a failure (out of descriptors, say) it waits a
+/// little rather than spin.
+pub(crate) async fn next_socket(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((socket, _)) => return socket,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 async fn serve(
     listeners: Vec<StdListener>,
     inbox: Arc<Inbox>,
@@ -458,21 +477,12 @@ async fn serve(
     for listener in listeners {
         let accepted = accepted.clone();
         accepting.spawn(async move {
-            let Ok(listener) = listener
-                .set_nonblocking(true)
-                .and_then(|()| TcpListener::from_std(listener))
-            else {
+            let Some(listener) = listening(listener) else {
                 return;
             };
             loop {
-                match listener.accept().await {
-                    Ok((socket, _)) => {
-                        if accepted.send(socket).await.is_err() {
-                            return;
-                        }
-                    }
-                    // Out of descriptors, say: wait a little rather than spin.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                if accepted.send(next_socket(&listener).await).await.is_err() {
+                    return;
                 }
             }
         });

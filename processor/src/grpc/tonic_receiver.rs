@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tonic::Status;
@@ -94,35 +94,28 @@ async fn accept(
     live: Arc<AtomicUsize>,
     serving: Arc<Serving>,
 ) {
-    let Ok(listener) = listener
-        .set_nonblocking(true)
-        .and_then(|()| TcpListener::from_std(listener))
-    else {
+    let Some(listener) = super::listening(listener) else {
         return;
     };
     loop {
-        match listener.accept().await {
-            Ok((socket, _)) => {
-                // tonic has no connection cap: past it a new connection is closed unserved
-                // (the h2 receiver closes the one idle the longest instead).
-                if live.load(Ordering::Relaxed) >= serving.limits.max_connections {
-                    continue;
-                }
-                let _ = socket.set_nodelay(true);
-                live.fetch_add(1, Ordering::Relaxed);
-                let connection = Connection {
-                    socket,
-                    share: Share(ByteBudget::within(
-                        &serving.budget,
-                        serving.limits.max_connection_bytes,
-                    )),
-                    live: Arc::clone(&live),
-                };
-                if accepted.send(Ok(connection)).await.is_err() {
-                    return;
-                }
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        let socket = super::next_socket(&listener).await;
+        // tonic has no connection cap: past it a new connection is closed unserved
+        // (the h2 receiver closes the one idle the longest instead).
+        if live.load(Ordering::Relaxed) >= serving.limits.max_connections {
+            continue;
+        }
+        let _ = socket.set_nodelay(true);
+        live.fetch_add(1, Ordering::Relaxed);
+        let connection = Connection {
+            socket,
+            share: Share(ByteBudget::within(
+                &serving.budget,
+                serving.limits.max_connection_bytes,
+            )),
+            live: Arc::clone(&live),
+        };
+        if accepted.send(Ok(connection)).await.is_err() {
+            return;
         }
     }
 }
