@@ -36,7 +36,7 @@ WORKERS = 128  # the OTLP/JSON conversion's forkserver, resource tracker and two
 BUDGET = 128  # --max-pending-bytes: every request byte held, by any holder (JSON workers' share too)
 ON_THE_LOOP = 16  # a body's join and a gRPC call's copy at take(), one at a time each
 HELD = 262  # --max-held-bytes and what one check of it may pass it by
-METRICS = 136  # four label families at 10,000 label sets of the longest labels, and the scrape
+METRICS = 192  # four label families at 10,000 label sets of the longest labels, and the scrape
 CONNECTIONS = 160  # 4,096 HTTP/2 connections at about 40 KiB each
 WORST_CASE = BASE + WORKERS + BUDGET + ON_THE_LOOP + HELD + METRICS + CONNECTIONS
 
