@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod events;
+mod flat;
 mod limits;
 mod rules;
 mod trace;
@@ -56,7 +57,8 @@ pub use limits::{
     BadLimits, Limits, MAX_CHAIN_BYTES, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_NAME_CHARS,
     MAX_PATH_NAMES, MAX_ROOT_BYTES,
 };
-use trace::{CallFacts, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, alloc};
+use flat::{FlatKind, Timed};
+use trace::{CallFacts, Due, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, alloc};
 
 use crate::calls::Hop;
 use crate::decode::{self, DecodeError, Keys, Request, Value};
@@ -109,6 +111,8 @@ struct ScopeFacts<'a> {
     name: &'a str,
     hash: u64,
     guard: bool,
+    /// OpenLLMetry's OpenAI Agents scope: its spans may be flat (`flat.rs`).
+    flat: bool,
 }
 
 /// Whether a call span marks its call as a transfer (a handoff): the guard's
@@ -209,6 +213,7 @@ impl Engine {
                 name: scope.name,
                 hash: ids::hash_of(self.shared.keys, scope.name),
                 guard: scope.name == dialects::GUARD_SCOPE,
+                flat: scope.name == dialects::OPENAI_AGENTS,
             })
             .collect();
         let mut trees: HashMap<&str, i64> = HashMap::new();
@@ -405,15 +410,28 @@ impl Engine {
         }
         let facts = self.facts(span, scope, &attributes);
         self.stored += 1;
+        if facts.flat.is_some() {
+            self.note_flat(handle, span, span_id, &facts);
+        }
         if !span.parent_span_id.is_empty() {
             let parent_id = SpanId::of(span.parent_span_id, &keys);
-            let parent = self
-                .traces
-                .get(handle)
+            let trace = self.traces.get(handle);
+            let parent = trace
                 .and_then(|trace| trace.spans.get(&parent_id))
                 .copied()
                 .filter(|path| !path.waits());
             match parent {
+                Some(_)
+                    if facts.flat == Some(FlatKind::Agent)
+                        && trace.is_some_and(|trace| trace.is_workflow(&parent_id)) =>
+                {
+                    let waiting = Waiting {
+                        parent: true,
+                        facts: facts.into_owned(),
+                        chain: None,
+                    };
+                    self.hold_flat(handle, span_id, parent_id, Box::new(waiting));
+                }
                 Some(path) => self.settle_now(handle, span_id, &facts, path),
                 None => {
                     let chain = self.chain(request, &facts, &attributes);
@@ -475,6 +493,31 @@ impl Engine {
         self.settle_now(handle, span_id, &facts, base);
     }
 
+    /// Keep what the flat reading needs of a span of the flat instrumentation: a workflow span's
+    /// id, a tool span's interval.
+    fn note_flat(
+        &mut self,
+        handle: Handle,
+        span: &decode::Span<'_>,
+        span_id: SpanId,
+        facts: &Facts<'_>,
+    ) {
+        let keys = self.shared.keys;
+        let Some(trace) = self.traces.get_mut(handle) else {
+            return;
+        };
+        match facts.flat {
+            Some(FlatKind::Workflow) => trace.flat().workflows.push(span_id),
+            Some(FlatKind::Tool) => trace.flat().tools.push(Timed {
+                span: span_id,
+                parent: SpanId::of(span.parent_span_id, &keys),
+                start: facts.start,
+                end: facts.end,
+            }),
+            _ => {}
+        }
+    }
+
     fn facts<'a>(
         &mut self,
         span: &decode::Span<'a>,
@@ -512,9 +555,18 @@ impl Engine {
             }
             _ => None,
         };
+        let (flat, end) = match scope.flat {
+            true => (
+                FlatKind::of(attributes.text(Key::TlKind), call.is_some()),
+                span.end_time_unix_nano,
+            ),
+            false => (None, 0),
+        };
         Facts {
             span_id: kept(span.span_id, self.shared.keys),
             start: span.start_time_unix_nano,
+            end,
+            flat,
             call,
             decision,
         }
@@ -666,6 +718,18 @@ impl Engine {
                 let Some(waiting) = self.take_waiting(waiter) else {
                     continue;
                 };
+                // A flat run whose workflow span came: held for its decision.
+                if waiting.parent
+                    && waiting.facts.flat == Some(FlatKind::Agent)
+                    && waiter.trace == holder
+                    && self
+                        .traces
+                        .get(holder)
+                        .is_some_and(|trace| trace.is_workflow(&awaited))
+                {
+                    self.hold_flat(holder, waiter.span, awaited, waiting);
+                    continue;
+                }
                 let mut base = self.copy_path(holder, path, waiter.trace);
                 if !waiting.parent {
                     base = base.across();
@@ -758,13 +822,28 @@ impl Engine {
             let Some(trace_id) = self.traces.key(handle).cloned() else {
                 continue;
             };
+            let Some(trace) = self.traces.get_mut(handle) else {
+                continue;
+            };
+            trace.queued = false;
+            let flat = trace
+                .due
+                .iter()
+                .any(|(at, due)| matches!(due, Due::Flat) && *at <= now);
+            if flat {
+                trace
+                    .due
+                    .retain(|(at, due)| !(matches!(due, Due::Flat) && *at <= now));
+                self.decide_flat(handle);
+            }
             let Engine { traces, shared, .. } = self;
             let Some(trace) = traces.get_mut(handle) else {
                 continue;
             };
-            trace.queued = false;
             trace.count_due(shared, handle, &trace_id, Some(now));
-            if let Some(next) = trace.due.iter().map(|(at, _)| *at).reduce(f64::min) {
+            if !trace.queued
+                && let Some(next) = trace.due.iter().map(|(at, _)| *at).reduce(f64::min)
+            {
                 trace.queued = true;
                 shared.queue.push_back((next, handle));
             }
@@ -863,6 +942,10 @@ impl Engine {
                     self.settle_orphan(waiter);
                 }
             }
+        }
+        // The flat runs held for their decision: decided with what came.
+        for &handle in group {
+            self.decide_flat(handle);
         }
         // What is left of these traces' spans waits on a loop of parents, or on a span of a trace
         // that stays: the trace roots first, then anywhere.
