@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 use std::mem::size_of;
 
-use super::trace::{Due, NONE, PathRef, Trace, Waiter, Waiting, alloc, vec_bytes};
 use super::Engine;
+use super::trace::{Due, NONE, PathRef, Trace, Waiter, Waiting, alloc, vec_bytes};
 use crate::ids::SpanId;
 use crate::lru::Handle;
 
@@ -103,8 +103,8 @@ impl Flat {
                 parent = self.tools[caller.tool as usize].parent;
             }
         }
-        let mut left = (0..self.tools.len())
-            .filter(|&index| !marks[index] && holds(&self.tools[index]));
+        let mut left =
+            (0..self.tools.len()).filter(|&index| !marks[index] && holds(&self.tools[index]));
         match (left.next(), left.next()) {
             (Some(only), None) => only as u32,
             _ => NONE,

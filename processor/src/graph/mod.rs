@@ -53,11 +53,11 @@ use std::sync::Arc;
 pub use events::{
     Cycle, CycleKind, ESCAPE, Events, Reason, SEPARATOR, cut, label_names, push_name,
 };
+use flat::{FlatKind, Timed};
 pub use limits::{
     BadLimits, Limits, MAX_CHAIN_BYTES, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_NAME_CHARS,
     MAX_PATH_NAMES, MAX_ROOT_BYTES,
 };
-use flat::{FlatKind, Timed};
 use trace::{CallFacts, Due, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, alloc};
 
 use crate::calls::Hop;
