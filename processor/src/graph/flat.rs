@@ -204,6 +204,8 @@ impl Engine {
             };
             settle.push((run.timed.span, on));
         }
+        // The runs and what waited for them settle after the wait: their counts are due at once.
+        self.shared.waited = true;
         for (span, on) in settle {
             let Some(mut waiting) = self.take_waiting(Waiter {
                 trace: handle,
@@ -213,13 +215,13 @@ impl Engine {
             };
             waiting.facts.flat = None; // decided: read as any span from here
             let Some(trace) = self.traces.get_mut(handle) else {
-                return;
+                break;
             };
             match trace.spans.get(&on).copied().filter(|path| !path.waits()) {
                 Some(base) => {
                     let path = self.settle(handle, &waiting.facts, base);
                     let Some(trace) = self.traces.get_mut(handle) else {
-                        return;
+                        break;
                     };
                     trace.spans.insert(span, path);
                     let awaited = trace.awaited(&span);
@@ -231,5 +233,6 @@ impl Engine {
                 None => self.wait(handle, on, handle, span, *waiting),
             }
         }
+        self.shared.waited = false;
     }
 }

@@ -148,6 +148,7 @@ impl Engine {
                 dirty: Vec::new(),
                 scratch: Vec::new(),
                 text: String::new(),
+                waited: false,
             },
             stored: 0,
             pending: 0,

@@ -680,9 +680,21 @@ pub(super) struct Shared {
     pub(super) dirty: Vec<(Handle, u32)>,
     pub(super) scratch: Vec<u32>,
     pub(super) text: String,
+    /// The spans being settled waited already (flat runs decided after their wait): their counts
+    /// are due at once.
+    pub(super) waited: bool,
 }
 
 impl Shared {
+    /// When a count that waits `wait` seconds from now is due.
+    pub(super) fn due(&self, wait: f64) -> f64 {
+        if self.waited {
+            self.now
+        } else {
+            self.now + wait
+        }
+    }
+
     pub(super) fn cut<'a>(&mut self, text: &'a str, limit: usize) -> Cow<'a, str> {
         let out = cut(text, limit);
         if let Cow::Owned(_) = out {
