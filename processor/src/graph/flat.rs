@@ -11,7 +11,8 @@
 //!
 //! What a reader would not guess: only this instrumentation's spans keep their end time (its tool
 //! spans and runs, a few dozen bytes each, in [`Flat`]); a run whose workflow span never comes waits
-//! for it as any span waits for its parent, and settles unattributed when its trace goes.
+//! for it as any span waits for its parent, and settles unattributed when its trace goes; a trace's
+//! runs past the first [`MAX_FLAT_RUNS`] stay unattributed (a decision costs a scan of the tools).
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -21,6 +22,10 @@ use super::Engine;
 use super::trace::{Due, NONE, PathRef, Trace, Waiter, Waiting, alloc, vec_bytes};
 use crate::ids::SpanId;
 use crate::lru::Handle;
+
+/// A trace's flat runs past this many (in order of start) stay unattributed: what deciding one
+/// costs grows with the tool spans of its trace, so a trace of thousands costs at most this many.
+pub const MAX_FLAT_RUNS: usize = 256;
 
 /// What a span of the flat instrumentation is to the flat reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,8 +198,13 @@ impl Engine {
         order.sort_unstable();
         let mut marks = vec![false; flat.tools.len()];
         let mut settle = Vec::with_capacity(order.len());
+        let mut decided = flat.runs.len() - order.len();
         for &(_, _, at) in &order {
-            let tool = flat.attribute(at, &runs, &mut marks);
+            let tool = match decided < MAX_FLAT_RUNS {
+                true => flat.attribute(at, &runs, &mut marks),
+                false => NONE,
+            };
+            decided += 1;
             let run = &mut flat.runs[at];
             run.tool = tool;
             run.decided = true;

@@ -135,3 +135,29 @@ def test_the_strategies_draw_loops_and_overlapping_calls() -> None:
     flat = engine(requests(spans_of(parallel), delivery)).counts
     nested = engine(requests(spans_of(parallel, nested=True), delivery)).counts
     assert (flat.cycles, nested.cycles) == ({}, {("cross_function", "planner>budget>planner"): 1})
+
+
+def test_a_traces_runs_past_the_bound_stay_unattributed_as_the_reference_leaves_them() -> None:
+    """A chain of 300 runs, planner and budget by turns: the first 256 read back call by call
+    (the loop counted), the rest left below the workflow span, in the engine as in the reference."""
+    top = Run("planner")
+    at = top
+    for depth in range(1, 300):
+        at.tools = [Run(AGENTS[depth % 2])]
+        at = at.tools[0]
+    spans = spans_of(top)
+    for delivery in (
+        Delivery("ended", 1, [False] * 8, None, [], 0),
+        Delivery("shuffled", 7, [True] * 8, 2, [], 5),
+    ):
+        raws = requests(spans, delivery)
+        seen = engine(raws)
+        assert seen == reference(raws)
+        assert seen.counts.cycles == {("cross_function", "planner>budget>planner"): 1}
+        # 255 calls read back (the first run is no call), the other 44 tool calls edges of their own.
+        assert seen.counts.delegations == {
+            ("planner", "budget"): 128,
+            ("budget", "planner"): 127,
+            ("planner", "ask_budget"): 22,
+            ("budget", "ask_planner"): 22,
+        }

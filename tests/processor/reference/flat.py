@@ -16,7 +16,8 @@ span above it, is read back call by call, and two tool spans of one turn that ru
 runs a turn's tool calls concurrently), both holding a run, leave it unattributed: no guess, so no
 false cycle. What a reader would not guess: the one assumption is that a tool call does not run
 two agents at the same time (the SDK's ``Agent.as_tool`` runs one); the workflow span ends last,
-so the processor decides once it has arrived (and its count wait ran out).
+so the processor decides once it has arrived (and its count wait ran out); a trace's runs past the
+first :data:`MAX_FLAT_RUNS` stay unattributed (each decision scans the trace's tool spans).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ TL_KIND: Final = "traceloop.span.kind"
 AGENT: Final = "agent"
 TOOL: Final = "tool"
 WORKFLOW: Final = "workflow"
+MAX_FLAT_RUNS: Final = 256  # a trace's runs past these (in order of start) stay unattributed
 
 
 def flat_kind(span: Span, named: bool) -> str | None:
@@ -61,7 +63,7 @@ def attribute(runs: list[Timed], tools: list[Timed]) -> dict[SpanKey, SpanKey]:
     """Runs of one trace (any order) -> the tool span each is attributed to (see the docstring)."""
     attributed: dict[SpanKey, SpanKey] = {}
     by_span = {tool.key: tool for tool in tools}
-    for run in sorted(runs, key=lambda run: (run.start, run.key[1])):
+    for run in sorted(runs, key=lambda run: (run.start, run.key[1]))[:MAX_FLAT_RUNS]:
         candidates = [
             tool
             for tool in tools
