@@ -198,13 +198,12 @@ impl Engine {
         order.sort_unstable();
         let mut marks = vec![false; flat.tools.len()];
         let mut settle = Vec::with_capacity(order.len());
-        let mut decided = flat.runs.len() - order.len();
-        for &(_, _, at) in &order {
+        let before = flat.runs.len() - order.len();
+        for (decided, &(_, _, at)) in (before..).zip(&order) {
             let tool = match decided < MAX_FLAT_RUNS {
                 true => flat.attribute(at, &runs, &mut marks),
                 false => NONE,
             };
-            decided += 1;
             let run = &mut flat.runs[at];
             run.tool = tool;
             run.decided = true;

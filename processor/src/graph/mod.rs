@@ -8,7 +8,10 @@
 //! that waited for it, when it does; one whose parent never comes settles when its trace goes (on
 //! its chain, else as a root). The guard leaves the chain out of a hop nested directly in the
 //! previous hop's span (lean hop spans): such a span's path is its parent's, as any span's, and
-//! its parent is the previous hop's span, which the same process exports. A path keeps its last
+//! its parent is the previous hop's span, which the same process exports. An agent run that
+//! OpenLLMetry hung off the workflow span, not below the tool span that ran it (a flat run), is
+//! held until its workflow span came and the wait ran out, then continues that tool span's path
+//! where the intervals prove which one it is (`flat.rs`). A path keeps its last
 //! [`MAX_PATH_NAMES`] names. A name that comes back is a loop only where it still waits on the
 //! path: a place followed by a transfer (a handoff its spans mark as one) handed off, and control
 //! coming back to it is no loop. One loop counts
