@@ -205,6 +205,7 @@ pub struct Span<'a> {
     pub name: &'a str,
     pub kind: i32,
     pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
     pub scope: u32,
     pub links: Range32,
     pub attributes: Range32,
@@ -533,6 +534,7 @@ impl<'a> Walker<'a, '_> {
             name: "",
             kind: 0,
             start_time_unix_nano: 0,
+            end_time_unix_nano: 0,
             scope,
             links: Range32::default(),
             attributes: Range32::default(),
@@ -551,6 +553,7 @@ impl<'a> Walker<'a, '_> {
                 // An enum, open in proto3: an int32 on the wire, kept whatever its value.
                 (6, VARINT) => span.kind = c.varint()? as i32,
                 (7, I64) => span.start_time_unix_nano = c.fixed64()?,
+                (8, I64) => span.end_time_unix_nano = c.fixed64()?,
                 (9, LEN) => self.attribute(c.message(Within::KeyValue)?)?,
                 (13, LEN) => self.link(c.message(Within::Link)?)?,
                 (field, wire) => c.skip(field, wire)?,

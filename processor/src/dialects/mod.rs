@@ -183,6 +183,10 @@ pub const GENAI_DSPY: &str = "opentelemetry.instrumentation.genai.dspy";
 /// OpenLLMetry's LlamaIndex instrumentation: every span a `task` (or the top `workflow`), each
 /// named by a class and method; a tool call is the step's `task` holding `tool.name`.
 pub const TRACELOOP_LLAMAINDEX: &str = "opentelemetry.instrumentation.llamaindex";
+/// The OpenAI Agents SDK's instrumentations by OpenLLMetry and opentelemetry-python-contrib (v2):
+/// OpenLLMetry's spans (those with `traceloop.span.kind`) hang every agent run off the workflow
+/// span, none below the tool span that ran it (read back where provable: `graph/flat.rs`).
+pub const OPENAI_AGENTS: &str = "opentelemetry.instrumentation.openai_agents";
 
 pub const GENAI: &str = "OpenTelemetry GenAI";
 pub const OI: &str = "OpenInference";

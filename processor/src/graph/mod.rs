@@ -8,7 +8,10 @@
 //! that waited for it, when it does; one whose parent never comes settles when its trace goes (on
 //! its chain, else as a root). The guard leaves the chain out of a hop nested directly in the
 //! previous hop's span (lean hop spans): such a span's path is its parent's, as any span's, and
-//! its parent is the previous hop's span, which the same process exports. A path keeps its last
+//! its parent is the previous hop's span, which the same process exports. An agent run that
+//! OpenLLMetry hung off the workflow span, not below the tool span that ran it (a flat run), is
+//! held until its workflow span came and the wait ran out, then continues that tool span's path
+//! where the intervals prove which one it is (`flat.rs`). A path keeps its last
 //! [`MAX_PATH_NAMES`] names. A name that comes back is a loop only where it still waits on the
 //! path: a place followed by a transfer (a handoff its spans mark as one) handed off, and control
 //! coming back to it is no loop. One loop counts
@@ -40,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 mod events;
+mod flat;
 mod limits;
 mod rules;
 mod trace;
@@ -52,11 +56,12 @@ use std::sync::Arc;
 pub use events::{
     Cycle, CycleKind, ESCAPE, Events, Reason, SEPARATOR, cut, label_names, push_name,
 };
+use flat::{FlatKind, Timed};
 pub use limits::{
     BadLimits, Limits, MAX_CHAIN_BYTES, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_NAME_CHARS,
     MAX_PATH_NAMES, MAX_ROOT_BYTES,
 };
-use trace::{CallFacts, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, alloc};
+use trace::{CallFacts, Due, Facts, NONE, PathRef, Shared, Trace, Waiter, Waiting, alloc};
 
 use crate::calls::Hop;
 use crate::decode::{self, DecodeError, Keys, Request, Value};
@@ -109,6 +114,8 @@ struct ScopeFacts<'a> {
     name: &'a str,
     hash: u64,
     guard: bool,
+    /// OpenLLMetry's OpenAI Agents scope: its spans may be flat (`flat.rs`).
+    flat: bool,
 }
 
 /// Whether a call span marks its call as a transfer (a handoff): the guard's
@@ -144,6 +151,7 @@ impl Engine {
                 dirty: Vec::new(),
                 scratch: Vec::new(),
                 text: String::new(),
+                waited: false,
             },
             stored: 0,
             pending: 0,
@@ -209,6 +217,7 @@ impl Engine {
                 name: scope.name,
                 hash: ids::hash_of(self.shared.keys, scope.name),
                 guard: scope.name == dialects::GUARD_SCOPE,
+                flat: scope.name == dialects::OPENAI_AGENTS,
             })
             .collect();
         let mut trees: HashMap<&str, i64> = HashMap::new();
@@ -405,15 +414,28 @@ impl Engine {
         }
         let facts = self.facts(span, scope, &attributes);
         self.stored += 1;
+        if facts.flat.is_some() {
+            self.note_flat(handle, span, span_id, &facts);
+        }
         if !span.parent_span_id.is_empty() {
             let parent_id = SpanId::of(span.parent_span_id, &keys);
-            let parent = self
-                .traces
-                .get(handle)
+            let trace = self.traces.get(handle);
+            let parent = trace
                 .and_then(|trace| trace.spans.get(&parent_id))
                 .copied()
                 .filter(|path| !path.waits());
             match parent {
+                Some(_)
+                    if facts.flat == Some(FlatKind::Agent)
+                        && trace.is_some_and(|trace| trace.is_workflow(&parent_id)) =>
+                {
+                    let waiting = Waiting {
+                        parent: true,
+                        facts: facts.into_owned(),
+                        chain: None,
+                    };
+                    self.hold_flat(handle, span_id, parent_id, Box::new(waiting));
+                }
                 Some(path) => self.settle_now(handle, span_id, &facts, path),
                 None => {
                     let chain = self.chain(request, &facts, &attributes);
@@ -475,6 +497,31 @@ impl Engine {
         self.settle_now(handle, span_id, &facts, base);
     }
 
+    /// Keep what the flat reading needs of a span of the flat instrumentation: a workflow span's
+    /// id, a tool span's interval.
+    fn note_flat(
+        &mut self,
+        handle: Handle,
+        span: &decode::Span<'_>,
+        span_id: SpanId,
+        facts: &Facts<'_>,
+    ) {
+        let keys = self.shared.keys;
+        let Some(trace) = self.traces.get_mut(handle) else {
+            return;
+        };
+        match facts.flat {
+            Some(FlatKind::Workflow) => trace.flat().workflows.push(span_id),
+            Some(FlatKind::Tool) => trace.flat().tools.push(Timed {
+                span: span_id,
+                parent: SpanId::of(span.parent_span_id, &keys),
+                start: facts.start,
+                end: facts.end,
+            }),
+            _ => {}
+        }
+    }
+
     fn facts<'a>(
         &mut self,
         span: &decode::Span<'a>,
@@ -512,9 +559,18 @@ impl Engine {
             }
             _ => None,
         };
+        let (flat, end) = match scope.flat {
+            true => (
+                FlatKind::of(attributes.text(Key::TlKind), call.is_some()),
+                span.end_time_unix_nano,
+            ),
+            false => (None, 0),
+        };
         Facts {
             span_id: kept(span.span_id, self.shared.keys),
             start: span.start_time_unix_nano,
+            end,
+            flat,
             call,
             decision,
         }
@@ -666,6 +722,18 @@ impl Engine {
                 let Some(waiting) = self.take_waiting(waiter) else {
                     continue;
                 };
+                // A flat run whose workflow span came: held for its decision.
+                if waiting.parent
+                    && waiting.facts.flat == Some(FlatKind::Agent)
+                    && waiter.trace == holder
+                    && self
+                        .traces
+                        .get(holder)
+                        .is_some_and(|trace| trace.is_workflow(&awaited))
+                {
+                    self.hold_flat(holder, waiter.span, awaited, waiting);
+                    continue;
+                }
                 let mut base = self.copy_path(holder, path, waiter.trace);
                 if !waiting.parent {
                     base = base.across();
@@ -758,13 +826,28 @@ impl Engine {
             let Some(trace_id) = self.traces.key(handle).cloned() else {
                 continue;
             };
+            let Some(trace) = self.traces.get_mut(handle) else {
+                continue;
+            };
+            trace.queued = false;
+            let flat = trace
+                .due
+                .iter()
+                .any(|(at, due)| matches!(due, Due::Flat) && *at <= now);
+            if flat {
+                trace
+                    .due
+                    .retain(|(at, due)| !(matches!(due, Due::Flat) && *at <= now));
+                self.decide_flat(handle);
+            }
             let Engine { traces, shared, .. } = self;
             let Some(trace) = traces.get_mut(handle) else {
                 continue;
             };
-            trace.queued = false;
             trace.count_due(shared, handle, &trace_id, Some(now));
-            if let Some(next) = trace.due.iter().map(|(at, _)| *at).reduce(f64::min) {
+            if !trace.queued
+                && let Some(next) = trace.due.iter().map(|(at, _)| *at).reduce(f64::min)
+            {
                 trace.queued = true;
                 shared.queue.push_back((next, handle));
             }
@@ -863,6 +946,10 @@ impl Engine {
                     self.settle_orphan(waiter);
                 }
             }
+        }
+        // The flat runs held for their decision: decided with what came.
+        for &handle in group {
+            self.decide_flat(handle);
         }
         // What is left of these traces' spans waits on a loop of parents, or on a span of a trace
         // that stays: the trace roots first, then anywhere.

@@ -192,7 +192,7 @@ impl Engine {
             ran: false,
         });
         if tool {
-            let at = shared.now + shared.limits.tool_edge_wait;
+            let at = shared.due(shared.limits.tool_edge_wait);
             trace.queue(shared, handle, at, Due::Tool(index));
         } else if tally != NONE {
             trace.tallies[tally as usize].calls[usize::from(hop.guard)] += 1;
@@ -298,7 +298,7 @@ impl Engine {
                     counted: false,
                 });
                 rare.cycle_index.insert(key, index);
-                let due = shared.now + shared.limits.cycle_wait;
+                let due = shared.due(shared.limits.cycle_wait);
                 trace.queue(shared, handle, due, Due::Cycle(index));
             }
         }

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use std::mem::{self, size_of};
 
 use super::events::{Cycle, CycleKind, Events, cut};
+use super::flat::{Flat, FlatKind};
 use super::{Limits, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_PATH_NAMES};
 use crate::calls::Hop;
 use crate::ids::{self, Keyed, Map, SpanId};
@@ -20,6 +21,10 @@ use crate::lru::Handle;
 pub(super) struct Facts<'a> {
     pub(super) span_id: Cow<'a, [u8]>,
     pub(super) start: u64,
+    /// Its end: read of the flat instrumentation's spans alone (0 for the others).
+    pub(super) end: u64,
+    /// What it is to the flat reading (`flat.rs`), if anything.
+    pub(super) flat: Option<FlatKind>,
     pub(super) call: Option<CallFacts<'a>>,
     /// (decision, reason) of the guard's `otel_guard.decision`, cut.
     pub(super) decision: Option<(Cow<'a, str>, Cow<'a, str>)>,
@@ -41,6 +46,8 @@ impl Facts<'_> {
         Facts {
             span_id: Cow::Owned(self.span_id.into_owned()),
             start: self.start,
+            end: self.end,
+            flat: self.flat,
             call: self.call.map(|call| CallFacts {
                 name: owned(call.name),
                 hop: call.hop,
@@ -219,6 +226,8 @@ pub(super) struct CycleState {
 pub(super) enum Due {
     Tool(u32),
     Cycle(u32),
+    /// The decision of the held flat runs (made by the engine: `flat.rs`).
+    Flat,
 }
 
 /// Tallies and names a trace looks up by a scan while it has at most this many.
@@ -243,6 +252,8 @@ pub(super) struct Trace {
     pub(super) rare: Option<Box<Rare>>,
     /// The first `otel_guard.chain.root` its guard spans named (a cycle's `chain_root`).
     pub(super) root: Option<Box<str>>,
+    /// Its flat instrumentation's spans (`flat.rs`), when it has any.
+    pub(super) flat: Option<Box<Flat>>,
     /// What the trace's names, waiting spans and index keys hold on the heap (what
     /// [`Trace::weigh`] cannot read from a length).
     pub(super) heap: usize,
@@ -296,6 +307,7 @@ impl Trace {
             queued: false,
             rare: None,
             root: None,
+            flat: None,
             heap: 0,
             weighed: 0,
         }
@@ -315,6 +327,7 @@ impl Trace {
             + self.runs.len() * alloc(MAX_ID_BYTES)
             + vec_bytes(&self.due)
             + self.root.as_ref().map_or(0, |root| alloc(root.len()))
+            + self.flat.as_ref().map_or(0, |flat| flat.weigh())
             + self.heap;
         if let Some(rare) = &self.rare {
             bytes += alloc(size_of::<Rare>())
@@ -628,6 +641,7 @@ impl Trace {
                         tools.push(tally);
                     }
                 }
+                Due::Flat => {}
                 Due::Cycle(at) => {
                     let Some(rare) = self.rare.as_mut() else {
                         continue;
@@ -666,9 +680,21 @@ pub(super) struct Shared {
     pub(super) dirty: Vec<(Handle, u32)>,
     pub(super) scratch: Vec<u32>,
     pub(super) text: String,
+    /// The spans being settled waited already (flat runs decided after their wait): their counts
+    /// are due at once.
+    pub(super) waited: bool,
 }
 
 impl Shared {
+    /// When a count that waits `wait` seconds from now is due.
+    pub(super) fn due(&self, wait: f64) -> f64 {
+        if self.waited {
+            self.now
+        } else {
+            self.now + wait
+        }
+    }
+
     pub(super) fn cut<'a>(&mut self, text: &'a str, limit: usize) -> Cow<'a, str> {
         let out = cut(text, limit);
         if let Cow::Owned(_) = out {

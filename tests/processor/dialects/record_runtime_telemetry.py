@@ -35,7 +35,9 @@ The Strands, smolagents and LlamaIndex programs are the ``build_loop`` of
 ``tests/instrumentation/<runtime>/<runtime>_loop.py``.
 
 SCENARIO ``loop``: planner -> budget -> planner -> ... (``LOOP_TOOL_CALLS`` tool calls in all, the
-scripted models' own limit); ``control``: planner asks budget once and budget answers. The spans
+scripted models' own limit); ``control``: planner asks budget once and budget answers;
+``parallel`` (``openai_agents_openllmetry`` only): planner asks budget twice in one turn, the two
+tool calls at once, and each budget answers. The spans
 are kept by an in-memory exporter and written as JSON lines (the format of ``corpus/README.md``),
 in the order they ended, into ``corpus/runtimes/`` (its README names each file's RUNTIME), apart
 from ``corpus/``, whose every recording ``test_corpus.py`` expects the old detector to count right,
@@ -298,10 +300,33 @@ def run_openai_agents_openllmetry(scenario: str) -> int:
     budget = Agent(name="budget", instructions="Price the plan.")
     planner.model = LoopModel("planner", "ask_budget", calls)
     budget.model = LoopModel("budget", "ask_planner", calls)
+    if scenario == "parallel":
+        # Two calls of ask_budget in one turn, which the SDK runs at once: their spans overlap.
+        planner.model = parallel_model("planner", "ask_budget", 2)
+        budget.model = LoopModel("budget", None, calls)
     planner.tools = [budget.as_tool("ask_budget", "Ask the budget agent.")]
     budget.tools = [planner.as_tool("ask_planner", "Ask the planner agent.")]
     Runner.run_sync(planner, "Plan a trip to Lisbon.")
+    if scenario == "parallel":
+        return 2
     return int(calls.made)
+
+
+def parallel_model(me: str, tool: str, calls: int) -> Any:
+    """An OpenAI Agents model that calls ``tool`` ``calls`` times in its first turn (the SDK runs
+    them at once) and answers from their outputs."""
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    def respond(call: Any) -> Any:
+        items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+        if items[-1].get("type") == "function_call_output":
+            return [assistant_message(f"{me} answers")]
+        return [
+            function_call(tool, {"input": f"question {at} from {me}"}, call_id=f"call_parallel_{at}")
+            for at in range(calls)
+        ]
+
+    return ScriptedModel([ModelStep.respond(respond), ModelStep.respond(respond)])
 
 
 # Runtime -> (what it needs before the exporter's span processor, the program).
@@ -319,7 +344,7 @@ RUNNERS: Runners = {
 
 
 def main(
-    argv: list[str], runners: Runners = RUNNERS, scenarios: tuple[str, ...] = ("loop", "control")
+    argv: list[str], runners: Runners = RUNNERS, scenarios: tuple[str, ...] = ("loop", "control", "parallel")
 ) -> None:
     runtime, scenario, jsonl = argv
     if scenario not in scenarios:

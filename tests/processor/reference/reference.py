@@ -32,6 +32,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from reference import dialects
 from reference.dialects import AGENT, TABLE, TOOL, Call, Row, Table
+from reference.flat import attributions
 
 MAX_NAME_CHARS: Final = 256
 MAX_LABEL_CHARS: Final = 1024
@@ -89,6 +90,7 @@ class Span:
     kind: int
     scope: str
     start: int
+    end: int
     attributes: dict[str, AnyValue]  # the first value of each key
     link: SpanKey | None  # the first span link
 
@@ -150,6 +152,7 @@ def read(raw: bytes) -> list[Span]:
                         span.kind,
                         scope_spans.scope.name,
                         span.start_time_unix_nano,
+                        span.end_time_unix_nano,
                         attributes,
                         link,
                     )
@@ -308,12 +311,18 @@ class Detection:
         self.nodes: list[CallNode] = []
         self.returns: list[Return] = []
         self.decisions: Counter[tuple[str, str, str]] = Counter()
+        named = (key for key, span in self.spans.items() if span.call(table) is not None)
+        # OpenLLMetry's flat runs, each the run of the tool span that provably started it.
+        self.flat = attributions(self.spans, named)
 
-    # Each span continues the path of the span it depends on: its parent, or for a trace root the
-    # span it links to (unless the guard's chain gives its earlier hops). Resolved without
+    # Each span continues the path of the span it depends on: its parent (for a flat run the tool
+    # span it is attributed to), or for a trace root the span it links to (unless the guard's chain
+    # gives its earlier hops). Resolved without
     # recursion; a loop of parents or links is broken where it is found.
 
     def depends_on(self, span: Span) -> SpanKey | None:
+        if span.key in self.flat:
+            return self.flat[span.key]
         if span.parent_id:
             return (span.trace_id, span.parent_id)
         if span.link is not None and self.chain(span) is None:

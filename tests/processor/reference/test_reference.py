@@ -129,10 +129,12 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
         {("ask_budget", "ask_planner"): 2, ("ask_planner", "ask_budget"): 2},
     ),
     "runtimes/llama_index_oi.control": ({}, {}),
-    # Every agent span a child of the workflow root, none below the tool that ran it: no loop
-    # to see, each agent's tool call an edge of its own.
-    "runtimes/oai_tl.loop": ({}, {("planner", "ask_budget"): 3, ("budget", "ask_planner"): 2}),
-    "runtimes/oai_tl.control": ({}, {("planner", "ask_budget"): 1}),
+    # Every agent span a child of the workflow root, none below the tool that ran it: each run read
+    # as the run of the one tool span that provably started it (reference/flat.py) ...
+    "runtimes/oai_tl.loop": (LOOP, LOOP_EDGES),
+    "runtimes/oai_tl.control": ({}, HEALTHY_EDGES),
+    # ... and none where two tool spans that ran at once both hold it: each tool call an edge.
+    "runtimes/oai_tl.parallel": ({}, {("planner", "ask_budget"): 2}),
     # The observability SDKs' own decorators (corpus/vendors): their span kinds name agents and tools.
     **{
         f"vendors/{vendor}.{scenario}": counted
