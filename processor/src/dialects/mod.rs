@@ -32,7 +32,7 @@
 //! | Langfuse | `langfuse.observation.type` | `agent` / `tool` | agent / tool | span name |
 //! | MLflow Tracing | `mlflow.spanType` | `"AGENT"` / `"TOOL"` (quotes and all) | agent / tool | span name |
 //! | Laminar | `lmnr.span.type` | `TOOL` | tool | span name |
-//! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, span name before its last dot |
+//! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, `agent.name` / `tool.name`, span name before its last dot |
 //! | MLflow Tracing | span name | `AgentRunner.run` | none (no call) | |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
@@ -326,9 +326,11 @@ pub const ROWS: [Row; 27] = [
     row(MLFLOW, ML_KIND, "\"AGENT\"", AGENT, &[SpanName]),
     row(MLFLOW, ML_KIND, "\"TOOL\"", TOOL, &[SpanName]),
     row(LAMINAR, LMNR_KIND, "TOOL", TOOL, &[SpanName]),
-    // AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
-    row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), Stem]),
-    row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), Stem]),
+    // AgentOps' decorators' spans are `planner.agent`, `ask_budget.tool`, the name in
+    // operation.name; its OpenAI Agents instrumentor's are `planner`, `ask_budget`, the name in
+    // agent.name / tool.name.
+    row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), attr(OiAgentName), Stem]),
+    row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), attr(OiToolName), Stem]),
     // MLflow's OpenAI Agents integration types its span of each `Runner.run` `"AGENT"` too, beside
     // the agent's own span: no call (a span-name row with no kind is no call).
     row(MLFLOW, NAME, "AgentRunner.run", None, &[]),
@@ -876,6 +878,18 @@ mod tests {
         assert_eq!(
             read("model.task", "agentops", &[(AgentopsKind, "task")]),
             None
+        );
+        // Its OpenAI Agents instrumentor: the span named after the agent or tool, no dot, the
+        // name in agent.name / tool.name.
+        let agent = [(AgentopsKind, "agent"), (OiAgentName, "planner")];
+        assert_eq!(
+            read("planner", "openai-agents", &agent),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        let tool = [(AgentopsKind, "tool"), (OiToolName, "ask_budget")];
+        assert_eq!(
+            read("ask_budget", "openai-agents", &tool),
+            Some((Kind::Tool, Some("ask_budget"), false))
         );
     }
 

@@ -38,10 +38,21 @@ NAMED_AND_NESTED = (
     "llama_index_genai",
     "lg_genai_agent",
 )
-# The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds;
-# Laminar's and Phoenix's decorators name no agent (RIGHT), Logfire's is taught by a dialects file.
+# The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds,
+# and their integrations with agent runtimes that name both; Laminar's decorators and instrumentor,
+# Phoenix's decorators and MLflow's LangChain autolog name no agent (RIGHT), Logfire's decorators and
+# its OpenAI Agents integration are taught by a dialects file.
 VENDORS = CORPUS / "vendors"
-VENDORS_NAMED = ("langfuse", "mlflow", "mlflow_oai", "agentops")
+VENDORS_NAMED = (
+    "langfuse",
+    "mlflow",
+    "mlflow_oai",
+    "agentops",
+    "langfuse_oai",
+    "phoenix_oai",
+    "agentops_oai",
+    "logfire_pai",
+)
 LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
 TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}
 LOOPS = (

@@ -96,9 +96,10 @@ SDK_ROWS: Final = (
     Row("MLflow Tracing", MLFLOW_KIND, '"AGENT"', AGENT, (SPAN_NAME,)),
     Row("MLflow Tracing", MLFLOW_KIND, '"TOOL"', TOOL, (SPAN_NAME,)),
     Row("Laminar", LAMINAR_KIND, "TOOL", TOOL, (SPAN_NAME,)),
-    # AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
-    Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", STEM)),
-    Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", STEM)),
+    # AgentOps' decorators' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name;
+    # its OpenAI Agents instrumentor's are `planner`, `ask_budget`, the name in agent.name / tool.name.
+    Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", "agent.name", STEM)),
+    Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", "tool.name", STEM)),
     # MLflow's OpenAI Agents integration types its span of each `Runner.run` "AGENT" too, beside the
     # agent's own span: no call (a span-name row with no kind names nothing: no call).
     Row("MLflow Tracing", SPAN_NAME, "AgentRunner.run", None, ()),

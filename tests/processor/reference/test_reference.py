@@ -133,18 +133,32 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     # to see, each agent's tool call an edge of its own.
     "runtimes/oai_tl.loop": ({}, {("planner", "ask_budget"): 3, ("budget", "ask_planner"): 2}),
     "runtimes/oai_tl.control": ({}, {("planner", "ask_budget"): 1}),
-    # The observability SDKs' own decorators (corpus/vendors): their span kinds name agents and tools.
+    # The observability SDKs' own decorators (corpus/vendors): their span kinds name agents and tools;
+    # and their integrations with the agent runtimes that name both agents: Langfuse's and Phoenix's
+    # (OpenInference's OpenAI Agents instrumentor), AgentOps' OpenAI Agents instrumentor (the name in
+    # agent.name / tool.name), Logfire's pydantic-ai (pydantic-ai's own GenAI spans).
     **{
         f"vendors/{vendor}.{scenario}": counted
-        for vendor in ("langfuse", "mlflow", "mlflow_oai", "agentops")
+        for vendor in (
+            "langfuse",
+            "mlflow",
+            "mlflow_oai",
+            "agentops",
+            "langfuse_oai",
+            "phoenix_oai",
+            "agentops_oai",
+            "logfire_pai",
+        )
         for scenario, counted in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
     },
-    # No agent named: Laminar has no agent type (its agents are DEFAULT spans), and Phoenix's
-    # `@tracer.agent` span is named `planner` with no agent.name (as unnamed as the OpenAI Agents
-    # SDK's `Agent workflow` root under OpenInference, which is no agent): the loop in tool names.
+    # No agent named: Laminar has no agent type (its agents are DEFAULT spans, its OpenAI Agents
+    # instrumentor's too), Phoenix's `@tracer.agent` span is named `planner` with no agent.name (as
+    # unnamed as the OpenAI Agents SDK's `Agent workflow` root under OpenInference, which is no
+    # agent), and MLflow's LangChain autolog writes each LangGraph graph a "CHAIN" like every node
+    # in it: the loop in tool names.
     **{
         f"vendors/{vendor}.{scenario}": counted
-        for vendor in ("lmnr", "phoenix")
+        for vendor in ("lmnr", "phoenix", "lmnr_oai", "mlflow_lg")
         for scenario, counted in (
             ("loop", (TOOL_LOOP, {("ask_budget", "ask_planner"): 2, ("ask_planner", "ask_budget"): 2})),
             ("control", ({}, {})),
