@@ -183,6 +183,17 @@ def test_a_vendor_taught_by_its_shipped_dialects_file_is_one_series_and_the_refe
         assert (metrics.cycles, metrics.delegations) == (cycles, edges)
 
 
+def test_logfires_dialects_file_changes_nothing_of_its_pydantic_ai_integrations_spans() -> None:
+    """``logfire.instrument_pydantic_ai()`` writes pydantic-ai's GenAI spans, read by the built-in
+    rows: a team that also loads the Logfire file for its own spans counts the same."""
+    rows = read_dialects(LOGFIRE_FILE, dialect_table()[0])
+    for scenario in ("loop", "control"):
+        batches = whole(read_spans(VENDORS / f"logfire_pai.{scenario}.spans.jsonl"))
+        with_file, without = detect(batches, rows), detect(batches)
+        assert (with_file.cycles, with_file.delegations) == (without.cycles, without.delegations)
+        assert without.delegations[("planner", "budget")] >= 1
+
+
 @pytest.mark.parametrize(
     "path",
     sorted(RUNTIMES.glob("*.spans.jsonl")) + sorted(VENDORS.glob("*.spans.jsonl")),
