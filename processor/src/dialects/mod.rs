@@ -34,6 +34,8 @@
 //! | Laminar | `lmnr.span.type` | `TOOL` | tool | span name |
 //! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, `agent.name` / `tool.name`, span name before its last dot |
 //! | MLflow Tracing | span name | `AgentRunner.run` | none (no call) | |
+//! | MLflow Tracing (its scope) | span name | `Agent.run`, `Agent.run_sync`, `Agent.run_stream`, `Agent.run_stream_sync` | none (no call) | |
+//! | Langfuse | `langfuse.observation.type` | `chain` | agent, first below a tool | span name |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -180,6 +182,8 @@ pub const GUARD_SCOPE: &str = "otel_guard";
 pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langchain";
 /// The official DSPy instrumentation: every agent `invoke_agent dspy.ReAct`, named by its class.
 pub const GENAI_DSPY: &str = "opentelemetry.instrumentation.genai.dspy";
+/// MLflow Tracing's spans (its decorators' and its autologs' alike).
+pub const MLFLOW_SCOPE: &str = "mlflow.tracing.provider";
 /// OpenLLMetry's LlamaIndex instrumentation: every span a `task` (or the top `workflow`), each
 /// named by a class and method; a tool call is the step's `task` holding `tool.name`.
 pub const TRACELOOP_LLAMAINDEX: &str = "opentelemetry.instrumentation.llamaindex";
@@ -286,7 +290,7 @@ const fn attr(key: Key) -> Source {
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
 /// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 27] = [
+pub const ROWS: [Row; 32] = [
     // DSPy's agents are all `invoke_agent dspy.ReAct` (their class): no name, no call.
     scoped(row(GENAI, NAME, "invoke_agent", AGENT, &[]), GENAI_DSPY),
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
@@ -334,6 +338,16 @@ pub const ROWS: [Row; 27] = [
     // MLflow's OpenAI Agents integration types its span of each `Runner.run` `"AGENT"` too, beside
     // the agent's own span: no call (a span-name row with no kind is no call).
     row(MLFLOW, NAME, "AgentRunner.run", None, &[]),
+    // Its pydantic-ai integration names every agent run after the method (`Agent.run`, ...),
+    // typed "AGENT", the agent's name only in a JSON string: no call (else every run of one agent
+    // inside another's tool is a false `Agent.run>Agent.run` cycle).
+    scoped(row(MLFLOW, NAME, "Agent.run", None, &[]), MLFLOW_SCOPE),
+    scoped(row(MLFLOW, NAME, "Agent.run_sync", None, &[]), MLFLOW_SCOPE),
+    scoped(row(MLFLOW, NAME, "Agent.run_stream", None, &[]), MLFLOW_SCOPE),
+    scoped(row(MLFLOW, NAME, "Agent.run_stream_sync", None, &[]), MLFLOW_SCOPE),
+    // Langfuse's LangChain CallbackHandler writes a LangGraph graph a `chain` like each of its
+    // nodes: the graph run first below a tool (or at the top) is the agent, as OpenInference's.
+    conditional(row(LANGFUSE, LF_KIND, "chain", AGENT, &[SpanName])),
 ];
 
 /// The dialect kind keys: [`call_of`] reads the one a span carries first.
@@ -879,8 +893,31 @@ mod tests {
             read("model.task", "agentops", &[(AgentopsKind, "task")]),
             None
         );
-        // Its OpenAI Agents instrumentor: the span named after the agent or tool, no dot, the
-        // name in agent.name / tool.name.
+        // MLflow's pydantic-ai integration names every agent run after the method: no name, in
+        // MLflow's scope alone (elsewhere its "AGENT" type reads it by the span name).
+        let typed = [(MlflowKind, "\"AGENT\"")];
+        for method in [
+            "Agent.run",
+            "Agent.run_sync",
+            "Agent.run_stream",
+            "Agent.run_stream_sync",
+        ] {
+            assert_eq!(
+                read(method, MLFLOW_SCOPE, &typed).and_then(|(_, name, _)| name),
+                None
+            );
+            assert_eq!(
+                read(method, "other", &typed),
+                Some((Kind::Agent, Some(method), false))
+            );
+        }
+        // Langfuse's LangChain CallbackHandler: a graph's `chain`, an agent only first below a tool.
+        assert_eq!(
+            read("budget", "langfuse-sdk", &[(LangfuseKind, "chain")]),
+            Some((Kind::Agent, Some("budget"), true))
+        );
+        // AgentOps' OpenAI Agents instrumentor: the span named after the agent or tool, no dot,
+        // the name in agent.name / tool.name.
         let agent = [(AgentopsKind, "agent"), (OiAgentName, "planner")];
         assert_eq!(
             read("planner", "openai-agents", &agent),

@@ -21,9 +21,10 @@ made by scripts/bootstrap-vendors from ``requirements-vendors-<name>.txt`` besid
   integration with the OpenAI Agents SDK (openai-agents 0.24.0 in the same environment; Langfuse's
   and Phoenix's documented path is OpenInference's instrumentor), planner and budget each the other's
   tool on the offline ``LoopModel`` of tests/instrumentation/openai_agents;
-- ``logfire_pydantic_ai``: ``logfire.instrument_pydantic_ai()`` on pydantic-ai's ``FunctionModel``
-  (tests/instrumentation/pydantic_ai); ``mlflow_langgraph``: ``mlflow.langchain.autolog()`` on
-  LangGraph with the scripted chat model of tests/instrumentation/langgraph.
+- ``logfire_pydantic_ai``, ``mlflow_pydantic_ai``: ``logfire.instrument_pydantic_ai()``,
+  ``mlflow.pydantic_ai.autolog()``, on pydantic-ai's ``FunctionModel`` (tests/instrumentation/pydantic_ai);
+- ``mlflow_langgraph``, ``langfuse_langgraph``: ``mlflow.langchain.autolog()``, Langfuse's LangChain
+  ``CallbackHandler``, on LangGraph with the scripted chat model of tests/instrumentation/langgraph.
 
 The "model" is scripted: each agent run asks the model (a generation span where the SDK has one),
 which answers with a tool call while the scenario's tool calls last. SCENARIO ``loop``: planner ->
@@ -451,44 +452,80 @@ def run_lmnr_openai_agents(receiver: Receiver, script: Script) -> None:
     Laminar.flush()
 
 
-def run_logfire_pydantic_ai(receiver: Receiver, script: Script) -> None:
-    """Logfire's integration with pydantic-ai (``logfire.instrument_pydantic_ai()``): planner and
-    budget on pydantic-ai's ``FunctionModel`` (the ``build_loop`` of tests/instrumentation/pydantic_ai)."""
-    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
-    import logfire
-
+def pydantic_ai_loop(script: Script) -> None:
+    """planner and budget as pydantic-ai agents, each the other's tool, on pydantic-ai's offline
+    ``FunctionModel`` (the ``build_loop`` of tests/instrumentation/pydantic_ai)."""
     instrumentation_tests("pydantic_ai")
     from pydantic_ai_app import build_loop
 
-    logfire.configure(send_to_logfire=False, console=False, service_name="vendors")
-    logfire.instrument_pydantic_ai()
     loop = build_loop(planner_tool="ask_budget", budget_tool="ask_planner")
     loop.planner_model.max_tool_calls = (script.left + 1) // 2  # planner -> budget first, and last
     loop.budget_model.max_tool_calls = script.left // 2
     loop.planner.run_sync("Plan the team offsite")
     script.made = loop.planner_model.tool_calls + loop.budget_model.tool_calls
     script.left -= script.made
+
+
+def run_logfire_pydantic_ai(receiver: Receiver, script: Script) -> None:
+    """Logfire's integration with pydantic-ai (``logfire.instrument_pydantic_ai()``)."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    import logfire
+
+    logfire.configure(send_to_logfire=False, console=False, service_name="vendors")
+    logfire.instrument_pydantic_ai()
+    pydantic_ai_loop(script)
     logfire.force_flush()
 
 
-def run_mlflow_langgraph(receiver: Receiver, script: Script) -> None:
-    """MLflow's integration with LangChain (``mlflow.langchain.autolog()``), over OTLP: planner and
-    budget as LangGraph ``StateGraph``\\ s on the scripted chat model of tests/instrumentation/langgraph."""
+def run_mlflow_pydantic_ai(receiver: Receiver, script: Script) -> None:
+    """MLflow's integration with pydantic-ai (``mlflow.pydantic_ai.autolog()``), over OTLP."""
     os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
     os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
     os.environ["MLFLOW_TRACKING_URI"] = receiver.url
     import mlflow
 
+    mlflow.pydantic_ai.autolog()
+    pydantic_ai_loop(script)
+    from mlflow.tracing.provider import provider
+
+    provider.get().force_flush()
+
+
+def langgraph_loop(script: Script, config: dict[str, Any] | None = None) -> None:
+    """planner and budget as LangGraph ``StateGraph``\\ s, each the other's tool, on the scripted
+    chat model of tests/instrumentation/langgraph (``config``: the top graph's run config)."""
     instrumentation_tests("langgraph")
     from langchain_core.messages import HumanMessage
     from langgraph_app import Script as GraphScript
     from langgraph_app import delegation_loop
 
-    mlflow.langchain.autolog()
     calls = GraphScript(max_tool_calls=script.left)
     graphs = delegation_loop(calls, tool_names={"budget": "ask_budget", "planner": "ask_planner"})
-    graphs["planner"].invoke({"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]})
+    graphs["planner"].invoke({"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]}, config)
     script.made, script.left = calls.tool_calls, script.left - calls.tool_calls
+
+
+def run_langfuse_langgraph(receiver: Receiver, script: Script) -> None:
+    """Langfuse's LangChain integration: its ``CallbackHandler`` in the top graph's run config (the
+    graphs the tools run inherit it), the spans exported by the Langfuse client."""
+    from langfuse import Langfuse
+    from langfuse.langchain import CallbackHandler
+
+    client = Langfuse(public_key="pk-lf-local", secret_key="sk-lf-local", base_url=receiver.url, flush_at=1)
+    langgraph_loop(script, {"callbacks": [CallbackHandler()]})
+    client.flush()
+    client.shutdown()
+
+
+def run_mlflow_langgraph(receiver: Receiver, script: Script) -> None:
+    """MLflow's integration with LangChain (``mlflow.langchain.autolog()``), over OTLP."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
+    os.environ["MLFLOW_TRACKING_URI"] = receiver.url
+    import mlflow
+
+    mlflow.langchain.autolog()
+    langgraph_loop(script)
     from mlflow.tracing.provider import provider
 
     provider.get().force_flush()
@@ -497,6 +534,8 @@ def run_mlflow_langgraph(receiver: Receiver, script: Script) -> None:
 VENDORS: dict[str, Callable[[Receiver, Script], None]] = {
     "logfire_pydantic_ai": run_logfire_pydantic_ai,
     "mlflow_langgraph": run_mlflow_langgraph,
+    "langfuse_langgraph": run_langfuse_langgraph,
+    "mlflow_pydantic_ai": run_mlflow_pydantic_ai,
     "langfuse_openai_agents": run_langfuse_openai_agents,
     "phoenix_openai_agents": run_phoenix_openai_agents,
     "agentops_openai_agents": run_agentops_openai_agents,

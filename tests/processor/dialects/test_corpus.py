@@ -40,8 +40,8 @@ NAMED_AND_NESTED = (
 )
 # The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds,
 # and their integrations with agent runtimes that name both; Laminar's decorators and instrumentor,
-# Phoenix's decorators and MLflow's LangChain autolog name no agent (RIGHT), Logfire's decorators and
-# its OpenAI Agents integration are taught by a dialects file.
+# Phoenix's decorators and MLflow's LangChain and pydantic-ai autologs name no agent (RIGHT),
+# Logfire's decorators and its OpenAI Agents integration are taught by a dialects file.
 VENDORS = CORPUS / "vendors"
 VENDORS_NAMED = (
     "langfuse",
@@ -52,6 +52,7 @@ VENDORS_NAMED = (
     "phoenix_oai",
     "agentops_oai",
     "logfire_pai",
+    "langfuse_lg",
 )
 LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
 TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}

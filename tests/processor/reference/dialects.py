@@ -29,6 +29,7 @@ STEM: Final = "<the span name before its last dot>"  # smolagents' `planner.run`
 OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 GENAI_DSPY: Final = "opentelemetry.instrumentation.genai.dspy"  # every agent `invoke_agent dspy.ReAct`
 TRACELOOP_LLAMAINDEX: Final = "opentelemetry.instrumentation.llamaindex"  # every span a task or workflow
+MLFLOW_SCOPE: Final = "mlflow.tracing.provider"  # MLflow Tracing's spans, decorators' and autologs'
 GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
 
 
@@ -103,6 +104,15 @@ SDK_ROWS: Final = (
     # MLflow's OpenAI Agents integration types its span of each `Runner.run` "AGENT" too, beside the
     # agent's own span: no call (a span-name row with no kind names nothing: no call).
     Row("MLflow Tracing", SPAN_NAME, "AgentRunner.run", None, ()),
+    # Its pydantic-ai integration names every agent run after the method (`Agent.run`, ...), typed
+    # "AGENT", the agent's name only in a JSON string: no call (else a false `Agent.run>Agent.run`).
+    *(
+        Row("MLflow Tracing", SPAN_NAME, method, None, (), scope=MLFLOW_SCOPE)
+        for method in ("Agent.run", "Agent.run_sync", "Agent.run_stream", "Agent.run_stream_sync")
+    ),
+    # Langfuse's LangChain CallbackHandler writes a LangGraph graph a `chain` like each of its nodes:
+    # the graph run first below a tool (or at the top) is the agent, as OpenInference's.
+    Row("Langfuse", LANGFUSE_KIND, "chain", AGENT, (SPAN_NAME,), conditional=True),
 )
 KIND_KEYS: Final = (OI_KIND, TL_KIND, LANGFUSE_KIND, MLFLOW_KIND, LAMINAR_KIND, AGENTOPS_KIND)
 OPERATION_ROWS: Final = (
