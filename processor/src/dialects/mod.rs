@@ -36,6 +36,7 @@
 //! | MLflow Tracing | span name | `AgentRunner.run` | none (no call) | |
 //! | MLflow Tracing (its scope) | span name | `Agent.run`, `Agent.run_sync`, `Agent.run_stream`, `Agent.run_stream_sync` | none (no call) | |
 //! | Langfuse | `langfuse.observation.type` | `chain` | agent, first below a tool | span name |
+//! | Laminar (its scope) | span name | `execute_task` | agent, first below a tool | subject |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -184,6 +185,8 @@ pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langcha
 pub const GENAI_DSPY: &str = "opentelemetry.instrumentation.genai.dspy";
 /// MLflow Tracing's spans (its decorators' and its autologs' alike).
 pub const MLFLOW_SCOPE: &str = "mlflow.tracing.provider";
+/// Laminar's spans (its decorators' and its instrumentors' alike).
+pub const LAMINAR_SCOPE: &str = "lmnr.tracer";
 /// OpenLLMetry's LlamaIndex instrumentation: every span a `task` (or the top `workflow`), each
 /// named by a class and method; a tool call is the step's `task` holding `tool.name`.
 pub const TRACELOOP_LLAMAINDEX: &str = "opentelemetry.instrumentation.llamaindex";
@@ -290,7 +293,7 @@ const fn attr(key: Key) -> Source {
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
 /// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 32] = [
+pub const ROWS: [Row; 33] = [
     // DSPy's agents are all `invoke_agent dspy.ReAct` (their class): no name, no call.
     scoped(row(GENAI, NAME, "invoke_agent", AGENT, &[]), GENAI_DSPY),
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
@@ -348,6 +351,10 @@ pub const ROWS: [Row; 32] = [
     // Langfuse's LangChain CallbackHandler writes a LangGraph graph a `chain` like each of its
     // nodes: the graph run first below a tool (or at the top) is the agent, as OpenInference's.
     conditional(row(LANGFUSE, LF_KIND, "chain", AGENT, &[SpanName])),
+    // Laminar's LangGraph instrumentor names only the top graph (`planner.workflow`, invoke_agent);
+    // a graph a tool runs is `execute_task budget`, like each node: the one first below a tool (or
+    // at the top) is the agent.
+    scoped(conditional(row(LAMINAR, NAME, "execute_task", AGENT, &[Subject])), LAMINAR_SCOPE),
 ];
 
 /// The dialect kind keys: [`call_of`] reads the one a span carries first.
@@ -911,6 +918,24 @@ mod tests {
                 Some((Kind::Agent, Some(method), false))
             );
         }
+        // Laminar's LangGraph instrumentor: `execute_task X`, an agent only first below a tool, in
+        // Laminar's scope alone.
+        assert_eq!(
+            read(
+                "execute_task budget",
+                LAMINAR_SCOPE,
+                &[(Operation, "execute_task")]
+            ),
+            Some((Kind::Agent, Some("budget"), true))
+        );
+        assert_eq!(
+            read(
+                "execute_task budget",
+                "other",
+                &[(Operation, "execute_task")]
+            ),
+            None
+        );
         // Langfuse's LangChain CallbackHandler: a graph's `chain`, an agent only first below a tool.
         assert_eq!(
             read("budget", "langfuse-sdk", &[(LangfuseKind, "chain")]),

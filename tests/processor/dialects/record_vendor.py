@@ -23,8 +23,9 @@ made by scripts/bootstrap-vendors from ``requirements-vendors-<name>.txt`` besid
   tool on the offline ``LoopModel`` of tests/instrumentation/openai_agents;
 - ``logfire_pydantic_ai``, ``mlflow_pydantic_ai``: ``logfire.instrument_pydantic_ai()``,
   ``mlflow.pydantic_ai.autolog()``, on pydantic-ai's ``FunctionModel`` (tests/instrumentation/pydantic_ai);
-- ``mlflow_langgraph``, ``langfuse_langgraph``: ``mlflow.langchain.autolog()``, Langfuse's LangChain
-  ``CallbackHandler``, on LangGraph with the scripted chat model of tests/instrumentation/langgraph.
+- ``mlflow_langgraph``, ``langfuse_langgraph``, ``lmnr_langgraph``: ``mlflow.langchain.autolog()``,
+  Langfuse's LangChain ``CallbackHandler``, Laminar's instrumentors, on LangGraph with the scripted
+  chat model of tests/instrumentation/langgraph.
 
 The "model" is scripted: each agent run asks the model (a generation span where the SDK has one),
 which answers with a tool call while the scenario's tool calls last. SCENARIO ``loop``: planner ->
@@ -436,6 +437,21 @@ def run_agentops_openai_agents(receiver: Receiver, script: Script) -> None:
     getattr(trace.get_tracer_provider(), "force_flush", lambda: None)()
 
 
+def run_lmnr_langgraph(receiver: Receiver, script: Script) -> None:
+    """Laminar's own LangChain and LangGraph instrumentors (``Laminar.initialize()``)."""
+    from lmnr import Laminar
+
+    Laminar.initialize(
+        project_api_key="local",
+        base_url="http://127.0.0.1",
+        http_port=receiver.server_address[1],
+        force_http=True,
+        disable_batch=True,
+    )
+    langgraph_loop(script)
+    Laminar.flush()
+
+
 def run_lmnr_openai_agents(receiver: Receiver, script: Script) -> None:
     """Laminar's own instrumentor for the OpenAI Agents SDK (``Laminar.initialize()`` instruments
     every library it supports that is installed)."""
@@ -535,6 +551,7 @@ VENDORS: dict[str, Callable[[Receiver, Script], None]] = {
     "logfire_pydantic_ai": run_logfire_pydantic_ai,
     "mlflow_langgraph": run_mlflow_langgraph,
     "langfuse_langgraph": run_langfuse_langgraph,
+    "lmnr_langgraph": run_lmnr_langgraph,
     "mlflow_pydantic_ai": run_mlflow_pydantic_ai,
     "langfuse_openai_agents": run_langfuse_openai_agents,
     "phoenix_openai_agents": run_phoenix_openai_agents,

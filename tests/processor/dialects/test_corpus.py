@@ -53,6 +53,7 @@ VENDORS_NAMED = (
     "agentops_oai",
     "logfire_pai",
     "langfuse_lg",
+    "lmnr_lg",
 )
 LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
 TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}

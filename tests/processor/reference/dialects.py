@@ -30,6 +30,7 @@ OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 GENAI_DSPY: Final = "opentelemetry.instrumentation.genai.dspy"  # every agent `invoke_agent dspy.ReAct`
 TRACELOOP_LLAMAINDEX: Final = "opentelemetry.instrumentation.llamaindex"  # every span a task or workflow
 MLFLOW_SCOPE: Final = "mlflow.tracing.provider"  # MLflow Tracing's spans, decorators' and autologs'
+LAMINAR_SCOPE: Final = "lmnr.tracer"  # Laminar's spans, decorators' and instrumentors'
 GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
 
 
@@ -113,6 +114,9 @@ SDK_ROWS: Final = (
     # Langfuse's LangChain CallbackHandler writes a LangGraph graph a `chain` like each of its nodes:
     # the graph run first below a tool (or at the top) is the agent, as OpenInference's.
     Row("Langfuse", LANGFUSE_KIND, "chain", AGENT, (SPAN_NAME,), conditional=True),
+    # Laminar's LangGraph instrumentor names only the top graph (`planner.workflow`, invoke_agent); a
+    # graph a tool runs is `execute_task budget`, like each node: the one first below a tool is the agent.
+    Row("Laminar", SPAN_NAME, "execute_task", AGENT, (SUBJECT,), conditional=True, scope=LAMINAR_SCOPE),
 )
 KIND_KEYS: Final = (OI_KIND, TL_KIND, LANGFUSE_KIND, MLFLOW_KIND, LAMINAR_KIND, AGENTOPS_KIND)
 OPERATION_ROWS: Final = (

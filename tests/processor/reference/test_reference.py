@@ -137,7 +137,8 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     # and their integrations with the agent runtimes that name both agents: Langfuse's and Phoenix's
     # (OpenInference's OpenAI Agents instrumentor), AgentOps' OpenAI Agents instrumentor (the name in
     # agent.name / tool.name), Logfire's pydantic-ai (pydantic-ai's own GenAI spans), Langfuse's
-    # LangChain CallbackHandler over LangGraph (row 32: the graph's `chain` first below a tool).
+    # LangChain CallbackHandler over LangGraph (row 32: the graph's `chain` first below a tool), and
+    # Laminar's LangGraph instrumentor (row 33: the graph's `execute_task X` first below a tool).
     **{
         f"vendors/{vendor}.{scenario}": counted
         for vendor in (
@@ -150,6 +151,7 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
             "agentops_oai",
             "logfire_pai",
             "langfuse_lg",
+            "lmnr_lg",
         )
         for scenario, counted in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
     },
@@ -309,6 +311,9 @@ ROWS = [
     (("Agent.run", "other"), {"mlflow.spanType": '"AGENT"'}, (AGENT, "Agent.run", False)),
     # Langfuse's LangChain CallbackHandler: a graph's (or node's) chain, an agent only first below a tool
     (("budget", "langfuse-sdk"), {"langfuse.observation.type": "chain"}, (AGENT, "budget", True)),
+    # Laminar's LangGraph instrumentor: a graph's (or node's) execute_task, in its scope alone
+    (("execute_task budget", dialects.LAMINAR_SCOPE), {"gen_ai.operation.name": "execute_task", "lmnr.span.type": "DEFAULT"}, (AGENT, "budget", True)),
+    (("execute_task budget", "other"), {"gen_ai.operation.name": "execute_task"}, None),
 ]  # fmt: skip
 
 
