@@ -37,7 +37,9 @@ Run from this folder::
         langfuse $s corpus/vendors/langfuse.$s.spans.jsonl
     done
 
-It prints ``RESULT {json}``: the tool calls made and the spans received.
+``--same-names`` (the LangGraph programs): the tools named like the agents they run, ``budget`` and
+``planner``, instead of ``ask_budget`` and ``ask_planner``. It prints ``RESULT {json}``: the tool
+calls made and the spans received.
 """
 
 from __future__ import annotations
@@ -147,9 +149,10 @@ class Handler(BaseHTTPRequestHandler):
 class Script:
     """The scripted model: a tool call while the scenario's calls last, then an answer."""
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, same_names: bool = False) -> None:
         self.left = calls
         self.made = 0
+        self.same_names = same_names  # the tools named like the agents they run (LangGraph's only)
 
     def decide(self, agent: str) -> str | None:
         if self.left <= 0:
@@ -516,7 +519,8 @@ def langgraph_loop(script: Script, config: dict[str, Any] | None = None) -> None
     from langgraph_app import delegation_loop
 
     calls = GraphScript(max_tool_calls=script.left)
-    graphs = delegation_loop(calls, tool_names={"budget": "ask_budget", "planner": "ask_planner"})
+    names = {} if script.same_names else {"budget": "ask_budget", "planner": "ask_planner"}
+    graphs = delegation_loop(calls, tool_names=names)
     graphs["planner"].invoke({"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]}, config)
     script.made, script.left = calls.tool_calls, script.left - calls.tool_calls
 
@@ -569,10 +573,10 @@ VENDORS: dict[str, Callable[[Receiver, Script], None]] = {
 
 
 def main() -> None:
-    vendor, scenario, path = sys.argv[1:4]
+    vendor, scenario, path = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
     os.environ.setdefault("AGENTOPS_LOGGING_TO_FILE", "false")  # no agentops.log where it runs
     receiver = Receiver()
-    script = Script(LOOP_TOOL_CALLS if scenario == "loop" else 1)
+    script = Script(LOOP_TOOL_CALLS if scenario == "loop" else 1, "--same-names" in sys.argv)
     VENDORS[vendor](receiver, script)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the last export may still be on its way

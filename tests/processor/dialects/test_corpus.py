@@ -54,6 +54,8 @@ VENDORS_NAMED = (
     "logfire_pai",
     "langfuse_lg",
     "lmnr_lg",
+    "langfuse_lg_same",
+    "lmnr_lg_same",
 )
 LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
 TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}

@@ -138,7 +138,8 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     # (OpenInference's OpenAI Agents instrumentor), AgentOps' OpenAI Agents instrumentor (the name in
     # agent.name / tool.name), Logfire's pydantic-ai (pydantic-ai's own GenAI spans), Langfuse's
     # LangChain CallbackHandler over LangGraph (row 32: the graph's `chain` first below a tool), and
-    # Laminar's LangGraph instrumentor (row 33: the graph's `execute_task X` first below a tool).
+    # Laminar's LangGraph instrumentor (row 33: the graph's `execute_task X` first below a tool);
+    # `_same`: the tools named like the agents they run, each tool and its run one hop.
     **{
         f"vendors/{vendor}.{scenario}": counted
         for vendor in (
@@ -152,6 +153,8 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
             "logfire_pai",
             "langfuse_lg",
             "lmnr_lg",
+            "langfuse_lg_same",
+            "lmnr_lg_same",
         )
         for scenario, counted in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
     },
