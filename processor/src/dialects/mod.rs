@@ -32,8 +32,11 @@
 //! | Langfuse | `langfuse.observation.type` | `agent` / `tool` | agent / tool | span name |
 //! | MLflow Tracing | `mlflow.spanType` | `"AGENT"` / `"TOOL"` (quotes and all) | agent / tool | span name |
 //! | Laminar | `lmnr.span.type` | `TOOL` | tool | span name |
-//! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, span name before its last dot |
+//! | AgentOps | `agentops.span.kind` | `agent` / `tool` | agent / tool | `operation.name`, `agent.name` / `tool.name`, span name before its last dot |
 //! | MLflow Tracing | span name | `AgentRunner.run` | none (no call) | |
+//! | MLflow Tracing (its scope) | span name | `Agent.run`, `Agent.run_sync`, `Agent.run_stream`, `Agent.run_stream_sync` | none (no call) | |
+//! | Langfuse | `langfuse.observation.type` | `chain` | agent, first below a tool | span name |
+//! | Laminar (its scope) | span name | `execute_task` | agent, first below a tool | subject |
 //!
 //! What a reader would not guess: the row that read a span is part of what the call *is* (its
 //! form). Two spans of one instrumentation with one name, one directly inside the other, are a
@@ -180,6 +183,10 @@ pub const GUARD_SCOPE: &str = "otel_guard";
 pub const OPENINFERENCE_LANGCHAIN: &str = "openinference.instrumentation.langchain";
 /// The official DSPy instrumentation: every agent `invoke_agent dspy.ReAct`, named by its class.
 pub const GENAI_DSPY: &str = "opentelemetry.instrumentation.genai.dspy";
+/// MLflow Tracing's spans (its decorators' and its autologs' alike).
+pub const MLFLOW_SCOPE: &str = "mlflow.tracing.provider";
+/// Laminar's spans (its decorators' and its instrumentors' alike).
+pub const LAMINAR_SCOPE: &str = "lmnr.tracer";
 /// OpenLLMetry's LlamaIndex instrumentation: every span a `task` (or the top `workflow`), each
 /// named by a class and method; a tool call is the step's `task` holding `tool.name`.
 pub const TRACELOOP_LLAMAINDEX: &str = "opentelemetry.instrumentation.llamaindex";
@@ -290,7 +297,7 @@ const fn attr(key: Key) -> Source {
 /// The rows, read in order: the span-name rows, the kind rows, the operation rows, the protocol
 /// rows (the observability SDKs' kind rows stand last, read as kind rows).
 #[rustfmt::skip]
-pub const ROWS: [Row; 27] = [
+pub const ROWS: [Row; 33] = [
     // DSPy's agents are all `invoke_agent dspy.ReAct` (their class): no name, no call.
     scoped(row(GENAI, NAME, "invoke_agent", AGENT, &[]), GENAI_DSPY),
     // The span named `invoke_agent X` (or bare `invoke_agent`, named by its attribute), ...
@@ -330,12 +337,28 @@ pub const ROWS: [Row; 27] = [
     row(MLFLOW, ML_KIND, "\"AGENT\"", AGENT, &[SpanName]),
     row(MLFLOW, ML_KIND, "\"TOOL\"", TOOL, &[SpanName]),
     row(LAMINAR, LMNR_KIND, "TOOL", TOOL, &[SpanName]),
-    // AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
-    row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), Stem]),
-    row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), Stem]),
+    // AgentOps' decorators' spans are `planner.agent`, `ask_budget.tool`, the name in
+    // operation.name; its OpenAI Agents instrumentor's are `planner`, `ask_budget`, the name in
+    // agent.name / tool.name.
+    row(AGENTOPS, AO_KIND, "agent", AGENT, &[attr(AgentopsName), attr(OiAgentName), Stem]),
+    row(AGENTOPS, AO_KIND, "tool", TOOL, &[attr(AgentopsName), attr(OiToolName), Stem]),
     // MLflow's OpenAI Agents integration types its span of each `Runner.run` `"AGENT"` too, beside
     // the agent's own span: no call (a span-name row with no kind is no call).
     row(MLFLOW, NAME, "AgentRunner.run", None, &[]),
+    // Its pydantic-ai integration names every agent run after the method (`Agent.run`, ...),
+    // typed "AGENT", the agent's name only in a JSON string: no call (else every run of one agent
+    // inside another's tool is a false `Agent.run>Agent.run` cycle).
+    scoped(row(MLFLOW, NAME, "Agent.run", None, &[]), MLFLOW_SCOPE),
+    scoped(row(MLFLOW, NAME, "Agent.run_sync", None, &[]), MLFLOW_SCOPE),
+    scoped(row(MLFLOW, NAME, "Agent.run_stream", None, &[]), MLFLOW_SCOPE),
+    scoped(row(MLFLOW, NAME, "Agent.run_stream_sync", None, &[]), MLFLOW_SCOPE),
+    // Langfuse's LangChain CallbackHandler writes a LangGraph graph a `chain` like each of its
+    // nodes: the graph run first below a tool (or at the top) is the agent, as OpenInference's.
+    conditional(row(LANGFUSE, LF_KIND, "chain", AGENT, &[SpanName])),
+    // Laminar's LangGraph instrumentor names only the top graph (`planner.workflow`, invoke_agent);
+    // a graph a tool runs is `execute_task budget`, like each node: the one first below a tool (or
+    // at the top) is the agent.
+    scoped(conditional(row(LAMINAR, NAME, "execute_task", AGENT, &[Subject])), LAMINAR_SCOPE),
 ];
 
 /// The dialect kind keys: [`call_of`] reads the one a span carries first.
@@ -880,6 +903,59 @@ mod tests {
         assert_eq!(
             read("model.task", "agentops", &[(AgentopsKind, "task")]),
             None
+        );
+        // MLflow's pydantic-ai integration names every agent run after the method: no name, in
+        // MLflow's scope alone (elsewhere its "AGENT" type reads it by the span name).
+        let typed = [(MlflowKind, "\"AGENT\"")];
+        for method in [
+            "Agent.run",
+            "Agent.run_sync",
+            "Agent.run_stream",
+            "Agent.run_stream_sync",
+        ] {
+            assert_eq!(
+                read(method, MLFLOW_SCOPE, &typed).and_then(|(_, name, _)| name),
+                None
+            );
+            assert_eq!(
+                read(method, "other", &typed),
+                Some((Kind::Agent, Some(method), false))
+            );
+        }
+        // Laminar's LangGraph instrumentor: `execute_task X`, an agent only first below a tool, in
+        // Laminar's scope alone.
+        assert_eq!(
+            read(
+                "execute_task budget",
+                LAMINAR_SCOPE,
+                &[(Operation, "execute_task")]
+            ),
+            Some((Kind::Agent, Some("budget"), true))
+        );
+        assert_eq!(
+            read(
+                "execute_task budget",
+                "other",
+                &[(Operation, "execute_task")]
+            ),
+            None
+        );
+        // Langfuse's LangChain CallbackHandler: a graph's `chain`, an agent only first below a tool.
+        assert_eq!(
+            read("budget", "langfuse-sdk", &[(LangfuseKind, "chain")]),
+            Some((Kind::Agent, Some("budget"), true))
+        );
+        // AgentOps' OpenAI Agents instrumentor: the span named after the agent or tool, no dot,
+        // the name in agent.name / tool.name.
+        let agent = [(AgentopsKind, "agent"), (OiAgentName, "planner")];
+        assert_eq!(
+            read("planner", "openai-agents", &agent),
+            Some((Kind::Agent, Some("planner"), false))
+        );
+        let tool = [(AgentopsKind, "tool"), (OiToolName, "ask_budget")];
+        assert_eq!(
+            read("ask_budget", "openai-agents", &tool),
+            Some((Kind::Tool, Some("ask_budget"), false))
         );
     }
 

@@ -3,8 +3,8 @@
 Records ``corpus/vendors/``: the SDK writes OpenTelemetry spans and exports them over OTLP/HTTP to
 a receiver this program runs on 127.0.0.1 (no account, no other host); the spans are written as
 they arrived, one JSON line each (the format of ``corpus/README.md``), decoded from the SDK's own
-export requests. VENDOR (each in its own environment, /work/main/.venv-vendors-<name>, made from
-``requirements-vendors-<name>.txt`` beside this file):
+export requests. VENDOR (each in its own environment, .venv-vendors-<name> at the repository's top,
+made by scripts/bootstrap-vendors from ``requirements-vendors-<name>.txt`` beside this file):
 
 - ``langfuse``: ``@observe(as_type="agent" / "tool" / "generation")``, its exporter's base URL here;
 - ``mlflow``: ``@mlflow.trace(span_type=SpanType.AGENT / TOOL / LLM)``, mlflow's OTLP export
@@ -16,9 +16,16 @@ export requests. VENDOR (each in its own environment, /work/main/.venv-vendors-<
   ``@tracer.llm`` (OpenInference kinds);
 - ``agentops``: ``@agent`` / ``@tool`` / ``@operation`` (its OTel tracer), exporter here;
 - ``lmnr``: Laminar's ``@observe(span_type=...)``, its OTLP export here;
-- ``logfire_openai_agents``, ``mlflow_openai_agents``: their integrations with the OpenAI Agents
-  SDK (openai-agents 0.24.0 in the same environment), planner and budget each the other's tool on
-  the offline ``LoopModel`` of tests/instrumentation/openai_agents.
+- ``logfire_openai_agents``, ``mlflow_openai_agents``, ``langfuse_openai_agents``,
+  ``phoenix_openai_agents``, ``agentops_openai_agents``, ``lmnr_openai_agents``: each SDK's
+  integration with the OpenAI Agents SDK (openai-agents 0.24.0 in the same environment; Langfuse's
+  and Phoenix's documented path is OpenInference's instrumentor), planner and budget each the other's
+  tool on the offline ``LoopModel`` of tests/instrumentation/openai_agents;
+- ``logfire_pydantic_ai``, ``mlflow_pydantic_ai``: ``logfire.instrument_pydantic_ai()``,
+  ``mlflow.pydantic_ai.autolog()``, on pydantic-ai's ``FunctionModel`` (tests/instrumentation/pydantic_ai);
+- ``mlflow_langgraph``, ``langfuse_langgraph``, ``lmnr_langgraph``: ``mlflow.langchain.autolog()``,
+  Langfuse's LangChain ``CallbackHandler``, Laminar's instrumentors, on LangGraph with the scripted
+  chat model of tests/instrumentation/langgraph.
 
 The "model" is scripted: each agent run asks the model (a generation span where the SDK has one),
 which answers with a tool call while the scenario's tool calls last. SCENARIO ``loop``: planner ->
@@ -30,7 +37,9 @@ Run from this folder::
         langfuse $s corpus/vendors/langfuse.$s.spans.jsonl
     done
 
-It prints ``RESULT {json}``: the tool calls made and the spans received.
+``--same-names`` (the LangGraph programs): the tools named like the agents they run, ``budget`` and
+``planner``, instead of ``ask_budget`` and ``ask_planner``. It prints ``RESULT {json}``: the tool
+calls made and the spans received.
 """
 
 from __future__ import annotations
@@ -140,9 +149,10 @@ class Handler(BaseHTTPRequestHandler):
 class Script:
     """The scripted model: a tool call while the scenario's calls last, then an answer."""
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, same_names: bool = False) -> None:
         self.left = calls
         self.made = 0
+        self.same_names = same_names  # the tools named like the agents they run (LangGraph's only)
 
     def decide(self, agent: str) -> str | None:
         if self.left <= 0:
@@ -321,10 +331,16 @@ def run_lmnr(receiver: Receiver, script: Script) -> None:
     Laminar.flush()
 
 
+def instrumentation_tests(runtime: str) -> None:
+    """Make the offline programs of tests/instrumentation/RUNTIME importable."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "instrumentation" / runtime))
+
+
 def openai_agents_loop(script: Script) -> None:
     """planner and budget as OpenAI Agents SDK agents, each the other's tool, on the offline
     ``LoopModel`` of tests/instrumentation/openai_agents (openai-agents 0.24.0)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "instrumentation" / "openai_agents"))
+    instrumentation_tests("openai_agents")
+    os.environ.pop("OPENAI_API_KEY", None)  # an SDK's processor left in place exports nothing then
     from agents import Agent, Runner
     from openai_agents_models import CallBudget, LoopModel
 
@@ -368,7 +384,183 @@ def run_mlflow_openai_agents(receiver: Receiver, script: Script) -> None:
     provider.get().force_flush()
 
 
+def run_langfuse_openai_agents(receiver: Receiver, script: Script) -> None:
+    """Langfuse's documented path for the OpenAI Agents SDK: OpenInference's instrumentor, its spans
+    exported by the Langfuse client's span processor (the client sets the global tracer provider)."""
+    from agents import set_trace_processors
+    from langfuse import Langfuse
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    client = Langfuse(public_key="pk-lf-local", secret_key="sk-lf-local", base_url=receiver.url, flush_at=1)
+    set_trace_processors([])  # nothing to the SDK's default exporter (api.openai.com)
+    OpenAIAgentsInstrumentor().instrument()
+    openai_agents_loop(script)
+    client.flush()
+    client.shutdown()
+
+
+def run_phoenix_openai_agents(receiver: Receiver, script: Script) -> None:
+    """Phoenix's documented path: ``register(auto_instrument=True)`` instruments the OpenAI Agents
+    SDK with the OpenInference instrumentor installed beside it."""
+    from agents import set_trace_processors
+    from phoenix.otel import register
+
+    set_trace_processors([])
+    provider = register(
+        project_name="vendors",
+        endpoint=f"{receiver.url}/v1/traces",
+        protocol="http/protobuf",
+        batch=False,
+        auto_instrument=True,
+    )
+    openai_agents_loop(script)
+    provider.force_flush()
+
+
+def run_agentops_openai_agents(receiver: Receiver, script: Script) -> None:
+    """AgentOps' own instrumentor for the OpenAI Agents SDK (``agentops.init()`` instruments the SDK;
+    its trace processor replaces the SDK's default one). The SDK is imported first, as AgentOps'
+    examples do: instrumented from AgentOps' import hook, agents 0.24.0 is still half-imported and
+    the instrumentor fails (``cannot import name 'set_trace_processors'``), and nothing is traced."""
+    import agents  # noqa: F401  (before agentops.init(): see above)
+
+    # isort: split
+    import agentops
+
+    agentops.init(
+        api_key="00000000-0000-0000-0000-000000000000",
+        endpoint=receiver.url,
+        app_url=receiver.url,
+        exporter_endpoint=f"{receiver.url}/v1/traces",
+        auto_start_session=False,
+    )
+    openai_agents_loop(script)
+    from opentelemetry import trace
+
+    getattr(trace.get_tracer_provider(), "force_flush", lambda: None)()
+
+
+def run_lmnr_langgraph(receiver: Receiver, script: Script) -> None:
+    """Laminar's own LangChain and LangGraph instrumentors (``Laminar.initialize()``)."""
+    from lmnr import Laminar
+
+    Laminar.initialize(
+        project_api_key="local",
+        base_url="http://127.0.0.1",
+        http_port=receiver.server_address[1],
+        force_http=True,
+        disable_batch=True,
+    )
+    langgraph_loop(script)
+    Laminar.flush()
+
+
+def run_lmnr_openai_agents(receiver: Receiver, script: Script) -> None:
+    """Laminar's own instrumentor for the OpenAI Agents SDK (``Laminar.initialize()`` instruments
+    every library it supports that is installed)."""
+    from lmnr import Laminar
+
+    Laminar.initialize(
+        project_api_key="local",
+        base_url="http://127.0.0.1",
+        http_port=receiver.server_address[1],
+        force_http=True,
+        disable_batch=True,
+    )
+    openai_agents_loop(script)
+    Laminar.flush()
+
+
+def pydantic_ai_loop(script: Script) -> None:
+    """planner and budget as pydantic-ai agents, each the other's tool, on pydantic-ai's offline
+    ``FunctionModel`` (the ``build_loop`` of tests/instrumentation/pydantic_ai)."""
+    instrumentation_tests("pydantic_ai")
+    from pydantic_ai_app import build_loop
+
+    loop = build_loop(planner_tool="ask_budget", budget_tool="ask_planner")
+    loop.planner_model.max_tool_calls = (script.left + 1) // 2  # planner -> budget first, and last
+    loop.budget_model.max_tool_calls = script.left // 2
+    loop.planner.run_sync("Plan the team offsite")
+    script.made = loop.planner_model.tool_calls + loop.budget_model.tool_calls
+    script.left -= script.made
+
+
+def run_logfire_pydantic_ai(receiver: Receiver, script: Script) -> None:
+    """Logfire's integration with pydantic-ai (``logfire.instrument_pydantic_ai()``)."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    import logfire
+
+    logfire.configure(send_to_logfire=False, console=False, service_name="vendors")
+    logfire.instrument_pydantic_ai()
+    pydantic_ai_loop(script)
+    logfire.force_flush()
+
+
+def run_mlflow_pydantic_ai(receiver: Receiver, script: Script) -> None:
+    """MLflow's integration with pydantic-ai (``mlflow.pydantic_ai.autolog()``), over OTLP."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
+    os.environ["MLFLOW_TRACKING_URI"] = receiver.url
+    import mlflow
+
+    mlflow.pydantic_ai.autolog()
+    pydantic_ai_loop(script)
+    from mlflow.tracing.provider import provider
+
+    provider.get().force_flush()
+
+
+def langgraph_loop(script: Script, config: dict[str, Any] | None = None) -> None:
+    """planner and budget as LangGraph ``StateGraph``\\ s, each the other's tool, on the scripted
+    chat model of tests/instrumentation/langgraph (``config``: the top graph's run config)."""
+    instrumentation_tests("langgraph")
+    from langchain_core.messages import HumanMessage
+    from langgraph_app import Script as GraphScript
+    from langgraph_app import delegation_loop
+
+    calls = GraphScript(max_tool_calls=script.left)
+    names = {} if script.same_names else {"budget": "ask_budget", "planner": "ask_planner"}
+    graphs = delegation_loop(calls, tool_names=names)
+    graphs["planner"].invoke({"messages": [HumanMessage("Plan a three-day trip to Lisbon.")]}, config)
+    script.made, script.left = calls.tool_calls, script.left - calls.tool_calls
+
+
+def run_langfuse_langgraph(receiver: Receiver, script: Script) -> None:
+    """Langfuse's LangChain integration: its ``CallbackHandler`` in the top graph's run config (the
+    graphs the tools run inherit it), the spans exported by the Langfuse client."""
+    from langfuse import Langfuse
+    from langfuse.langchain import CallbackHandler
+
+    client = Langfuse(public_key="pk-lf-local", secret_key="sk-lf-local", base_url=receiver.url, flush_at=1)
+    langgraph_loop(script, {"callbacks": [CallbackHandler()]})
+    client.flush()
+    client.shutdown()
+
+
+def run_mlflow_langgraph(receiver: Receiver, script: Script) -> None:
+    """MLflow's integration with LangChain (``mlflow.langchain.autolog()``), over OTLP."""
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.url}/v1/traces"
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
+    os.environ["MLFLOW_TRACKING_URI"] = receiver.url
+    import mlflow
+
+    mlflow.langchain.autolog()
+    langgraph_loop(script)
+    from mlflow.tracing.provider import provider
+
+    provider.get().force_flush()
+
+
 VENDORS: dict[str, Callable[[Receiver, Script], None]] = {
+    "logfire_pydantic_ai": run_logfire_pydantic_ai,
+    "mlflow_langgraph": run_mlflow_langgraph,
+    "langfuse_langgraph": run_langfuse_langgraph,
+    "lmnr_langgraph": run_lmnr_langgraph,
+    "mlflow_pydantic_ai": run_mlflow_pydantic_ai,
+    "langfuse_openai_agents": run_langfuse_openai_agents,
+    "phoenix_openai_agents": run_phoenix_openai_agents,
+    "agentops_openai_agents": run_agentops_openai_agents,
+    "lmnr_openai_agents": run_lmnr_openai_agents,
     "logfire_openai_agents": run_logfire_openai_agents,
     "mlflow_openai_agents": run_mlflow_openai_agents,
     "langfuse": run_langfuse,
@@ -381,9 +573,10 @@ VENDORS: dict[str, Callable[[Receiver, Script], None]] = {
 
 
 def main() -> None:
-    vendor, scenario, path = sys.argv[1:4]
+    vendor, scenario, path = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
+    os.environ.setdefault("AGENTOPS_LOGGING_TO_FILE", "false")  # no agentops.log where it runs
     receiver = Receiver()
-    script = Script(LOOP_TOOL_CALLS if scenario == "loop" else 1)
+    script = Script(LOOP_TOOL_CALLS if scenario == "loop" else 1, "--same-names" in sys.argv)
     VENDORS[vendor](receiver, script)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the last export may still be on its way

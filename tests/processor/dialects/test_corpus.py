@@ -39,10 +39,25 @@ NAMED_AND_NESTED = (
     "lg_genai_agent",
     "oai_tl",
 )
-# The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds;
-# Laminar's and Phoenix's decorators name no agent (RIGHT), Logfire's is taught by a dialects file.
+# The observability SDKs' decorators (corpus/vendors) that name both agents by their own span kinds,
+# and their integrations with agent runtimes that name both; Laminar's decorators and instrumentor,
+# Phoenix's decorators and MLflow's LangChain and pydantic-ai autologs name no agent (RIGHT),
+# Logfire's decorators and its OpenAI Agents integration are taught by a dialects file.
 VENDORS = CORPUS / "vendors"
-VENDORS_NAMED = ("langfuse", "mlflow", "mlflow_oai", "agentops")
+VENDORS_NAMED = (
+    "langfuse",
+    "mlflow",
+    "mlflow_oai",
+    "agentops",
+    "langfuse_oai",
+    "phoenix_oai",
+    "agentops_oai",
+    "logfire_pai",
+    "langfuse_lg",
+    "lmnr_lg",
+    "langfuse_lg_same",
+    "lmnr_lg_same",
+)
 LOGFIRE_FILE = Path(__file__).parents[3] / "docs" / "examples" / "dialects-logfire.yaml"
 TAUGHT_BY_FILE = {"logfire": LOGFIRE_FILE, "logfire_oai": LOGFIRE_FILE}
 LOOPS = (
@@ -171,6 +186,17 @@ def test_a_vendor_taught_by_its_shipped_dialects_file_is_one_series_and_the_refe
         raws = [to_request(batch).SerializeToString() for batch in batches]
         metrics = reference_detect(raws, with_rows(rows))
         assert (metrics.cycles, metrics.delegations) == (cycles, edges)
+
+
+def test_logfires_dialects_file_changes_nothing_of_its_pydantic_ai_integrations_spans() -> None:
+    """``logfire.instrument_pydantic_ai()`` writes pydantic-ai's GenAI spans, read by the built-in
+    rows: a team that also loads the Logfire file for its own spans counts the same."""
+    rows = read_dialects(LOGFIRE_FILE, dialect_table()[0])
+    for scenario in ("loop", "control"):
+        batches = whole(read_spans(VENDORS / f"logfire_pai.{scenario}.spans.jsonl"))
+        with_file, without = detect(batches, rows), detect(batches)
+        assert (with_file.cycles, with_file.delegations) == (without.cycles, without.delegations)
+        assert without.delegations[("planner", "budget")] >= 1
 
 
 @pytest.mark.parametrize(

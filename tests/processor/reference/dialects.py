@@ -29,6 +29,8 @@ STEM: Final = "<the span name before its last dot>"  # smolagents' `planner.run`
 OPENINFERENCE_LANGCHAIN: Final = "openinference.instrumentation.langchain"
 GENAI_DSPY: Final = "opentelemetry.instrumentation.genai.dspy"  # every agent `invoke_agent dspy.ReAct`
 TRACELOOP_LLAMAINDEX: Final = "opentelemetry.instrumentation.llamaindex"  # every span a task or workflow
+MLFLOW_SCOPE: Final = "mlflow.tracing.provider"  # MLflow Tracing's spans, decorators' and autologs'
+LAMINAR_SCOPE: Final = "lmnr.tracer"  # Laminar's spans, decorators' and instrumentors'
 GUARD_SCOPE: Final = "otel_guard"  # the inline guard's instrumentation scope
 
 
@@ -96,12 +98,25 @@ SDK_ROWS: Final = (
     Row("MLflow Tracing", MLFLOW_KIND, '"AGENT"', AGENT, (SPAN_NAME,)),
     Row("MLflow Tracing", MLFLOW_KIND, '"TOOL"', TOOL, (SPAN_NAME,)),
     Row("Laminar", LAMINAR_KIND, "TOOL", TOOL, (SPAN_NAME,)),
-    # AgentOps' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name.
-    Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", STEM)),
-    Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", STEM)),
+    # AgentOps' decorators' spans are `planner.agent`, `ask_budget.tool`, the name in operation.name;
+    # its OpenAI Agents instrumentor's are `planner`, `ask_budget`, the name in agent.name / tool.name.
+    Row("AgentOps", AGENTOPS_KIND, "agent", AGENT, ("operation.name", "agent.name", STEM)),
+    Row("AgentOps", AGENTOPS_KIND, "tool", TOOL, ("operation.name", "tool.name", STEM)),
     # MLflow's OpenAI Agents integration types its span of each `Runner.run` "AGENT" too, beside the
     # agent's own span: no call (a span-name row with no kind names nothing: no call).
     Row("MLflow Tracing", SPAN_NAME, "AgentRunner.run", None, ()),
+    # Its pydantic-ai integration names every agent run after the method (`Agent.run`, ...), typed
+    # "AGENT", the agent's name only in a JSON string: no call (else a false `Agent.run>Agent.run`).
+    *(
+        Row("MLflow Tracing", SPAN_NAME, method, None, (), scope=MLFLOW_SCOPE)
+        for method in ("Agent.run", "Agent.run_sync", "Agent.run_stream", "Agent.run_stream_sync")
+    ),
+    # Langfuse's LangChain CallbackHandler writes a LangGraph graph a `chain` like each of its nodes:
+    # the graph run first below a tool (or at the top) is the agent, as OpenInference's.
+    Row("Langfuse", LANGFUSE_KIND, "chain", AGENT, (SPAN_NAME,), conditional=True),
+    # Laminar's LangGraph instrumentor names only the top graph (`planner.workflow`, invoke_agent); a
+    # graph a tool runs is `execute_task budget`, like each node: the one first below a tool is the agent.
+    Row("Laminar", SPAN_NAME, "execute_task", AGENT, (SUBJECT,), conditional=True, scope=LAMINAR_SCOPE),
 )
 KIND_KEYS: Final = (OI_KIND, TL_KIND, LANGFUSE_KIND, MLFLOW_KIND, LAMINAR_KIND, AGENTOPS_KIND)
 OPERATION_ROWS: Final = (

@@ -135,18 +135,40 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     "runtimes/oai_tl.control": ({}, HEALTHY_EDGES),
     # ... and none where two tool spans that ran at once both hold it: each tool call an edge.
     "runtimes/oai_tl.parallel": ({}, {("planner", "ask_budget"): 2}),
-    # The observability SDKs' own decorators (corpus/vendors): their span kinds name agents and tools.
+    # The observability SDKs' own decorators (corpus/vendors): their span kinds name agents and tools;
+    # and their integrations with the agent runtimes that name both agents: Langfuse's and Phoenix's
+    # (OpenInference's OpenAI Agents instrumentor), AgentOps' OpenAI Agents instrumentor (the name in
+    # agent.name / tool.name), Logfire's pydantic-ai (pydantic-ai's own GenAI spans), Langfuse's
+    # LangChain CallbackHandler over LangGraph (row 32: the graph's `chain` first below a tool), and
+    # Laminar's LangGraph instrumentor (row 33: the graph's `execute_task X` first below a tool);
+    # `_same`: the tools named like the agents they run, each tool and its run one hop.
     **{
         f"vendors/{vendor}.{scenario}": counted
-        for vendor in ("langfuse", "mlflow", "mlflow_oai", "agentops")
+        for vendor in (
+            "langfuse",
+            "mlflow",
+            "mlflow_oai",
+            "agentops",
+            "langfuse_oai",
+            "phoenix_oai",
+            "agentops_oai",
+            "logfire_pai",
+            "langfuse_lg",
+            "lmnr_lg",
+            "langfuse_lg_same",
+            "lmnr_lg_same",
+        )
         for scenario, counted in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
     },
-    # No agent named: Laminar has no agent type (its agents are DEFAULT spans), and Phoenix's
-    # `@tracer.agent` span is named `planner` with no agent.name (as unnamed as the OpenAI Agents
-    # SDK's `Agent workflow` root under OpenInference, which is no agent): the loop in tool names.
+    # No agent named: Laminar has no agent type (its agents are DEFAULT spans, its OpenAI Agents
+    # instrumentor's too), Phoenix's `@tracer.agent` span is named `planner` with no agent.name (as
+    # unnamed as the OpenAI Agents SDK's `Agent workflow` root under OpenInference, which is no
+    # agent), and MLflow's LangChain autolog writes each LangGraph graph a "CHAIN" like every node
+    # in it; its pydantic-ai autolog names every agent run `Agent.run` (rows 28-31: no call): the
+    # loop in tool names.
     **{
         f"vendors/{vendor}.{scenario}": counted
-        for vendor in ("lmnr", "phoenix")
+        for vendor in ("lmnr", "phoenix", "lmnr_oai", "mlflow_lg", "mlflow_pai")
         for scenario, counted in (
             ("loop", (TOOL_LOOP, {("ask_budget", "ask_planner"): 2, ("ask_planner", "ask_budget"): 2})),
             ("control", ({}, {})),
@@ -285,6 +307,18 @@ ROWS = [
     # OpenLLMetry for LlamaIndex: the step task holding tool.name is the tool call, other tasks no call
     (("BaseWorkflowAgent.task", dialects.TRACELOOP_LLAMAINDEX), {"traceloop.span.kind": "task", "traceloop.entity.name": "BaseWorkflowAgent.task", "tool.name": "ask_budget"}, (TOOL, "ask_budget", False)),
     (("run.task", dialects.TRACELOOP_LLAMAINDEX), {"traceloop.span.kind": "task", "traceloop.entity.name": "run.task"}, None),
+    # AgentOps' OpenAI Agents instrumentor: named after the agent or tool, the name in agent.name / tool.name
+    (("planner", "openai-agents"), {"agentops.span.kind": "agent", "agent.name": "planner"}, (AGENT, "planner", False)),
+    (("ask_budget", "openai-agents"), {"agentops.span.kind": "tool", "tool.name": "ask_budget"}, (TOOL, "ask_budget", False)),
+    # MLflow's pydantic-ai autolog names every agent run after the method: no call, in its scope alone
+    (("Agent.run_sync", dialects.MLFLOW_SCOPE), {"mlflow.spanType": '"AGENT"'}, None),
+    (("Agent.run", dialects.MLFLOW_SCOPE), {"mlflow.spanType": '"AGENT"'}, None),
+    (("Agent.run", "other"), {"mlflow.spanType": '"AGENT"'}, (AGENT, "Agent.run", False)),
+    # Langfuse's LangChain CallbackHandler: a graph's (or node's) chain, an agent only first below a tool
+    (("budget", "langfuse-sdk"), {"langfuse.observation.type": "chain"}, (AGENT, "budget", True)),
+    # Laminar's LangGraph instrumentor: a graph's (or node's) execute_task, in its scope alone
+    (("execute_task budget", dialects.LAMINAR_SCOPE), {"gen_ai.operation.name": "execute_task", "lmnr.span.type": "DEFAULT"}, (AGENT, "budget", True)),
+    (("execute_task budget", "other"), {"gen_ai.operation.name": "execute_task"}, None),
 ]  # fmt: skip
 
 
