@@ -7,10 +7,15 @@
 //! global budget, so neither can be overdrawn and one connection cannot take all of it. And a
 //! [`Taken`] that holds every byte taken of a budget may grow past its limit: one request is
 //! always taken when nothing else is held, so a limit below the largest request never refuses it
-//! for ever (the most held is the larger of the limit and one request).
+//! for ever (the most held is the larger of the limit and one request). A budget made with
+//! [`ByteBudget::fair`] or [`ByteBudget::share`] also keeps room for the largest request refused
+//! there ([`KeptRoom`]); a [`Taken`]'s *claim* ([`Taken::declare`]) says how large its request is.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::kept_room::{KeptCounts, KeptRoom};
 
 /// A limit in bytes and what is taken of it now.
 #[derive(Debug)]
@@ -18,24 +23,43 @@ pub struct ByteBudget {
     limit: usize,
     used: AtomicUsize,
     parent: Option<Arc<ByteBudget>>,
+    kept: Option<KeptRoom>,
 }
 
 impl ByteBudget {
     /// A budget of its own.
     pub fn new(limit: usize) -> Arc<Self> {
-        Arc::new(ByteBudget {
-            limit,
-            used: AtomicUsize::new(0),
-            parent: None,
-        })
+        Self::made(limit, None, None)
+    }
+
+    /// A budget of its own that keeps room for the largest request refused at it, for at most
+    /// `keep_for` after that request's last refusal.
+    pub fn fair(limit: usize, keep_for: Duration) -> Arc<Self> {
+        Self::made(limit, None, Some(KeptRoom::new(keep_for)))
     }
 
     /// A budget of at most `limit` whose every byte is also taken from `parent`.
     pub fn within(parent: &Arc<ByteBudget>, limit: usize) -> Arc<Self> {
+        Self::made(limit, Some(Arc::clone(parent)), None)
+    }
+
+    /// A share of `parent` (as [`ByteBudget::within`]) that keeps room for the largest request
+    /// refused at it or above it, as [`ByteBudget::fair`]: a protocol's share of the processor's
+    /// budget.
+    pub fn share(parent: &Arc<ByteBudget>, limit: usize, keep_for: Duration) -> Arc<Self> {
+        Self::made(
+            limit,
+            Some(Arc::clone(parent)),
+            Some(KeptRoom::new(keep_for)),
+        )
+    }
+
+    fn made(limit: usize, parent: Option<Arc<ByteBudget>>, kept: Option<KeptRoom>) -> Arc<Self> {
         Arc::new(ByteBudget {
             limit,
             used: AtomicUsize::new(0),
-            parent: Some(Arc::clone(parent)),
+            parent,
+            kept,
         })
     }
 
@@ -57,12 +81,23 @@ impl ByteBudget {
         }
     }
 
-    /// Take `bytes`, or nothing when this budget or a parent's would go past its limit.
+    /// The bytes of room kept now for a refused request (0 when this budget keeps none).
+    pub fn kept_bytes(&self) -> usize {
+        self.kept.as_ref().map_or(0, KeptRoom::left)
+    }
+
+    /// What this budget's kept room counted (all 0 when it keeps none).
+    pub fn kept_counts(&self) -> KeptCounts {
+        self.kept
+            .as_ref()
+            .map_or_else(KeptCounts::default, KeptRoom::counts)
+    }
+
+    /// Take `bytes`, or nothing when this budget or a parent's would go past its limit (or a
+    /// kept room's: `bytes` is the request's claim).
     pub fn try_take(self: &Arc<Self>, bytes: usize) -> Option<Taken> {
-        self.take_raw(bytes, 0).then(|| Taken {
-            budget: Arc::clone(self),
-            bytes,
-        })
+        let mut taken = self.empty();
+        taken.try_grow(bytes).then_some(taken)
     }
 
     /// An empty [`Taken`] of this budget, to grow as bytes arrive.
@@ -70,12 +105,28 @@ impl ByteBudget {
         Taken {
             budget: Arc::clone(self),
             bytes: 0,
+            claim: 0,
+        }
+    }
+
+    /// The budget that keeps room for takes from this one: the nearest that does, here or
+    /// above, and how many steps up it is.
+    fn home(&self) -> Option<(&ByteBudget, usize)> {
+        let mut budget = self;
+        let mut depth = 0;
+        loop {
+            if budget.kept.is_some() {
+                return Some((budget, depth));
+            }
+            budget = budget.parent.as_deref()?;
+            depth += 1;
         }
     }
 
     /// Take `bytes` more for a holder that has `mine` already: within the limit, or past it when
-    /// the holder has all that is taken (here and in every parent).
-    fn take_raw(&self, bytes: usize, mine: usize) -> bool {
+    /// the holder has all that is taken (here and in every parent). Refused: how many steps up
+    /// the budget that refused is.
+    fn take_raw(&self, bytes: usize, mine: usize) -> Result<(), usize> {
         let taken = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
@@ -84,25 +135,51 @@ impl ByteBudget {
             })
             .is_ok();
         if !taken {
-            return false;
+            return Err(0);
         }
         if let Some(parent) = &self.parent
-            && !parent.take_raw(bytes, mine)
+            && let Err(depth) = parent.take_raw(bytes, mine)
         {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
+            return Err(depth + 1);
         }
-        true
+        Ok(())
     }
 
-    /// Whether a holder of `mine` bytes could take `bytes` more now (as [`Taken::try_grow`] would).
-    fn could_take(&self, bytes: usize, mine: usize) -> bool {
+    /// Whether a holder of `mine` bytes could take `bytes` more now, as [`ByteBudget::take_raw`].
+    fn could_take(&self, bytes: usize, mine: usize) -> Result<(), usize> {
         let used = self.used();
-        let here = used == mine || used.saturating_add(bytes) <= self.limit;
-        here && self
-            .parent
-            .as_ref()
-            .is_none_or(|parent| parent.could_take(bytes, mine))
+        if used != mine && used.saturating_add(bytes) > self.limit {
+            return Err(0);
+        }
+        match &self.parent {
+            Some(parent) => parent.could_take(bytes, mine).map_err(|depth| depth + 1),
+            None => Ok(()),
+        }
+    }
+
+    /// A take of `wanted` bytes in all by a request of `claim` was refused `depth` steps up:
+    /// noted by the budget that keeps room when the refusal was there or above it (a
+    /// connection's share refusing is that connection's own doing).
+    fn refused(&self, depth: usize, claim: usize, wanted: usize) {
+        if let Some((home, at)) = self.home()
+            && depth >= at
+            && let Some(kept) = &home.kept
+        {
+            kept.refused(claim, wanted, home.limit);
+        }
+    }
+
+    /// Whether the room kept here or above lets a take of `bytes` by a request of `claim`
+    /// stand, `pending` of them not yet counted as taken (a claimant's take is drawn from it).
+    fn room_allows(&self, claim: usize, bytes: usize, pending: usize) -> bool {
+        match self.home() {
+            Some((home, _)) => home.kept.as_ref().is_none_or(|kept| {
+                let free = home.available().saturating_sub(pending);
+                kept.allows(claim, bytes, free)
+            }),
+            None => true,
+        }
     }
 
     fn give_back(&self, bytes: usize) {
@@ -118,6 +195,8 @@ impl ByteBudget {
 pub struct Taken {
     budget: Arc<ByteBudget>,
     bytes: usize,
+    /// The size of its request as sent, which a kept room is claimed by (at least its bytes).
+    claim: usize,
 }
 
 impl Taken {
@@ -130,31 +209,73 @@ impl Taken {
         self.budget.available()
     }
 
-    /// Whether [`Taken::try_grow`] of `more` would succeed now.
+    /// Say how large its request is as sent (the largest said counts): a room kept for a refused
+    /// request of that size or less is this holder's to take. Say it before the first take, and
+    /// the same on every try, so that a retry is known.
+    pub fn declare(&mut self, size: usize) {
+        self.claim = self.claim.max(size);
+    }
+
+    fn claim_after(&self, more: usize) -> usize {
+        self.claim.max(self.bytes.saturating_add(more))
+    }
+
+    /// Whether [`Taken::try_grow`] of `more` would succeed now. A no is a refusal: noted as one
+    /// where room is kept (the caller refuses its request).
     pub fn could_grow(&self, more: usize) -> bool {
-        self.budget.could_take(more, self.bytes)
+        let claim = self.claim_after(more);
+        if let Err(depth) = self.budget.could_take(more, self.bytes) {
+            self.budget
+                .refused(depth, claim, self.bytes.saturating_add(more));
+            return false;
+        }
+        self.budget.room_allows(claim, 0, more)
     }
 
     /// Take `more` bytes too; false (and nothing more taken) when the budget has not that much
-    /// (and others hold some of it: a holder of all that is taken may pass the limit).
+    /// (and others hold some of it: a holder of all that is taken may pass the limit), or it
+    /// would leave less than the room kept for a larger request free.
     pub fn try_grow(&mut self, more: usize) -> bool {
-        let grown = self.budget.take_raw(more, self.bytes);
-        if grown {
-            self.bytes += more;
+        let claim = self.claim_after(more);
+        if let Err(depth) = self.budget.take_raw(more, self.bytes) {
+            self.budget
+                .refused(depth, claim, self.bytes.saturating_add(more));
+            return false;
         }
-        grown
+        if !self.budget.room_allows(claim, more, 0) {
+            self.budget.give_back(more);
+            return false;
+        }
+        self.bytes += more;
+        true
     }
 
-    /// The same bytes, held of the outermost budget only: a connection's share given back, the
-    /// global budget's kept (for a holder that outlives the connection's reading).
-    pub fn into_root(mut self) -> Taken {
+    /// The same bytes (and claim), held of `target` (the budget itself or one above it) and
+    /// those above it only: a connection's share given back, the receiver's kept (for a holder
+    /// that outlives the connection's reading). Past the top, held of the top.
+    pub fn into_budget(mut self, target: &Arc<ByteBudget>) -> Taken {
         let bytes = std::mem::take(&mut self.bytes);
         let mut budget = Arc::clone(&self.budget);
-        while let Some(parent) = budget.parent.clone() {
+        while !Arc::ptr_eq(&budget, target)
+            && let Some(parent) = budget.parent.clone()
+        {
             budget.used.fetch_sub(bytes, Ordering::AcqRel);
             budget = parent;
         }
-        Taken { budget, bytes }
+        Taken {
+            budget,
+            bytes,
+            claim: self.claim,
+        }
+    }
+
+    /// The same bytes, held of the outermost budget only.
+    pub fn into_root(self) -> Taken {
+        let mut root = Arc::clone(&self.budget);
+        while let Some(parent) = root.parent.clone() {
+            root = parent;
+        }
+        self.into_budget(&root)
     }
 
     /// Give back `fewer` of the bytes (at most all of them) and keep the rest.

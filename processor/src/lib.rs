@@ -12,6 +12,7 @@ pub mod calls;
 pub mod decode;
 pub mod dialects;
 pub mod graph;
+pub mod kept_room;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 mod ids;
