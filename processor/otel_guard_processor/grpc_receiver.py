@@ -8,8 +8,9 @@ gzip up to ``max_request_bytes``, and refuses one larger than twice ``max_reques
 processor's one memory budget (``max_pending_bytes``: the gRPC share of it,
 :mod:`otel_guard_processor.budget_shares`, or the pipeline's whole :class:`MemoryBudget`), a
 connection's calls being read at most half of the whole; a call past it is refused
-RESOURCE_EXHAUSTED with the same ``RetryInfo`` as here. The reservation is handed over with the call (:meth:`GrpcReply.reservation`)
-to the pipeline, so the bytes stay held until the request is answered and detected. A call's ``grpc-timeout``
+RESOURCE_EXHAUSTED with the same ``RetryInfo`` as here. The reservation is handed over with the
+call (:meth:`GrpcReply.reservation`) to the pipeline, so the bytes stay held until the request is
+answered and detected. A call's ``grpc-timeout``
 is honoured, its request must arrive within ``read_timeout``, a connection with no call is closed
 after ``read_timeout``, and at :func:`max_connections` (below the descriptor limit) a new
 connection closes the one idle the longest.

@@ -72,7 +72,9 @@ class Processor:
         # The one memory budget every holder of request bytes draws from (receivers, conversion,
         # pipeline, forwarder), a share of it each receiver; detection state has its own bound
         # (max_held_bytes).
-        self.budgets = split(config.max_pending_bytes, config.retry_after, http=config.http_listen is not None)
+        self.budgets = split(
+            config.max_pending_bytes, config.retry_after, http=config.http_listen is not None
+        )
         self.budget = self.budgets.whole
         self.stats.held_bytes = lambda: self.budget.used
         self.stats.kept_room = self.budgets.kept_counts

@@ -183,7 +183,9 @@ impl PyGrpcServer {
                     let reply = PyReply {
                         reply: Mutex::new(Some(call.reply)),
                         headers: call.headers,
-                        held: Mutex::new(Some(message.into_held().into_budget(self.server.budget()))),
+                        held: Mutex::new(Some(
+                            message.into_held().into_budget(self.server.budget()),
+                        )),
                     };
                     Ok((call.id, call.method, request, reply))
                 })

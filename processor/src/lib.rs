@@ -12,10 +12,10 @@ pub mod calls;
 pub mod decode;
 pub mod dialects;
 pub mod graph;
-pub mod kept_room;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 mod ids;
+pub mod kept_room;
 mod keys;
 mod lru;
 
