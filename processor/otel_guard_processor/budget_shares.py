@@ -14,11 +14,12 @@ refused for ever.
   refused, a request smaller as sent is refused when it would leave less than the room it wanted
   free, until a request as large comes (its retry) or :func:`keep_for` passes.
 
-What a reader would not guess: the one exception to a share is the engine's rule that a request
-alone is always taken -- a request larger than its share is taken when no other request of its
-protocol is held and the whole budget has room (at the defaults only an OTLP/JSON body over about
-6.4 MiB is that large); the other protocol has less than its quarter while it is held. Without
-OTLP/HTTP, gRPC has the whole budget, and the whole budget keeps the room.
+What a reader would not guess: a request larger than its share (at the defaults only an OTLP/JSON
+body over 6.4 MiB) is taken only when nothing else at all is held and the other receiver refused
+no request within :func:`keep_for` -- the engine's rule that a request alone is always taken, held
+back while the other side waits, so the two take turns. Without OTLP/HTTP, gRPC's share is the
+whole budget. The whole budget itself keeps no room: the forwarder draws from it for copies it
+makes only when there is room (a join), and nobody comes back for one it could not make.
 """
 
 from __future__ import annotations
@@ -71,10 +72,9 @@ def split(max_pending_bytes: int, retry_after: float, *, http: bool) -> Budgets:
     """The budget of ``max_pending_bytes``, shared out as the module docstring says."""
     keep = keep_for(retry_after)
     connection = max(1, int(max_pending_bytes * CONNECTION_SHARE))
-    if not http:
-        whole = MemoryBudget(max_pending_bytes, keep_for=keep)
-        return Budgets(whole, whole, None, connection)
     whole = MemoryBudget(max_pending_bytes)
+    if not http:
+        return Budgets(whole, whole.share(max_pending_bytes, keep_for=keep), None, connection)
     share = max(1, int(max_pending_bytes * PROTOCOL_SHARE))
     return Budgets(
         whole,

@@ -19,6 +19,10 @@ import time
 import grpc
 import grpc.aio
 import httpx
+import pytest
+from otel_guard_processor._engine import MemoryBudget
+from otel_guard_processor.budget_shares import keep_for, split
+from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.service import Processor
 from processor_helpers import EXPORT, ProcessorFactory, Sink, grpc_address, http_url, scrape, series
 from processor_spans import Trace, encode
@@ -103,12 +107,13 @@ async def test_a_json_flood_within_its_share_leaves_grpc_its_quarter(
     start_processor: ProcessorFactory,
 ) -> None:
     """OTLP/JSON bodies of 380 KB (each holds 15 times itself while it arrives and converts: 5.7
-    MB of the 6 MiB OTLP/HTTP share of an 8 MiB budget) from two flooders of four uploads at a
-    time, and a gRPC client of one 1.9 MB call at a time: every gRPC call is taken at its first
-    try (gRPC always has its quarter, 2 MiB), and the JSON bodies are taken or told to retry.
-    Before, the bodies held the whole budget between them and gRPC calls were refused."""
-    processor = await start_processor(max_pending_bytes=8 * MIB)
-    body, raw = json_request(300_000), padded_request(1_900_000)
+    MB of the 9 MiB OTLP/HTTP share of a 12 MiB budget) from two flooders of four uploads at a
+    time, and a gRPC client of one 1.5 MB call at a time: every gRPC call is taken at its first
+    try (gRPC always has its quarter, 3 MiB: two calls, one answered and waiting for detection,
+    and the next), and the JSON bodies are taken or told to retry. Before, the bodies held the
+    whole budget between them and gRPC calls were refused."""
+    processor = await start_processor(max_pending_bytes=12 * MIB)
+    body, raw = json_request(300_000), padded_request(1_500_000)
     json_answers, grpc_calls = await flood_beside_grpc(processor, body, raw, retry=False)
     refused = sum(tries != ["OK"] for tries in grpc_calls)
     assert refused == 0, (refused, len(grpc_calls), json_answers.count(429))
@@ -140,8 +145,9 @@ async def test_a_json_flood_past_its_share_leaves_grpc_calls_served(
     assert processor.budget.used == 0
 
 
+@pytest.mark.parametrize("http_listen", ["127.0.0.1:0", None], ids=["shared", "grpc-only"])
 async def test_a_large_call_retried_as_told_gets_through_beside_small_senders(
-    start_processor: ProcessorFactory, sink: Sink
+    start_processor: ProcessorFactory, sink: Sink, http_listen: str | None
 ) -> None:
     """Eight senders of six 256 KB calls at a time each keep a 24 MiB budget busy (each call held
     twice over while the downstream takes 0.3 s over it); a 6 MiB call, retried after the delay
@@ -149,7 +155,30 @@ async def test_a_large_call_retried_as_told_gets_through_beside_small_senders(
     small calls leave it free, and when it is refused again for the forwarder's copy, twice that.
     Before, the small calls took the room back each time and the 6 MiB call was refused on every
     try."""
-    processor = await start_processor(forward=sink.address, max_pending_bytes=24 * MIB, retry_after=0.5)
+    if http_listen is not None:
+        processor = await start_processor(forward=sink.address, max_pending_bytes=24 * MIB, retry_after=0.5)
+    else:  # the fixture's processors listen for OTLP/HTTP: this one not
+        config = ProcessorConfig(
+            listen="127.0.0.1:0",
+            http_listen=None,
+            prometheus="127.0.0.1:0",
+            forward=sink.address,
+            max_pending_bytes=24 * MIB,
+            retry_after=0.5,
+            count_wait=0.0,
+            metrics_grace=0.0,
+            drain_timeout=5.0,
+        )
+        processor = Processor(config)
+        await processor.start()
+    try:
+        await large_beside_small(processor, sink)
+    finally:
+        if http_listen is None:
+            await processor.stop()
+
+
+async def large_beside_small(processor: Processor, sink: Sink) -> None:
     sink.delay = 0.3
     small, large = padded_request(256_000), padded_request(6 * MIB)
     done = asyncio.Event()
@@ -203,3 +232,34 @@ async def test_a_large_call_retried_as_told_gets_through_beside_small_senders(
         assert kept[("refused", "grpc")] >= 1, kept
     await processor.detection.settled()
     assert processor.budget.used == 0
+
+
+def test_a_room_nobody_comes_back_for_is_let_go_of_and_counted() -> None:
+    whole = MemoryBudget(100)
+    share = whole.share(75, keep_for=0.2)
+    held = [share.reserve(10) for _ in range(7)]
+    large = share.empty()
+    large.declare(30)
+    assert not large.grow(30), "70 of 75 held"
+    for reservation in held:
+        assert reservation is not None
+        reservation.release()
+    assert share.kept_bytes == 30
+    small = [share.reserve(10) for _ in range(6)]
+    assert [reservation is not None for reservation in small] == [True] * 4 + [False] * 2, "30 left free"
+    time.sleep(0.25)  # its sender never came back
+    assert share.reserve(35) is not None, "the room let go of"
+    assert share.kept_counts == {"kept": 1, "claimed": 0, "expired": 1, "refused": 2}
+
+
+def test_the_split_and_its_bounds() -> None:
+    both = split(128 * MIB, 1.0, http=True)
+    assert both.http is not None
+    assert (both.grpc.limit, both.http.limit, both.max_connection_bytes) == (96 * MIB, 96 * MIB, 64 * MIB)
+    alone = split(128 * MIB, 1.0, http=False)
+    assert (alone.http, alone.grpc.limit) == (None, 128 * MIB)
+    assert (keep_for(0.5), keep_for(1.0), keep_for(1.5)) == (3.0, 3.0, 5.0)
+    with pytest.raises(ValueError, match="keep_for must be a positive number of seconds"):
+        MemoryBudget(10, keep_for=float("nan"))
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        MemoryBudget(10).share(0)
