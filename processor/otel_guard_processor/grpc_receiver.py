@@ -5,10 +5,12 @@ HTTP/2 and gRPC's framing run in the compiled engine, on a thread of their own t
 the interpreter lock (``GrpcServer``, processor/src/grpc): it reads each call whole, inflating
 gzip up to ``max_request_bytes``, and refuses one larger than twice ``max_request_bytes``
 (RESOURCE_EXHAUSTED) before it is read. A call's bytes, from its first frame, are drawn from the
-processor's one memory budget (the pipeline's :class:`MemoryBudget`, ``max_pending_bytes``), a
-connection's share half of it; a call past it is refused RESOURCE_EXHAUSTED with the same
-``RetryInfo`` as here. The reservation is handed over with the call (:meth:`GrpcReply.reservation`)
-to the pipeline, so the bytes stay held until the request is answered and detected. A call's ``grpc-timeout``
+processor's one memory budget (``max_pending_bytes``: the gRPC share of it,
+:mod:`otel_guard_processor.budget_shares`, or the pipeline's whole :class:`MemoryBudget`), a
+connection's calls being read at most half of the whole; a call past it is refused
+RESOURCE_EXHAUSTED with the same ``RetryInfo`` as here. The reservation is handed over with the
+call (:meth:`GrpcReply.reservation`) to the pipeline, so the bytes stay held until the request is
+answered and detected. A call's ``grpc-timeout``
 is honoured, its request must arrive within ``read_timeout``, a connection with no call is closed
 after ``read_timeout``, and at :func:`max_connections` (below the descriptor limit) a new
 connection closes the one idle the longest.
@@ -36,7 +38,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
-from otel_guard_processor._engine import METHODS, GrpcReply, GrpcServer, Reservation
+from otel_guard_processor._engine import METHODS, GrpcReply, GrpcServer, MemoryBudget, Reservation
 from otel_guard_processor.config import parse_address
 from otel_guard_processor.headers import BadHeader, Headers, pick
 from otel_guard_processor.listeners import cannot_listen
@@ -64,6 +66,8 @@ class GrpcReceiver:
         *,
         read_timeout: float = 30.0,
         retry_after: float = 1.0,
+        budget: MemoryBudget | None = None,
+        max_connection_bytes: int | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._max_request_bytes = max_request_bytes
@@ -74,7 +78,8 @@ class GrpcReceiver:
                 port,
                 2 * max_request_bytes,
                 max_inflated_bytes=max_request_bytes,
-                budget=pipeline.budget,
+                budget=pipeline.budget if budget is None else budget,
+                max_connection_bytes=max_connection_bytes,
                 max_connections=max_connections(),
                 read_timeout=read_timeout,
                 retry_after=retry_after,

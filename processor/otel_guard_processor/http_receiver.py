@@ -5,7 +5,8 @@ Requests are ``application/x-protobuf`` (forwarded as the bytes received) or ``a
 (OTLP/JSON: hex ids, converted to protobuf and forwarded so), optionally ``Content-Encoding:
 gzip``. The body is read with a limit: more than ``max_request_bytes`` -- as sent or once
 decompressed -- is answered 413 without reading (or inflating) the rest. Every byte of it, from
-the first chunk, is held in the processor's one memory budget (``max_pending_bytes``), and so are
+the first chunk, is held in the processor's one memory budget (``max_pending_bytes``; its HTTP
+share, :mod:`otel_guard_processor.budget_shares`), and so are
 what it inflates to and the JSON conversion's share (:data:`~otel_guard_processor.conversion.JSON_HELD`
 times the body while it converts); past it the request is answered 429 with ``Retry-After`` at
 once, the rest of the body unread. Inflation and the JSON conversion run off the event loop
@@ -40,7 +41,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from otel_guard_processor._engine import Reservation
+from otel_guard_processor._engine import MemoryBudget, Reservation
 from otel_guard_processor.conversion import Busy, Conversion, TooLarge, Unavailable
 from otel_guard_processor.headers import BadHeader, pick
 from otel_guard_processor.listeners import bind
@@ -54,23 +55,27 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 
 
-def build_http_app(pipeline: Pipeline, max_request_bytes: int, read_timeout: float = 30.0) -> Starlette:
+def build_http_app(
+    pipeline: Pipeline, max_request_bytes: int, read_timeout: float = 30.0, budget: MemoryBudget | None = None
+) -> Starlette:
     """The Starlette app of the OTLP/HTTP receiver: ``/v1/traces``, ``/v1/metrics``, ``/v1/logs``.
     A body that takes longer than ``read_timeout`` seconds to arrive is answered 408 and its
-    connection closed. Its workers (``app.state.conversion``) end with the :class:`AsgiServer`
-    that serves it."""
+    connection closed. Its requests' bytes are drawn from ``budget`` (the HTTP share of the
+    memory budget; by default the pipeline's whole one). Its workers (``app.state.conversion``)
+    end with the :class:`AsgiServer` that serves it."""
     conversion = Conversion()
+    drawn = pipeline.budget if budget is None else budget
     routes = [
         Route(
             "/v1/traces",
-            _endpoint(pipeline, conversion, None, max_request_bytes, read_timeout),
+            _endpoint(pipeline, drawn, conversion, None, max_request_bytes, read_timeout),
             methods=["POST"],
         )
     ]
     routes += [
         Route(
             signal.http_path,
-            _endpoint(pipeline, conversion, signal, max_request_bytes, read_timeout),
+            _endpoint(pipeline, drawn, conversion, signal, max_request_bytes, read_timeout),
             methods=["POST"],
         )
         for signal in UNREAD
@@ -82,6 +87,7 @@ def build_http_app(pipeline: Pipeline, max_request_bytes: int, read_timeout: flo
 
 def _endpoint(
     pipeline: Pipeline,
+    budget: MemoryBudget,
     conversion: Conversion,
     signal: Unread | None,
     max_request_bytes: int,
@@ -110,8 +116,12 @@ def _endpoint(
                                      f"unsupported Content-Encoding {encoding!r}; use gzip or none",
                                      0, started)  # fmt: skip
             return reply(answer, status=415)
-        # Every byte of the request, from its first chunk until the pipeline has it, held here.
-        with pipeline.budget.empty() as held:
+        # Every byte of the request, from its first chunk until the pipeline has it, held here;
+        # its declared length is its claim to room kept for it when it is refused and comes again.
+        with budget.empty() as held:
+            declared = request.headers.get("content-length", "")
+            if declared.isdigit() and len(declared) <= 19:
+                held.declare(int(declared))
             try:
                 async with asyncio.timeout(read_timeout):
                     body = await _read_body(request, max_request_bytes, held)

@@ -113,6 +113,9 @@ class RequestStats:
         # Bytes of requests held, by every holder (the processor's one memory budget: receivers,
         # conversion, pipeline, forwarder): what the pending_bytes metric shows.
         self.held_bytes: Callable[[], int] = lambda: 0
+        # What the receivers' budgets counted of the room each keeps for the largest request it
+        # refused: (share, outcome) -> count (otel_guard_processor.budget_shares).
+        self.kept_room: Callable[[], dict[tuple[str, str], int]] = dict
         self._latency: dict[str, _Histogram] = {}
 
     @property
@@ -372,6 +375,14 @@ class ProcessorCollector(Collector):
         for protocol, histogram in stats.latency().items():
             latency.add_metric([protocol], histogram.buckets(), histogram.total)
         yield latency
+        yield _counter(
+            "otel_guard_processor_kept_room",
+            "Room the memory budget kept for the largest request it refused, by receiver share (grpc, "
+            "http) and outcome: kept (begun), claimed (taken by a request as large), expired (nobody came "
+            "back in time), refused (smaller requests refused to leave it free).",
+            ("share", "outcome"),
+            sorted(stats.kept_room().items()),
+        )
         yield _counter(
             "otel_guard_processor_downstream_errors",
             "Forwarding failures by gRPC status (busy and timeout are the processor's own).",

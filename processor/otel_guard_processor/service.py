@@ -30,8 +30,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from otel_guard_processor._engine import MemoryBudget
 from otel_guard_processor.bounds import DetectorLimits
+from otel_guard_processor.budget_shares import split
 from otel_guard_processor.config import ProcessorConfig
 from otel_guard_processor.detection import Detection
 from otel_guard_processor.engine import EngineDetector
@@ -70,9 +70,14 @@ class Processor:
         )
         self.stats = RequestStats()
         # The one memory budget every holder of request bytes draws from (receivers, conversion,
-        # pipeline, forwarder); detection state has its own bound (max_held_bytes).
-        self.budget = MemoryBudget(config.max_pending_bytes)
+        # pipeline, forwarder), a share of it each receiver; detection state has its own bound
+        # (max_held_bytes).
+        self.budgets = split(
+            config.max_pending_bytes, config.retry_after, http=config.http_listen is not None
+        )
+        self.budget = self.budgets.whole
         self.stats.held_bytes = lambda: self.budget.used
+        self.stats.kept_room = self.budgets.kept_counts
         self.detection = Detection(self.detector, self.stats)
         self.registry = new_registry(self.detector, self.stats)
         self.forwarder: Forwarder | None = None
@@ -112,10 +117,14 @@ class Processor:
                 config.max_request_bytes,
                 read_timeout=config.read_timeout,
                 retry_after=config.retry_after,
+                budget=self.budgets.grpc,
+                max_connection_bytes=self.budgets.max_connection_bytes,
             )
             await self.grpc.start()
             if config.http_listen is not None:
-                app = build_http_app(self.pipeline, config.max_request_bytes, config.read_timeout)
+                app = build_http_app(
+                    self.pipeline, config.max_request_bytes, config.read_timeout, budget=self.budgets.http
+                )
                 self.http = AsgiServer(
                     app,
                     config.http_listen,

@@ -6,7 +6,9 @@
 //! would not guess: a `Reservation` gives its bytes back when it is released, when its `with`
 //! block ends (however it ends), and when Python lets go of it, so no exception path leaks them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -14,28 +16,65 @@ use pyo3::prelude::*;
 use crate::binding::guarded;
 use crate::budget::{ByteBudget, Taken};
 
-/// MemoryBudget(limit)
+/// MemoryBudget(limit, *, keep_for=None)
 ///
 /// A budget of `limit` bytes. `reserve(n)` takes `n` bytes of it, or None when that would pass
 /// the limit while others hold some of it (a holder of everything taken may pass it: one request
-/// is always taken when nothing else is held).
+/// is always taken when nothing else is held). With `keep_for` (seconds) it keeps room for the
+/// largest request refused at it, for at most that long after its last refusal: a request of a
+/// smaller claim (`Reservation.declare`) is refused when it would leave less than that room free.
 #[pyclass(name = "MemoryBudget", module = "otel_guard_processor._engine", frozen)]
 pub struct PyMemoryBudget {
     pub(crate) budget: Arc<ByteBudget>,
 }
 
+/// A limit of at least 1 byte, or ValueError.
+fn positive(limit: usize) -> PyResult<usize> {
+    if limit == 0 {
+        return Err(PyValueError::new_err(
+            "a memory budget's limit must be at least 1 byte",
+        ));
+    }
+    Ok(limit)
+}
+
+/// A positive, finite number of seconds, or ValueError.
+fn keep_for(seconds: f64) -> PyResult<Duration> {
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "keep_for must be a positive number of seconds, got {seconds}"
+        )));
+    }
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| PyValueError::new_err(format!("keep_for is too large: {seconds}")))
+}
+
 #[pymethods]
 impl PyMemoryBudget {
     #[new]
-    fn new(limit: usize) -> PyResult<Self> {
-        if limit == 0 {
-            return Err(PyValueError::new_err(
-                "a memory budget's limit must be at least 1 byte",
-            ));
-        }
-        Ok(PyMemoryBudget {
-            budget: ByteBudget::new(limit),
-        })
+    #[pyo3(signature = (limit, *, keep_for=None))]
+    fn new(limit: usize, keep_for: Option<f64>) -> PyResult<Self> {
+        let limit = positive(limit)?;
+        let budget = match keep_for.map(self::keep_for).transpose()? {
+            Some(keep) => ByteBudget::fair(limit, keep),
+            None => ByteBudget::new(limit),
+        };
+        Ok(PyMemoryBudget { budget })
+    }
+
+    /// share(limit, *, keep_for=None) -> MemoryBudget
+    ///
+    /// A budget of at most `limit` bytes whose every byte is also taken of this one (a
+    /// protocol's share); with `keep_for`, it keeps room for the largest request refused at it
+    /// or above it.
+    #[pyo3(signature = (limit, *, keep_for=None))]
+    fn share(&self, limit: usize, keep_for: Option<f64>) -> PyResult<Self> {
+        let limit = positive(limit)?;
+        let budget = match keep_for.map(self::keep_for).transpose()? {
+            Some(keep) => ByteBudget::share(&self.budget, limit, keep),
+            None => ByteBudget::within(&self.budget, limit),
+        };
+        Ok(PyMemoryBudget { budget })
     }
 
     #[getter]
@@ -49,7 +88,26 @@ impl PyMemoryBudget {
         self.budget.used()
     }
 
-    /// `n` bytes, or None when the budget cannot hold them now.
+    /// The bytes of room kept now for a refused request (0 when none, or it keeps none).
+    #[getter]
+    fn kept_bytes(&self) -> usize {
+        self.budget.kept_bytes()
+    }
+
+    /// What its kept room counted, ever: `kept` (rooms begun), `claimed` (taken by a request as
+    /// large), `expired` (nobody came back in time), `refused` (takes refused to leave it free).
+    #[getter]
+    fn kept_counts(&self) -> HashMap<&'static str, u64> {
+        let counts = self.budget.kept_counts();
+        HashMap::from([
+            ("kept", counts.kept),
+            ("claimed", counts.claimed),
+            ("expired", counts.expired),
+            ("refused", counts.refused),
+        ])
+    }
+
+    /// `n` bytes (a request of `n` bytes as sent), or None when the budget cannot hold them now.
     fn reserve(&self, n: usize) -> PyResult<Option<PyReservation>> {
         guarded(|| {
             let mut taken = self.budget.empty();
@@ -87,6 +145,15 @@ impl PyReservation {
     #[getter]
     fn bytes(&self) -> usize {
         self.taken.as_ref().map_or(0, Taken::bytes)
+    }
+
+    /// Say that its request is `n` bytes as sent (the largest said counts): a room its budget
+    /// keeps for a refused request of at most that size is this reservation's to take. Say it
+    /// before the first `grow`, and the same when the request comes again.
+    fn declare(&mut self, n: usize) {
+        if let Some(taken) = self.taken.as_mut() {
+            taken.declare(n);
+        }
     }
 
     /// Hold `n` bytes more; False (nothing more held) when the budget cannot, or once released.

@@ -172,8 +172,8 @@ impl PyGrpcServer {
                 .into_iter()
                 .map(|call| {
                     // Copied once, from the chunks as they arrived; the chunks are let go of
-                    // here and their bytes stay held for the copy, by the reply, of the global
-                    // budget only (the connection's share is for calls being read).
+                    // here and their bytes stay held for the copy, by the reply, of the
+                    // server's budget only (the connection's share is for calls being read).
                     let message = call.message;
                     let request = PyBytes::new_with(py, message.len(), |out| {
                         message.copy_to(out);
@@ -183,7 +183,9 @@ impl PyGrpcServer {
                     let reply = PyReply {
                         reply: Mutex::new(Some(call.reply)),
                         headers: call.headers,
-                        held: Mutex::new(Some(message.into_held().into_root())),
+                        held: Mutex::new(Some(
+                            message.into_held().into_budget(self.server.budget()),
+                        )),
                     };
                     Ok((call.id, call.method, request, reply))
                 })

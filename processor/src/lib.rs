@@ -15,6 +15,7 @@ pub mod graph;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 mod ids;
+pub mod kept_room;
 mod keys;
 mod lru;
 

@@ -300,7 +300,9 @@ impl Body {
                 if length > self.bounds.max {
                     return Err(too_large(length, self.bounds.max));
                 }
-                // Refused at once when it cannot fit now (nothing is taken for it yet).
+                // Refused at once when it cannot fit now (nothing is taken for it yet); its
+                // length is its claim to a room kept for it, this time and when it comes again.
+                self.held.declare(length);
                 if !self.held.could_grow(length) {
                     return Err(self.busy(length));
                 }

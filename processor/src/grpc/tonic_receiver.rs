@@ -317,6 +317,7 @@ impl Budgeted {
                 let Some(taken) = self.taken.as_mut() else {
                     return Err(Status::internal("the request body was read after its end"));
                 };
+                taken.declare(length);
                 if !taken.try_grow(length) {
                     self.serving.refused_busy.fetch_add(1, Ordering::Relaxed);
                     return Err(status(Outcome::busy(
