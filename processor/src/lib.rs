@@ -14,6 +14,8 @@ pub mod dialects;
 pub mod graph;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+#[cfg(feature = "h2-forwarder")]
+pub mod grpc_client;
 mod ids;
 mod keys;
 mod lru;
@@ -24,3 +26,5 @@ mod binding;
 mod budget_binding;
 #[cfg(feature = "python")]
 mod grpc_binding;
+#[cfg(all(feature = "python", feature = "h2-forwarder"))]
+mod grpc_client_binding;
