@@ -12,12 +12,10 @@
 //! owner; the answers come back as the receiver's calls do, in a batch taken after one byte on a
 //! socket pair wakes the event loop.
 
-use std::cell::Cell;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -131,10 +129,7 @@ impl Channel {
             let answers = Arc::clone(&answers);
             std::thread::Builder::new()
                 .name("otel-guard-forward".into())
-                .spawn(move || {
-                    let local = tokio::task::LocalSet::new();
-                    local.block_on(&runtime, run(target, options, incoming, answers, stopped));
-                })?
+                .spawn(move || runtime.block_on(run(target, options, incoming, answers, stopped)))?
         };
         Ok(Channel {
             target: target.to_owned(),
@@ -203,16 +198,16 @@ async fn run(
     answers: Arc<Answers>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let connector = Rc::new(Connector::new(target, options));
+    let connector = Arc::new(Connector::new(target, options));
     let mut calls = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             _ = &mut stopped => break,
             next = incoming.recv() => {
                 let Some((id, call)) = next else { break };
-                let connector = Rc::clone(&connector);
+                let connector = Arc::clone(&connector);
                 let answers = Arc::clone(&answers);
-                calls.spawn_local(async move {
+                calls.spawn(async move {
                     answers.add(id, connector.call(call).await);
                 });
             }
@@ -233,7 +228,7 @@ struct Connector {
 struct Connection {
     send: Option<SendRequest<Bytes>>,
     /// Set false by the task that drives the connection when it ends.
-    alive: Rc<Cell<bool>>,
+    alive: Arc<AtomicBool>,
     /// After a failed attempt: no other before this, and what failed.
     retry_at: Option<(Instant, String)>,
     backoff: Duration,
@@ -255,7 +250,7 @@ impl Connector {
     async fn open(&self) -> Result<SendRequest<Bytes>, Outcome> {
         let mut state = self.state.lock().await;
         if let Some(send) = &state.send
-            && state.alive.get()
+            && state.alive.load(Ordering::Relaxed)
         {
             return Ok(send.clone());
         }
@@ -289,7 +284,7 @@ impl Connector {
         }
     }
 
-    async fn connect(&self) -> io::Result<(SendRequest<Bytes>, Rc<Cell<bool>>)> {
+    async fn connect(&self) -> io::Result<(SendRequest<Bytes>, Arc<AtomicBool>)> {
         let tcp = TcpStream::connect(self.target.as_str()).await?;
         tcp.set_nodelay(true)?;
         let (send, connection) = h2::client::Builder::new()
@@ -300,11 +295,11 @@ impl Connector {
             .handshake::<_, Bytes>(tcp)
             .await
             .map_err(io::Error::other)?;
-        let alive = Rc::new(Cell::new(true));
-        let ended = Rc::clone(&alive);
-        tokio::task::spawn_local(async move {
+        let alive = Arc::new(AtomicBool::new(true));
+        let ended = Arc::clone(&alive);
+        tokio::spawn(async move {
             let _ = connection.await;
-            ended.set(false);
+            ended.store(false, Ordering::Relaxed);
         });
         Ok((send, alive))
     }
@@ -349,11 +344,15 @@ impl Connector {
         let mut prefix = [0u8; PREFIX];
         prefix[0] = u8::from(compressed);
         prefix[1..].copy_from_slice(&(message.len() as u32).to_be_bytes());
-        stream
-            .send_data(Bytes::copy_from_slice(&prefix), false)
-            .and_then(|()| stream.send_data(message, true))
-            .map_err(|e| self.failed(&e))?;
-        let response = response.await.map_err(|e| self.failed(&e))?;
+        let sending = send_body(&mut stream, Bytes::copy_from_slice(&prefix), message);
+        let (sent, response) = tokio::join!(sending, response);
+        // A response that came while the request was still going (a refusal) is the answer.
+        let response = response.map_err(|e| self.failed(&e))?;
+        if let Err(error) = sent
+            && response.headers().get("grpc-status").is_none()
+        {
+            return Err(self.failed(&error));
+        }
         let (head, mut body) = response.into_parts();
         if head.status != http::StatusCode::OK {
             return Ok(Outcome::error(
@@ -448,6 +447,33 @@ impl Connector {
         }
         unavailable(&self.target, &error.to_string())
     }
+}
+
+/// The most bytes of a request a stream asks HTTP/2 for at a time.
+const CHUNK: usize = 1 << 20;
+
+/// Send the prefix and the message, a window at a time: capacity is reserved for at most
+/// [`CHUNK`] and a piece of the message sent once it is granted (as hyper does), rather than
+/// buffering the whole message in h2 for it to ask capacity for.
+async fn send_body(
+    stream: &mut h2::SendStream<Bytes>,
+    prefix: Bytes,
+    mut message: Bytes,
+) -> Result<(), h2::Error> {
+    stream.send_data(prefix, message.is_empty())?;
+    while !message.is_empty() {
+        stream.reserve_capacity(message.len().min(CHUNK));
+        let granted = match std::future::poll_fn(|context| stream.poll_capacity(context)).await {
+            Some(granted) => granted?,
+            None => return Ok(()), // the stream ended (the downstream answered): nothing to send
+        };
+        if granted == 0 {
+            continue;
+        }
+        let piece = message.split_to(granted.min(message.len()));
+        stream.send_data(piece, message.is_empty())?;
+    }
+    Ok(())
 }
 
 fn unavailable(target: &str, why: &str) -> Outcome {
