@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -50,7 +51,7 @@ from processor_throughput import Cores, free_port, on, server
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
-ARMS = ("grpcio", "engine")
+ARMS: tuple[str, ...] = ("grpcio", "engine")
 
 
 def _resident() -> int:
@@ -190,7 +191,9 @@ def main() -> int:
     parser.add_argument("--pin", action="store_true", help="each arm on one core, the sink on the others")
     parser.add_argument("--sizes", nargs=2, metavar=("BASE", "FEATURE"))
     parser.add_argument("--skip-held", action="store_true")
+    parser.add_argument("--tonic", action="store_true", help="a third arm: the engine's client on tonic")
     args = parser.parse_args()
+    arms = ARMS + (("tonic",) if args.tonic else ())
     cores = Cores.pinned() if args.pin else Cores.shared()
     print(
         f"forwarder clients: {cores.describe()}; {args.rounds} rounds of {args.seconds:g} s, "
@@ -207,8 +210,8 @@ def main() -> int:
         target = f"127.0.0.1:{port}"
         for mode, (how, concurrency, traces) in modes.items():
             for round_ in range(args.rounds):
-                arms = ARMS if round_ % 2 == 0 else ARMS[::-1]
-                for client in arms:
+                order = arms if round_ % 2 == 0 else arms[::-1]
+                for client in order:
                     command = ["arm", client, target, how, str(args.seconds), str(concurrency), str(traces)]
                     result = _arm(command, cores.arm)
                     results.setdefault((mode, client), []).append(result)
@@ -216,29 +219,26 @@ def main() -> int:
                     f"{client} {results[mode, client][-1]['spans_per_s']:9.0f} spans/s "
                     f"{results[mode, client][-1]['cpu_us_per_span']:6.2f} µs CPU/span "
                     f"(busy {results[mode, client][-1]['busy']:.2f})"
-                    for client in ARMS
+                    for client in arms
                 )
                 print(f"{mode:11} round {round_ + 1}: {line}", flush=True)
-    print("\nmedians of the per-round ratios engine / grpcio (and their range):")
-    for mode in modes:
-        for figure in ("spans_per_s", "cpu_us_per_span"):
-            ratios = [
-                e[figure] / g[figure]
-                for g, e in zip(results[mode, "grpcio"], results[mode, "engine"], strict=True)
-            ]
-            medians = {client: statistics.median(r[figure] for r in results[mode, client]) for client in ARMS}
-            spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
-            print(
-                f"  {mode:11} {figure:16} {statistics.median(ratios):.2f} ({spread}); "
-                f"medians grpcio {medians['grpcio']:.2f}, engine {medians['engine']:.2f}"
-            )
+    print("\nmedians of the per-round ratios to grpcio (and their range):")
+    for mode, other, figure in itertools.product(modes, arms[1:], ("spans_per_s", "cpu_us_per_span")):
+        paired = zip(results[mode, "grpcio"], results[mode, other], strict=True)
+        ratios = [theirs[figure] / grpcio[figure] for grpcio, theirs in paired]
+        medians = {client: statistics.median(r[figure] for r in results[mode, client]) for client in arms}
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        print(
+            f"  {mode:11} {other:6} {figure:16} {statistics.median(ratios):.2f} ({spread}); "
+            f"medians grpcio {medians['grpcio']:.2f}, {other} {medians[other]:.2f}"
+        )
     if not args.skip_held:
         port = free_port()
         with server(
             [str(HERE / "forwarder_clients.py"), "stall", str(port)], "ready", "stdout", cores.harness
         ):
             print("\nheld a request in flight (32 of 1 MiB, a downstream that reads nothing):")
-            for client in ARMS:
+            for client in arms:
                 held = [
                     _arm(["held", client, f"127.0.0.1:{port}"], cores.arm)["held_per_request"]
                     for _ in range(3)

@@ -43,14 +43,14 @@ class CallError(Exception):
 class EngineClient:
     """Unary calls to one downstream through the engine's ``GrpcChannel``."""
 
-    def __init__(self, target: str, *, max_send_bytes: int, gzip: bool = False) -> None:
+    def __init__(self, target: str, *, max_send_bytes: int, gzip: bool = False, stack: str = "h2") -> None:
         if not available():
             raise RuntimeError(
                 "this engine was built without its gRPC client: build it with the cargo feature "
                 "h2-forwarder, or forward with grpcio"
             )
         self.target = target
-        self._channel = _engine.GrpcChannel(target, gzip=gzip, max_send_bytes=max_send_bytes)
+        self._channel = _engine.GrpcChannel(target, gzip=gzip, max_send_bytes=max_send_bytes, stack=stack)
         self._pending: dict[int, asyncio.Future[bytes]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -93,7 +93,8 @@ SENDS: Final = 4
 """The most sends of one signal in flight: a second one starts only once ``MERGE_BYTES`` wait."""
 CLIENT = "grpcio"
 """The gRPC client a Forwarder sends with unless told: ``grpcio``, or ``engine`` (the engine's own,
-a prototype that needs the cargo feature ``h2-forwarder``: :mod:`otel_guard_processor.forward_client`)."""
+a prototype that needs the cargo feature ``h2-forwarder``: :mod:`otel_guard_processor.forward_client`),
+or ``tonic`` (its calls made by tonic's client: the feature ``tonic-forwarder``)."""
 MERGE_BYTES: Final = 4 * 1024 * 1024
 """The most bytes of requests joined into one send: what the OpenTelemetry Collector's OTLP
 receiver takes by default (a larger request goes alone, as it came)."""
@@ -134,10 +135,17 @@ class Forwarder:
         self._max_inflight = max_inflight
         self._inflight = 0
         client = CLIENT if client is None else client
-        if client not in ("grpcio", "engine"):
-            raise ValueError(f"client must be grpcio or engine, not {client!r}")
+        if client not in ("grpcio", "engine", "tonic"):
+            raise ValueError(f"client must be grpcio, engine or tonic, not {client!r}")
         self._engine = (
-            EngineClient(target, max_send_bytes=max_message_bytes, gzip=gzip) if client == "engine" else None
+            None
+            if client == "grpcio"
+            else EngineClient(
+                target,
+                max_send_bytes=max_message_bytes,
+                gzip=gzip,
+                stack="tonic" if client == "tonic" else "h2",
+            )
         )
         self._channel = (
             None

@@ -49,6 +49,18 @@ pub struct Options {
     pub max_receive_bytes: usize,
     /// How long opening the connection may take (within each call's own deadline).
     pub connect_timeout: Duration,
+    /// The HTTP/2 client the calls go through.
+    pub stack: Stack,
+}
+
+/// The client a [`Channel`] calls with: h2 by hand (the default), or tonic's (the
+/// `tonic-forwarder` feature, weighed beside it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stack {
+    #[default]
+    H2,
+    #[cfg(feature = "tonic-forwarder")]
+    Tonic,
 }
 
 impl Default for Options {
@@ -58,6 +70,7 @@ impl Default for Options {
             max_send_bytes: 4 << 20,
             max_receive_bytes: 64 << 20,
             connect_timeout: Duration::from_secs(20),
+            stack: Stack::H2,
         }
     }
 }
@@ -198,7 +211,7 @@ async fn run(
     answers: Arc<Answers>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let connector = Arc::new(Connector::new(target, options));
+    let connector = Arc::new(Caller::new(target, options));
     let mut calls = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -215,6 +228,60 @@ async fn run(
         }
     }
     calls.shutdown().await;
+}
+
+/// The stack that makes the calls, and what every call is checked against first.
+enum Caller {
+    H2(Connector),
+    #[cfg(feature = "tonic-forwarder")]
+    Tonic(crate::grpc_client_tonic::TonicCaller),
+}
+
+impl Caller {
+    fn new(target: String, options: Options) -> Self {
+        match options.stack {
+            Stack::H2 => Caller::H2(Connector::new(target, options)),
+            #[cfg(feature = "tonic-forwarder")]
+            Stack::Tonic => {
+                Caller::Tonic(crate::grpc_client_tonic::TonicCaller::new(&target, options))
+            }
+        }
+    }
+
+    fn options(&self) -> &Options {
+        match self {
+            Caller::H2(connector) => &connector.options,
+            #[cfg(feature = "tonic-forwarder")]
+            Caller::Tonic(caller) => caller.options(),
+        }
+    }
+
+    /// Make `call` within its deadline.
+    async fn call(&self, call: Call) -> Outcome {
+        let size = call.message.len();
+        let max = self.options().max_send_bytes;
+        if size > max {
+            // grpc-core's words, which the forwarder reads as the limit it must split to.
+            return Outcome::error(
+                code::RESOURCE_EXHAUSTED,
+                format!("Sent message larger than max ({size} vs. {max})"),
+            );
+        }
+        let deadline = Instant::now() + call.timeout;
+        let exchanged = match self {
+            Caller::H2(connector) => {
+                tokio::time::timeout_at(deadline, connector.exchange(call, deadline)).await
+            }
+            #[cfg(feature = "tonic-forwarder")]
+            Caller::Tonic(caller) => {
+                tokio::time::timeout_at(deadline, caller.exchange(call, deadline)).await
+            }
+        };
+        match exchanged {
+            Ok(Ok(outcome)) | Ok(Err(outcome)) => outcome,
+            Err(_) => Outcome::error(code::DEADLINE_EXCEEDED, "Deadline Exceeded"),
+        }
+    }
 }
 
 /// The one connection, opened on demand, and the backoff after a failed attempt.
@@ -302,26 +369,6 @@ impl Connector {
             ended.store(false, Ordering::Relaxed);
         });
         Ok((send, alive))
-    }
-
-    /// Make `call` within its deadline.
-    async fn call(&self, call: Call) -> Outcome {
-        let size = call.message.len();
-        if size > self.options.max_send_bytes {
-            // grpc-core's words, which the forwarder reads as the limit it must split to.
-            return Outcome::error(
-                code::RESOURCE_EXHAUSTED,
-                format!(
-                    "Sent message larger than max ({size} vs. {})",
-                    self.options.max_send_bytes
-                ),
-            );
-        }
-        let deadline = Instant::now() + call.timeout;
-        match tokio::time::timeout_at(deadline, self.exchange(call, deadline)).await {
-            Ok(Ok(outcome)) | Ok(Err(outcome)) => outcome,
-            Err(_) => Outcome::error(code::DEADLINE_EXCEEDED, "Deadline Exceeded"),
-        }
     }
 
     async fn exchange(&self, call: Call, deadline: Instant) -> Result<Outcome, Outcome> {

@@ -14,17 +14,18 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
 use crate::binding::guarded;
-use crate::grpc_client::{Call, Channel, Options};
+use crate::grpc_client::{Call, Channel, Options, Stack};
 
 /// An answer taken: (call id, gRPC code, message, `grpc-status-details-bin` or None, response).
 type Answered = (u64, u32, String, Option<Py<PyBytes>>, Py<PyBytes>);
 
 /// GrpcChannel(target, *, gzip=False, max_send_bytes=4 MiB, max_receive_bytes=64 MiB,
-///             connect_timeout=20.0)
+///             connect_timeout=20.0, stack="h2")
 ///
 /// Unary gRPC calls to `target` (`host:port`) on one HTTP/2 connection, opened at the first
 /// call. `call(method, request, headers, timeout)` starts one and returns its id; the answers
-/// come from `take()` once `wake_fd()` is readable.
+/// come from `take()` once `wake_fd()` is readable. `stack`: the HTTP/2 client, "h2" (the
+/// engine's own) or "tonic" (in an engine built with the `tonic-forwarder` feature).
 #[pyclass(name = "GrpcChannel", module = "otel_guard_processor._engine", frozen)]
 pub struct PyChannel {
     channel: Channel,
@@ -35,7 +36,7 @@ impl PyChannel {
     #[new]
     #[pyo3(signature = (
         target, *, gzip=false, max_send_bytes=4 << 20, max_receive_bytes=64 << 20,
-        connect_timeout=20.0
+        connect_timeout=20.0, stack="h2"
     ))]
     fn new(
         target: &str,
@@ -43,14 +44,27 @@ impl PyChannel {
         max_send_bytes: usize,
         max_receive_bytes: usize,
         connect_timeout: f64,
+        stack: &str,
     ) -> PyResult<Self> {
         guarded(|| {
+            let stack = match stack {
+                "h2" => Stack::H2,
+                #[cfg(feature = "tonic-forwarder")]
+                "tonic" => Stack::Tonic,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "stack must be one this engine was built with (h2, or tonic with the \
+                         tonic-forwarder feature), not {other:?}"
+                    )));
+                }
+            };
             let connect_timeout = positive("connect_timeout", connect_timeout)?;
             let options = Options {
                 gzip,
                 max_send_bytes,
                 max_receive_bytes,
                 connect_timeout,
+                stack,
             };
             let channel = Channel::new(target, options)
                 .map_err(|error| PyOSError::new_err(error.to_string()))?;

@@ -16,6 +16,8 @@ pub mod graph;
 pub mod grpc;
 #[cfg(feature = "h2-forwarder")]
 pub mod grpc_client;
+#[cfg(feature = "tonic-forwarder")]
+mod grpc_client_tonic;
 mod ids;
 mod keys;
 mod lru;

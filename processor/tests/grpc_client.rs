@@ -289,39 +289,53 @@ impl Drop for Recorder {
     }
 }
 
-async fn serve(socket: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>, response: &[u8]) {
+async fn serve(
+    socket: tokio::net::TcpStream,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    response: &'static [u8],
+) {
     let Ok(mut connection) = h2::server::handshake(socket).await else {
         return;
     };
-    while let Some(Ok((request, mut reply))) = connection.accept().await {
-        let (head, mut body) = request.into_parts();
-        let mut data = Vec::new();
-        while let Some(Ok(chunk)) = body.data().await {
-            let _ = body.flow_control().release_capacity(chunk.len());
-            data.extend_from_slice(&chunk);
-        }
-        seen.lock().unwrap().push(Seen {
-            path: head.uri.path().to_owned(),
-            headers: head.headers,
-            body: data,
-        });
-        let mut gzipped = GzEncoder::new(Vec::new(), Compression::default());
-        gzipped.write_all(response).unwrap();
-        let gzipped = gzipped.finish().unwrap();
-        let mut framed = vec![1u8];
-        framed.extend_from_slice(&(gzipped.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&gzipped);
-        let head = Response::builder()
-            .header("content-type", "application/grpc")
-            .header("grpc-encoding", "gzip")
-            .body(())
-            .unwrap();
-        let mut stream = reply.send_response(head, false).unwrap();
-        stream.send_data(Bytes::from(framed), false).unwrap();
-        let mut trailers = HeaderMap::new();
-        trailers.insert("grpc-status", "0".parse().unwrap());
-        stream.send_trailers(trailers).unwrap();
+    // Each call on a task of its own: the connection is driven only while it is polled here.
+    while let Some(Ok((request, reply))) = connection.accept().await {
+        tokio::spawn(answer_call(request, reply, Arc::clone(&seen), response));
     }
+}
+
+async fn answer_call(
+    request: http::Request<h2::RecvStream>,
+    mut reply: h2::server::SendResponse<Bytes>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    response: &[u8],
+) {
+    let (head, mut body) = request.into_parts();
+    let mut data = Vec::new();
+    while let Some(Ok(chunk)) = body.data().await {
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    seen.lock().unwrap().push(Seen {
+        path: head.uri.path().to_owned(),
+        headers: head.headers,
+        body: data,
+    });
+    let mut gzipped = GzEncoder::new(Vec::new(), Compression::default());
+    gzipped.write_all(response).unwrap();
+    let gzipped = gzipped.finish().unwrap();
+    let mut framed = vec![1u8];
+    framed.extend_from_slice(&(gzipped.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&gzipped);
+    let head = Response::builder()
+        .header("content-type", "application/grpc")
+        .header("grpc-encoding", "gzip")
+        .body(())
+        .unwrap();
+    let mut stream = reply.send_response(head, false).unwrap();
+    stream.send_data(Bytes::from(framed), false).unwrap();
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", "0".parse().unwrap());
+    stream.send_trailers(trailers).unwrap();
 }
 
 #[test]
