@@ -72,6 +72,7 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from otel_guard_processor._engine import MemoryBudget, Reservation
+from otel_guard_processor.forward_client import CallError, EngineClient
 from otel_guard_processor.headers import Headers
 from otel_guard_processor.signals import LOGS, METRICS, UNREAD
 from otel_guard_processor.split import split
@@ -90,6 +91,10 @@ _RESPONSES: dict[str, type[Message]] = {
 
 SENDS: Final = 4
 """The most sends of one signal in flight: a second one starts only once ``MERGE_BYTES`` wait."""
+CLIENT = "grpcio"
+"""The gRPC client a Forwarder sends with unless told: ``grpcio``, or ``engine`` (the engine's own,
+a prototype that needs the cargo feature ``h2-forwarder``: :mod:`otel_guard_processor.forward_client`),
+or ``tonic`` (its calls made by tonic's client: the feature ``tonic-forwarder``)."""
 MERGE_BYTES: Final = 4 * 1024 * 1024
 """The most bytes of requests joined into one send: what the OpenTelemetry Collector's OTLP
 receiver takes by default (a larger request goes alone, as it came)."""
@@ -120,6 +125,8 @@ class Forwarder:
         max_inflight: int,
         max_message_bytes: int,
         budget: MemoryBudget | None = None,
+        client: str | None = None,
+        gzip: bool = False,
     ) -> None:
         self.target = target
         # Alone (no budget given), its joins and parts are held in a budget of its own, unbounded.
@@ -127,22 +134,43 @@ class Forwarder:
         self._timeout = timeout
         self._max_inflight = max_inflight
         self._inflight = 0
-        self._channel = grpc.aio.insecure_channel(
-            target,
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                # Reconnect soon after the downstream comes back: clients are retrying meanwhile.
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 5000),
-            ],
+        client = CLIENT if client is None else client
+        if client not in ("grpcio", "engine", "tonic"):
+            raise ValueError(f"client must be grpcio, engine or tonic, not {client!r}")
+        self._engine = (
+            None
+            if client == "grpcio"
+            else EngineClient(
+                target,
+                max_send_bytes=max_message_bytes,
+                gzip=gzip,
+                stack="tonic" if client == "tonic" else "h2",
+            )
+        )
+        self._channel = (
+            None
+            if self._engine is not None
+            else grpc.aio.insecure_channel(
+                target,
+                compression=grpc.Compression.Gzip if gzip else None,
+                options=[
+                    ("grpc.max_send_message_length", max_message_bytes),
+                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                    # Reconnect soon after the downstream comes back: clients are retrying meanwhile.
+                    ("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.min_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 5000),
+                ],
+            )
         )
         # No (de)serializers: requests and responses pass as the bytes they are.
+        channel = self._channel
         self._lanes = {
             method: _Lane(
                 method,
-                self._channel.unary_unary(method, request_serializer=None, response_deserializer=None),
+                None
+                if channel is None
+                else channel.unary_unary(method, request_serializer=None, response_deserializer=None),
             )
             for method in METHODS
         }
@@ -396,10 +424,15 @@ class Forwarder:
 
     async def _call(self, lane: _Lane, raw: bytes, headers: Headers = ()) -> bytes:
         try:
+            if lane.export is None:
+                assert self._engine is not None  # the lanes have no grpcio method only then
+                return await self._engine.call(lane.method, raw, timeout=self._timeout, metadata=headers)
             response: bytes = await lane.export(raw, timeout=self._timeout, metadata=headers or None)
             return response
         except grpc.aio.AioRpcError as exc:
-            raise _downstream_error(exc, self.target, self._timeout) from None
+            raise _downstream_error(exc.code(), exc.details(), self.target, self._timeout) from None
+        except CallError as exc:
+            raise _downstream_error(exc.code, exc.details, self.target, self._timeout) from None
         except Exception as exc:  # the channel closed under it (UsageError), or gRPC failed locally
             raise DownstreamError(
                 grpc.StatusCode.UNAVAILABLE,
@@ -428,7 +461,10 @@ class Forwarder:
         self._closed = True
         for lane in self._lanes.values():
             self._fail_waiting(lane)
-        await self._channel.close(grace=None)
+        if self._channel is not None:
+            await self._channel.close(grace=None)
+        if self._engine is not None:
+            await self._engine.close()
         if self._sends:
             await asyncio.gather(*self._sends, return_exceptions=True)
 
@@ -438,7 +474,7 @@ class _Lane:
 
     __slots__ = ("export", "method", "sending", "waiting", "waiting_bytes")
 
-    def __init__(self, method: str, export: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]) -> None:
+    def __init__(self, method: str, export: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None) -> None:
         self.method = method
         self.export = export
         self.sending = 0
@@ -516,8 +552,9 @@ def _shared(method: str, response: bytes, requests: int) -> bytes:
     return message.SerializeToString()
 
 
-def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) -> DownstreamError:
-    code = exc.code()
+def _downstream_error(
+    code: grpc.StatusCode, details: str | None, target: str, timeout: float
+) -> DownstreamError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DownstreamError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -528,11 +565,11 @@ def _downstream_error(exc: grpc.aio.AioRpcError, target: str, timeout: float) ->
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return DownstreamError(
             grpc.StatusCode.UNAVAILABLE,
-            f"the downstream {target} is unavailable: {exc.details()}",
+            f"the downstream {target} is unavailable: {details}",
             retryable=True,
             reason=code.name,
         )
-    details = exc.details() or ""
+    details = details or ""
     retryable = code == grpc.StatusCode.RESOURCE_EXHAUSTED
     limit = None
     if retryable:

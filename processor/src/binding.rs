@@ -577,5 +577,7 @@ fn engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyEvents>()?;
     crate::grpc_binding::register(module)?;
     crate::budget_binding::register(module)?;
+    #[cfg(feature = "h2-forwarder")]
+    crate::grpc_client_binding::register(module)?;
     Ok(())
 }

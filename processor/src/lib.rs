@@ -14,6 +14,10 @@ pub mod dialects;
 pub mod graph;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+#[cfg(feature = "h2-forwarder")]
+pub mod grpc_client;
+#[cfg(feature = "tonic-forwarder")]
+mod grpc_client_tonic;
 mod ids;
 pub mod kept_room;
 mod keys;
@@ -25,3 +29,5 @@ mod binding;
 mod budget_binding;
 #[cfg(feature = "python")]
 mod grpc_binding;
+#[cfg(all(feature = "python", feature = "h2-forwarder"))]
+mod grpc_client_binding;
