@@ -48,46 +48,63 @@ class MemoryStore:
         self._max_entries = max(1, max_entries)
 
     def take(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
-        if len(meters) == 1:  # the common case: one tree, no workspace cap
-            count = self.take_one(meters[0], now)
-            return 0 if count < 0 else (count,)
         with self._lock:
-            taken = self._take_all(meters, now)
+            counts = self._counts
+            if len(meters) == 1:  # one tree, no workspace cap
+                meter = meters[0]
+                entry = counts.get(meter.key)
+                if entry is None or entry[1] <= now:
+                    entry = self._fresh(meter.key, meter.expires_at, now, entry is not None)
+                else:
+                    entry[2] = 1
+                count = int(entry[0])
+                amount = min(meter.amount, MAX_COUNT)
+                if meter.limit and count + (amount or 1) > min(meter.limit, MAX_COUNT):
+                    return 0
+                entry[0] = count = min(count + amount, MAX_COUNT)
+                taken: tuple[int, ...] | int = (count,)
+            else:
+                taken = self._take_all(meters, now)
             self._takes += 1
             if self._takes >= self.SWEEP_EVERY:
                 self._takes = 0
                 self._sweep(now)
             return taken
 
-    def take_one(self, meter: Meter, now: float) -> int:
-        """:meth:`take` of ``meter`` alone (a hop with no other budget than its tree's hops), with
-        no tuple made: the count after the take, or -1 when it would go past the limit."""
+    def take_hop(self, tree: tuple[str, int, float], now: float) -> int:
+        """:meth:`take` of one hop from a tree's count alone (``tree``: its key, limit and expiry), the
+        common case (max_hops on, no other budget), with nothing made: the count after the take, or
+        -1 when it would go past the limit (nothing taken)."""
+        key, limit, expires_at = tree
         with self._lock:
-            counts = self._counts
-            key = meter.key
-            entry = counts.get(key)
+            entry = self._counts.get(key)
             if entry is None or entry[1] <= now:
-                if entry is not None:
-                    del counts[key]  # expired: it starts again, at the end of the order
-                elif len(counts) >= self._max_entries:
-                    self._make_room(now)
-                entry = counts[key] = [0, meter.expires_at, 0]
+                entry = self._fresh(key, expires_at, now, entry is not None)
             else:
                 entry[2] = 1
-            # min() spelled out: a builtin that parses keywords costs a take a third of its time.
             count = int(entry[0])
-            amount = meter.amount
-            amount = amount if amount < MAX_COUNT else MAX_COUNT
-            limit = meter.limit
-            if limit and count + (amount or 1) > (limit if limit < MAX_COUNT else MAX_COUNT):
+            # count + 1 > min(limit, MAX_COUNT), and min(count + 1, MAX_COUNT), without min(): a
+            # builtin that parses keywords costs as much as the rest of the take.
+            if limit and count >= (limit if limit < MAX_COUNT else MAX_COUNT):
                 return -1
-            count += amount
-            entry[0] = count = count if count < MAX_COUNT else MAX_COUNT
+            if count < MAX_COUNT:
+                entry[0] = count = count + 1
             self._takes += 1
             if self._takes >= self.SWEEP_EVERY:
                 self._takes = 0
                 self._sweep(now)
             return count
+
+    def _fresh(self, key: str, expires_at: float, now: float, expired: bool) -> list[float]:
+        """A new count under ``key`` (``expired``: one was there: it starts again, at the end of the
+        order), room made for it first when the store is full."""
+        counts = self._counts
+        if expired:
+            del counts[key]
+        elif len(counts) >= self._max_entries:
+            self._make_room(now)
+        entry = counts[key] = [0, expires_at, 0]
+        return entry
 
     async def atake(self, meters: Sequence[Meter], now: float) -> tuple[int, ...] | int:
         """:meth:`take` for async code (it never waits: a lock held for a few dict operations)."""
