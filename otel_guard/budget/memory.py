@@ -76,7 +76,9 @@ class MemoryStore:
         common case (max_hops on, no other budget), with nothing made: the count after the take, or
         -1 when it would go past the limit (nothing taken)."""
         key, limit, expires_at = tree
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: its two bound methods and __exit__'s arguments cost a tenth of a take
+        try:
             entry = self._counts.get(key)
             if entry is None or entry[1] <= now:
                 entry = self._fresh(key, expires_at, now, entry is not None)
@@ -94,6 +96,8 @@ class MemoryStore:
                 self._takes = 0
                 self._sweep(now)
             return count
+        finally:
+            lock.release()
 
     def _fresh(self, key: str, expires_at: float, now: float, expired: bool) -> list[float]:
         """A new count under ``key`` (``expired``: one was there: it starts again, at the end of the
