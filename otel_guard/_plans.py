@@ -22,6 +22,11 @@ from otel_guard.settings import Settings
 _BAGGAGE_KEY = names.CHAIN_BAGGAGE_KEY
 _CHAIN_LISTS = (names.CHAIN_AGENTS, names.CHAIN_SKILLS)
 
+TAKE_ALONE = True
+"""Whether a hop whose take is its tree's hop count alone (no other budget on, not a received hop)
+takes it through the memory store's :meth:`~otel_guard.budget.MemoryStore.take_hop` (False: through
+:func:`otel_guard._spending.spend`, as every other hop; for tests)."""
+
 PlanKey = tuple[str, str | None, str]
 """A hop's (agent, skill, kind): what its plans and shared hops are kept under. The kind is
 ``agent``, ``tool`` or ``transfer`` (an agent hop of kind transfer: its decision is not a call's)."""
@@ -37,6 +42,7 @@ class Plan:
     """
 
     __slots__ = (
+        "alone",
         "arrival",
         "attributes",
         "budgeted",
@@ -76,6 +82,8 @@ class Plan:
         self.budgeted = budgeted
         self.received = received
         self.meters: tuple[Meter, ...] = ()
+        # A hop counted alone: its tree's (key, limit, expiry) for the memory store's take_hop.
+        self.alone: tuple[str, int, float] | None = None
         if budgeted:
             # The tree's hops count; its model requests and tokens, when those budgets are on, are
             # only checked (a tree that spent them makes no more hops either).
@@ -86,6 +94,9 @@ class Plan:
                 tree_count(settings, token.root, expires_at),
                 *usage_meters(settings, token.root, expires_at, 0),
             )
+            tree = self.meters[0]
+            if TAKE_ALONE and len(self.meters) == 1 and not received and not settings.workspace_max_hops:
+                self.alone = (tree.key, tree.limit, tree.expires_at)  # all _spending.spend would take
         self.hop = hop
         self.verdict = verdict
         self.token = token  # the chain including this hop

@@ -41,6 +41,7 @@ import otel_guard
 import otel_guard._context_slots as context_slots
 import otel_guard._in_force as in_force
 import otel_guard._jwk as jwk
+import otel_guard._plans as plans_module
 import otel_guard._spending as spending
 import otel_guard.budget
 import otel_guard.chain as chain_module
@@ -128,6 +129,8 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     ),
     # The (agent, skill) pairs check_hop passed, not checked again: chain._CHECKED_HOPS.
     "checked_hops": lambda mp: mp.setattr(chain_module, "_CHECKED_HOPS", _KeepsNothing()),
+    # A hop whose take is its tree's hop count alone, taken by the memory store's take_one.
+    "take_alone": lambda mp: mp.setattr(plans_module, "TAKE_ALONE", False),
     # The cryptography package's primitives, imported once (_jwk._crypto).
     "crypto_imports": lambda mp: mp.setattr(jwk, "_crypto", jwk._crypto.__wrapped__),
 }
