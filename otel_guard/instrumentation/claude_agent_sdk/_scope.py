@@ -23,7 +23,7 @@ class OpenCall(NamedTuple):
     """A tool call whose hop is open: its context, and what ends it (once; with the call's error)."""
 
     context: Context
-    end: Callable[[BaseException | None], None]
+    end: Callable[[BaseException | None], object]
 
 
 OPEN_CALLS: Final[dict[str, OpenCall]] = {}
