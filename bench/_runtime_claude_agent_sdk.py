@@ -87,7 +87,7 @@ def _runtime(runtime_class: Any, *, hook_only: bool) -> Any:
             allowed_tools=["mcp__kit__lookup"],
             agents={"planner": AgentDefinition(description="The planner.", prompt="You plan.")},
             extra_args={"agent": "planner"},
-            hooks=hooks,  # type: ignore[arg-type]  # HookMatcher's callback type is a Protocol
+            hooks=hooks,
         )
         answer = ""
         async for message in query(prompt="Plan a trip to Lisbon.", options=options):
