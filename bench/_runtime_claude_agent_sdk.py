@@ -9,6 +9,11 @@ its start-up, about 1.5 s, dominates the wall time of both arms alike).
 
 Run it with the Claude Agent SDK environment: ``.venv-runtimes/claude-agent-sdk/bin/python
 bench/runtime_overhead.py --runtime claude-agent-sdk``.
+
+``claude-agent-sdk-hook`` is the same run with no guard at all; its "guarded" arm gives the run an
+app's own ``PreToolUse`` hook matching the tool that answers ``{}``: what the SDK itself spends on the
+one hook round trip a guarded tool call needs (the CLI's control request read, a task, the answer
+written), the part of the guarded row that is the runtime's and not the guard's.
 """
 
 from __future__ import annotations
@@ -22,10 +27,21 @@ SCRIPTED_API = Path(__file__).resolve().parents[1] / "tests" / "instrumentation"
 
 
 def runtime(runtime_class: Any) -> Any:
+    """The guarded run: the guard's instrumentor on and off."""
+    return _runtime(runtime_class, hook_only=False)
+
+
+def hook_runtime(runtime_class: Any) -> Any:
+    """The bare run, with and without an app's own ``PreToolUse`` hook that answers ``{}``."""
+    return _runtime(runtime_class, hook_only=True)
+
+
+def _runtime(runtime_class: Any, *, hook_only: bool) -> Any:
     sys.path.insert(0, str(SCRIPTED_API))
     from claude_agent_sdk import (
         AgentDefinition,
         ClaudeAgentOptions,
+        HookMatcher,
         ResultMessage,
         create_sdk_mcp_server,
         query,
@@ -45,10 +61,17 @@ def runtime(runtime_class: Any) -> Any:
     async def lookup(arguments: dict[str, Any]) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": f"{arguments['city']}: sunny"}]}
 
+    async def answer_nothing(data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+        return {}
+
     api = ScriptedAPI(script).__enter__()  # for the process's life: the bench's runs share it
     config = tempfile.mkdtemp(prefix="claude-bench-")
+    hooked = [False]  # hook_only: the "guarded" arm gives the run the app's hook
 
     async def run() -> str:
+        hooks = (
+            {"PreToolUse": [HookMatcher(matcher="mcp__.*", hooks=[answer_nothing])]} if hooked[0] else None
+        )
         options = ClaudeAgentOptions(
             model="claude-scripted",
             env={
@@ -64,6 +87,7 @@ def runtime(runtime_class: Any) -> Any:
             allowed_tools=["mcp__kit__lookup"],
             agents={"planner": AgentDefinition(description="The planner.", prompt="You plan.")},
             extra_args={"agent": "planner"},
+            hooks=hooks,
         )
         answer = ""
         async for message in query(prompt="Plan a trip to Lisbon.", options=options):
@@ -71,4 +95,13 @@ def runtime(runtime_class: Any) -> Any:
                 answer = message.result or ""
         return answer
 
-    return runtime_class("claude-agent-sdk", run, ClaudeAgentSDKInstrumentor(), lambda out: "sunny" in out)
+    def check(out: str) -> bool:
+        return "sunny" in out
+
+    if hook_only:
+
+        def switch(on: bool) -> None:
+            hooked[0] = on
+
+        return runtime_class("claude-agent-sdk-hook", run, None, check, switch=switch)
+    return runtime_class("claude-agent-sdk", run, ClaudeAgentSDKInstrumentor(), check)

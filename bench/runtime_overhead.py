@@ -279,14 +279,14 @@ def delegate_runtime() -> Runtime:
     return Runtime("delegate", run, None, lambda out: out == "sunny", switch=switch)
 
 
-def runtime_of_its_own(module: str) -> Callable[[], Runtime]:
+def runtime_of_its_own(module: str, builder: str = "runtime") -> Callable[[], Runtime]:
     """A runtime that lives in an environment of its own (``.venv-runtimes/<extra>``): its run is in
-    ``bench/<module>.py``, whose ``runtime(Runtime)`` builds it. Run the bench with that
-    environment's interpreter and ``--runtime`` naming it."""
+    ``bench/<module>.py``, whose ``runtime(Runtime)`` (or ``builder``) builds it. Run the bench with
+    that environment's interpreter and ``--runtime`` naming it."""
 
     def build() -> Runtime:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        built: Runtime = importlib.import_module(module).runtime(Runtime)
+        built: Runtime = getattr(importlib.import_module(module), builder)(Runtime)
         return built
 
     return build
@@ -310,6 +310,8 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "agno": runtime_of_its_own("_runtime_agno"),
     "haystack": runtime_of_its_own("_runtime_haystack"),
     "claude-agent-sdk": runtime_of_its_own("_runtime_claude_agent_sdk"),
+    # No guard: the SDK's own cost of the one PreToolUse round trip a guarded tool call makes.
+    "claude-agent-sdk-hook": runtime_of_its_own("_runtime_claude_agent_sdk", "hook_runtime"),
 }
 # The runtimes measured when --runtime is not given: those of the main environment.
 MAIN_ENVIRONMENT = (

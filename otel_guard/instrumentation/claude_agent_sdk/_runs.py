@@ -3,11 +3,11 @@
 Every ``query()`` and every ``ClaudeSDKClient`` session makes one ``Query``, the SDK's end of the
 CLI's control channel. The guard gives each one a :class:`Run`:
 
-* at ``Query.__init__`` the run's hooks join the app's, after them (``PreToolUse``,
-  ``PostToolUse``, ``PostToolUseFailure`` matching MCP tools and the Agent tool, every tool for
-  ``PreToolUse`` while a model budget is on; ``SubagentStart``, ``SubagentStop``; and
-  ``UserPromptSubmit`` with guidance on), so the CLI asks the guard about every call that can be a
-  hop, the sub-agents' included;
+* at ``Query.__init__`` the run's hooks join the app's, after them (``PreToolUse`` and
+  ``PostToolUseFailure`` matching MCP tools and the Agent tool, every tool for ``PreToolUse`` while
+  a model budget is on; ``PostToolUse`` matching the MCP tools whose end the guard does not see
+  itself; ``SubagentStart``, ``SubagentStop``; and ``UserPromptSubmit`` with guidance on), so the
+  CLI asks the guard about every call that can be a hop, the sub-agents' included;
 * at ``Query.start``, before the CLI is read, the run's hop is decided: ``invoke_agent {name}``,
   where the name is the CLI's ``--agent`` (``extra_args={"agent": "planner"}``: the session runs as
   that agent); a run inside a hop of its own name (tool ``budget`` running agent ``budget``), or with
@@ -21,10 +21,12 @@ CLI's control channel. The guard gives each one a :class:`Run`:
 Which tool call is a hop (``PreToolUse``): the Agent tool (``Task`` in older CLIs), which starts a
 sub-agent, is ``invoke_agent {subagent_type}``, kept open until the sub-agent stops
 (``SubagentStop``; the CLI may run it in the background); an MCP tool ``mcp__{server}__{tool}`` is
-``execute_tool {tool}``; the CLI's built-in tools delegate nothing and are no hops. A sub-agent's
-calls are decided in the sub-agent's hop (the hook names its ``agent_id``). A refused call is denied:
-``permissionDecision: "deny"`` with the refusal's text as the reason, which the CLI gives the model
-as the call's error result; the model answers with what it has.
+``execute_tool {tool}``, ended when the tool returns by the SDK MCP server that runs it
+(:mod:`._tools`), by ``PostToolUse`` for another server's; the CLI's built-in tools delegate nothing
+and are no hops. A sub-agent's calls are decided in the sub-agent's hop (the hook names its
+``agent_id``). A refused call is denied: ``permissionDecision: "deny"`` with the refusal's text as
+the reason, which the CLI gives the model as the call's error result; the model answers with what
+it has.
 
 Budgets (:mod:`._usage`): the CLI makes the model requests, out of the guard's reach, so each one is
 counted as its reply arrives (the run's read loop sees every assistant message, the sub-agents'
@@ -36,6 +38,8 @@ sub-agent that spent it.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -46,7 +50,7 @@ from opentelemetry.context import Context
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
 from otel_guard.instrumentation._base import refusal_text, unless_suppressed
-from otel_guard.instrumentation.claude_agent_sdk._scope import OPEN_CALLS
+from otel_guard.instrumentation.claude_agent_sdk._scope import ENDING_SERVERS, OPEN_CALLS, OpenCall
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
 
@@ -57,6 +61,9 @@ AGENT_TOOLS: Final = frozenset({"Agent", "Task"})
 GENERAL_PURPOSE: Final = "general-purpose"
 HOP_TOOLS: Final = "mcp__.*|Agent|Task"
 """The hook matcher of the calls that can be hops: MCP tools and the sub-agent tool."""
+MCP_TOOLS: Final = "mcp__.*"
+"""The ``PostToolUse`` matcher where no tool server ends its calls' hops itself (an Agent call's hop
+ends with its sub-agent: ``SubagentStop``)."""
 REPLY_WAIT_SECONDS: Final = 1.0
 """How long a tool call waits for the reply that made it to be counted (it comes within ms)."""
 
@@ -66,9 +73,15 @@ HookCallback = Callable[[Any, Any, Any], Any]
 class Run:
     """One run's hops: its own, its open tool calls and sub-agents; whether it is spent."""
 
-    def __init__(self, name: str | None, tools: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None,
+        tools: dict[str, list[str]] | None = None,
+        ending_servers: tuple[str, ...] = (),
+    ) -> None:
         self.name = name
         self.tools = tools or {}  # agent name ("" for the main thread) -> the tools it may call
+        self.ending_servers = ending_servers  # the SDK MCP servers that end their calls' hops
         self.hop: Delegation | None = None
         self.context: Context = otel_context.get_current()
         self.calls: dict[str, Delegation] = {}  # tool_use_id -> open MCP tool hop
@@ -99,10 +112,8 @@ class Run:
         if self.closed:
             return
         self.closed = True
-        for tool_use_id, hop in list(self.calls.items()):
-            OPEN_CALLS.pop(tool_use_id, None)
-            hop.finish()
-        self.calls.clear()
+        for tool_use_id in list(self.calls):
+            self.end_call(tool_use_id, None)
         for pending in self.waiting.values():
             for _, hop, _ in pending:
                 hop.finish()
@@ -134,7 +145,7 @@ class Run:
         calls = None if settings.model_budgets_on else HOP_TOOLS
         hooks: dict[str, tuple[str | None, HookCallback]] = {
             "PreToolUse": (calls, self.pre_tool_use),
-            "PostToolUse": (HOP_TOOLS, self.post_tool_use),
+            "PostToolUse": (_ended_by_the_cli(self.ending_servers), self.post_tool_use),
             "PostToolUseFailure": (HOP_TOOLS, self.post_tool_use_failure),
             "SubagentStart": (None, self.subagent_start),
             "SubagentStop": (None, self.subagent_stop),
@@ -202,7 +213,7 @@ class Run:
             self.spawned[call_id] = ctx
             return self._guided(name, data.get("tool_input"), ctx)
         self.calls[call_id] = hop
-        OPEN_CALLS[call_id] = ctx
+        OPEN_CALLS[call_id] = OpenCall(ctx, functools.partial(self.end_call, call_id))
         return {}
 
     def _guided(self, agent: str, tool_input: Any, ctx: Context) -> dict[str, Any]:
@@ -232,15 +243,21 @@ class Run:
         self._call_ended(data, tool_use_id, RuntimeError(str(error or "tool call failed")))
         return {}
 
+    def end_call(self, call_id: str, exc: BaseException | None) -> bool:
+        """End the hop of the MCP tool call ``call_id`` (``exc``: its error); whether it was open."""
+        hop = self.calls.pop(call_id, None)
+        if hop is None:
+            return False
+        OPEN_CALLS.pop(call_id, None)
+        hop.finish(exc)
+        return True
+
     def _call_ended(self, data: Any, tool_use_id: Any, exc: BaseException | None) -> None:
         call_id = data.get("tool_use_id") if isinstance(data, dict) else None
         call_id = call_id or tool_use_id
-        hop = self.calls.pop(call_id, None) if isinstance(call_id, str) else None
-        if hop is not None:
-            OPEN_CALLS.pop(call_id, None)
-            hop.finish(exc)
+        if not isinstance(call_id, str) or self.end_call(call_id, exc):
             return
-        if exc is not None and isinstance(call_id, str):
+        if exc is not None:
             # A sub-agent call that failed before its sub-agent started: its hop ends here.
             for pending in self.waiting.values():
                 for entry in pending:
@@ -278,6 +295,17 @@ def _hop_of(tool: Any, tool_input: Any) -> tuple[str, Any] | None:
         name = tool.split("__", 2)[-1]
         return (name or tool), "tool"
     return None
+
+
+def _ended_by_the_cli(ending_servers: tuple[str, ...]) -> str:
+    """The ``PostToolUse`` matcher: the MCP tools but those of ``ending_servers``.
+
+    The CLI names a tool ``mcp__{server}__{tool}`` with every character of the server's name but
+    ``[a-zA-Z0-9_-]`` made ``_``; it tests a matcher as a JavaScript ``RegExp`` (a lookahead too)."""
+    if not ending_servers:
+        return MCP_TOOLS
+    names = "|".join(sorted({re.sub(r"[^a-zA-Z0-9_-]", "_", name) for name in ending_servers}))
+    return f"^mcp__(?!(?:{names})__)"
 
 
 def _tool_docs(tools: list[str]) -> dict[str, str | None]:
@@ -336,7 +364,9 @@ def new_query(
     """``Query.__init__``: the run gets its :class:`Run` and the guard's hooks."""
     wrapped(*args, **kwargs)
     transport = kwargs.get("transport", args[0] if args else None)
-    run = Run(_agent_name(transport), _tools_of(transport, instance))
+    servers = getattr(instance, "sdk_mcp_servers", None)
+    ending = tuple(str(name) for name, server in (servers or {}).items() if server in ENDING_SERVERS)
+    run = Run(_agent_name(transport), _tools_of(transport, instance), ending)
     hooks = instance.hooks
     for event, (matcher, callback) in run.hooks().items():
         hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})

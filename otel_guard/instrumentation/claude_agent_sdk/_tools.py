@@ -4,7 +4,8 @@ The hop of a call is decided in the run's ``PreToolUse`` hook (:mod:`._runs`); t
 then runs the tool in a task of its own. The server class the SDK builds its tool servers with
 (``_mcp_compat._Server``) is wrapped so that its ``on_call_tool`` runs the tool inside the context of
 the call's hop, found by the request's ``claudecode/toolUseId`` (:mod:`._scope`): a run the tool
-starts (an agent it asks) is inside the call.
+starts (an agent it asks) is inside the call. The hop ends when the tool returns, with an error
+when its result is one; the run's ``PostToolUse`` hook leaves such a server's tools out.
 
 A refusal raised inside a tool (the agent it asks was refused) would come back as the SDK's error
 result with the exception's bare message; ``create_sdk_mcp_server`` is wrapped so that each tool's
@@ -21,7 +22,7 @@ from typing import Any, cast
 from opentelemetry import context as otel_context
 
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
-from otel_guard.instrumentation.claude_agent_sdk._scope import OPEN_CALLS, tool_use_id_of
+from otel_guard.instrumentation.claude_agent_sdk._scope import ENDING_SERVERS, OPEN_CALLS, tool_use_id_of
 
 Handler = Callable[[Any], Awaitable[dict[str, Any]]]
 
@@ -69,23 +70,42 @@ def _answers_refusals(handler: Handler) -> Handler:
 def new_tool_server(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``_Server(name, ..., on_call_tool=...)``: each tool call runs in its hop's context."""
+    """``_Server(name, ..., on_call_tool=...)``: each tool call runs in its hop's context and ends it."""
     on_call_tool = kwargs.get("on_call_tool")
-    if on_call_tool is not None:
-        kwargs = {**kwargs, "on_call_tool": _in_hop(on_call_tool)}
-    return wrapped(*args, **kwargs)
+    if on_call_tool is None:
+        return wrapped(*args, **kwargs)
+    server = wrapped(*args, **{**kwargs, "on_call_tool": _in_hop(on_call_tool)})
+    ENDING_SERVERS.add(server)
+    return server
 
 
 def _in_hop(on_call_tool: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     async def call_tool(ctx: Any, params: Any) -> Any:
         tool_use_id = tool_use_id_of(params)
-        hop_context = OPEN_CALLS.get(tool_use_id) if tool_use_id is not None else None
-        if hop_context is None:
+        call = OPEN_CALLS.get(tool_use_id) if tool_use_id is not None else None
+        if call is None:
             return await on_call_tool(ctx, params)
-        token = otel_context.attach(hop_context)
+        token = otel_context.attach(call.context)
         try:
-            return await on_call_tool(ctx, params)
-        finally:
+            result = await on_call_tool(ctx, params)
+        except BaseException as exc:
             otel_context.detach(token)
+            call.end(exc)
+            raise
+        otel_context.detach(token)
+        call.end(_failure(result))
+        return result
 
     return call_tool
+
+
+def _failure(result: Any) -> BaseException | None:
+    """The error a tool's result reports (``isError``, with its text), or ``None``."""
+    if getattr(result, "isError", False) is not True:
+        return None
+    texts = [
+        text
+        for block in getattr(result, "content", None) or ()
+        if isinstance(text := getattr(block, "text", None), str)
+    ]
+    return RuntimeError(" ".join(texts) or "tool call failed")

@@ -24,11 +24,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from dspy.predict.predict import Predict
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
-from otel_guard.guard import Delegation, current_chain, delegate
-from otel_guard.instrumentation._base import acall_in_context, call_in_context, unless_suppressed
-from otel_guard.instrumentation.dspy._scope import in_module_run, inside_module_run, tool_call_in_progress
+from otel_guard.guard import current_chain, delegate
+from otel_guard.instrumentation._base import acall_in_context, call_in_context
+from otel_guard.instrumentation.dspy._scope import (
+    in_module_run,
+    inside_module_run,
+    suppressed,
+    tool_call_in_progress,
+)
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
 
@@ -38,64 +45,66 @@ _FINISH: Final = "finish"
 
 def own_name(module: Any) -> str | None:
     """The name a module has of its own: its ``name`` attribute, or the class name of an app's class."""
-    name = getattr(module, "name", None)
+    try:
+        # DSPy's Module.__getattribute__ is Python code (it watches for direct forward() calls):
+        # the generic lookup it ends in, without a Python frame, on every call of a module.
+        name = object.__getattribute__(module, "name")
+    except AttributeError:
+        name = None
     if isinstance(name, str) and name:
         return name
     cls = type(module)
     return None if cls.__module__.startswith("dspy.") else cls.__name__
 
 
-def hop_of(module: Any) -> tuple[str, bool] | None:
-    """(hop name, whether it joins the tool call in progress) of a call of ``module``; ``None``: no hop."""
-    from dspy.predict.predict import Predict
-
-    if isinstance(module, Predict):
-        return None
-    call = tool_call_in_progress()
+def hop_of(module: Any, ctx: Context) -> tuple[str, bool] | None:
+    """(hop name, whether it joins the tool call in progress) of a call of ``module`` in ``ctx``;
+    ``None``: no hop."""
+    call = tool_call_in_progress(ctx)
     name = own_name(module)
     if name is None:
         if call is not None:
             return call, True
-        if inside_module_run():
+        if inside_module_run(ctx):
             return None
         name = type(module).__name__
     return name, name == call
 
 
-def _start(module: Any) -> tuple[Delegation | None, Any] | None:
-    """The hop of a call of ``module`` and the context to run it in; ``None``: no hop."""
-    found = hop_of(module)
-    if found is None:
-        return None
-    name, joined = found
-    hop = None if joined else delegate(name)
-    ctx = otel_context.get_current() if hop is None else hop.start()  # a refusal raises here
-    return hop, in_module_run(ctx)
-
-
-@unless_suppressed
 def guard_call(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Module.__call__``: the call is one hop (or the tool call of its name it runs in)."""
-    started = _start(instance)
-    if started is None:
+    """``Module.__call__``: the call is one hop (or the tool call of its name it runs in); none while
+    instrumentation is suppressed.
+
+    Every ``Predict`` step of a run comes here too (it is a module): it is let through first, with
+    no lookup at all, as is a call that is no hop after one lookup of the context.
+    """
+    if isinstance(instance, Predict):
         return wrapped(*args, **kwargs)
-    hop, ctx = started
-    return call_in_context(ctx, hop, lambda: wrapped(*args, **_guided(instance, kwargs)))
+    current = otel_context.get_current()
+    found = None if suppressed(current) else hop_of(instance, current)
+    if found is None:
+        return wrapped(*args, **kwargs)
+    name, joined = found
+    hop = None if joined else delegate(name)
+    ctx = current if hop is None else hop.start()  # a refusal raises here
+    return call_in_context(in_module_run(ctx), hop, lambda: wrapped(*args, **_guided(instance, kwargs)))
 
 
-@unless_suppressed
 async def guard_acall(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Module.acall``: as :func:`guard_call`, awaited (a budget store with an asyncio API too)."""
-    found = hop_of(instance)
+    if isinstance(instance, Predict):
+        return await wrapped(*args, **kwargs)
+    current = otel_context.get_current()
+    found = None if suppressed(current) else hop_of(instance, current)
     if found is None:
         return await wrapped(*args, **kwargs)
     name, joined = found
     hop = None if joined else delegate(name)
-    ctx = otel_context.get_current() if hop is None else await hop.astart()  # a refusal raises here
+    ctx = current if hop is None else await hop.astart()  # a refusal raises here
 
     def run() -> Any:  # guided in the hop's context: the guidance reads its chain
         return wrapped(*args, **_guided(instance, kwargs))

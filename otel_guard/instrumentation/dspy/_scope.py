@@ -12,13 +12,20 @@ from __future__ import annotations
 from typing import Final
 
 from opentelemetry import context as otel_context
-from opentelemetry.context import Context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context
+from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
 
 CALL: Final = otel_context.create_key("otel_guard_dspy_tool_call")
 """Context key: the name of the tool whose body runs here (``None`` once a module run starts)."""
 
 IN_MODULE: Final = otel_context.create_key("otel_guard_dspy_in_module")
 """Context key: ``True`` inside a guarded module run (and no tool call since)."""
+
+
+def suppressed(ctx: Context) -> bool:
+    """Whether instrumentation is suppressed in ``ctx``: ``not is_instrumentation_enabled()``, read
+    from a context the wrapper has looked up once (OpenTelemetry's helper looks it up once per key)."""
+    return bool(ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
 
 
 def in_tool_call(name: str, ctx: Context) -> Context:
@@ -31,12 +38,12 @@ def in_module_run(ctx: Context) -> Context:
     return Context({**ctx, CALL: None, IN_MODULE: True})
 
 
-def tool_call_in_progress() -> str | None:
-    """The name of the tool whose body runs in the current context, if any."""
-    name = otel_context.get_value(CALL)
+def tool_call_in_progress(ctx: Context) -> str | None:
+    """The name of the tool whose body runs in ``ctx``, if any."""
+    name = ctx.get(CALL)
     return name if isinstance(name, str) else None
 
 
-def inside_module_run() -> bool:
-    """Whether the current context is inside a guarded module run, with no tool call since."""
-    return otel_context.get_value(IN_MODULE) is True
+def inside_module_run(ctx: Context) -> bool:
+    """Whether ``ctx`` is inside a guarded module run, with no tool call since."""
+    return ctx.get(IN_MODULE) is True

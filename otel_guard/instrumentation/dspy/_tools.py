@@ -17,16 +17,17 @@ one, so the model reads the same text either way and answers with what it has.
 from __future__ import annotations
 
 from collections.abc import Callable
-from inspect import isfunction
+from types import FunctionType
 from typing import Any, Final, NoReturn
 
+from dspy.primitives.module import Module
 from opentelemetry import context as otel_context
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, delegate
-from otel_guard.instrumentation._base import refusal_behind, refusal_text, unless_suppressed
+from otel_guard.instrumentation._base import refusal_behind, refusal_text
 from otel_guard.instrumentation.dspy._modules import own_name
-from otel_guard.instrumentation.dspy._scope import in_tool_call
+from otel_guard.instrumentation.dspy._scope import in_tool_call, suppressed
 
 _REACT: Final = "dspy.predict.react"
 """Where ReAct's own ``finish`` tool is defined."""
@@ -38,13 +39,14 @@ class ToolCallRefused(DelegationRefused):
 
 
 def _hop(tool: Any) -> tuple[Delegation, str] | None:
-    """The hop of a call of ``tool`` and the name its body runs under; ``None``: no hop."""
+    """The hop of a call of ``tool`` and the name its body runs under; ``None``: no hop (ReAct's
+    ``finish``, or instrumentation suppressed)."""
     name = getattr(tool, "name", None)
     func = getattr(tool, "func", None)
-    if not isinstance(name, str) or not name or (isfunction(func) and func.__module__ == _REACT):
+    if not isinstance(name, str) or not name or (type(func) is FunctionType and func.__module__ == _REACT):
         return None
-    from dspy.primitives.module import Module
-
+    if suppressed(otel_context.get_current()):
+        return None
     if isinstance(func, Module):
         agent = own_name(func) or name
         return delegate(agent), agent
@@ -58,7 +60,6 @@ def _refused(err: DelegationRefused) -> NoReturn:
     raise ToolCallRefused(err.reason, refusal_text(err), err.hop, err.chain, remote=err.remote) from None
 
 
-@unless_suppressed
 def guard_tool_call(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
@@ -86,7 +87,6 @@ def guard_tool_call(
     return result
 
 
-@unless_suppressed
 async def guard_tool_acall(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:

@@ -29,7 +29,6 @@ from typing import Any
 from dspy.utils.exceptions import LMError
 
 from otel_guard._pricing import reported_cost
-from otel_guard.instrumentation._base import unless_suppressed
 from otel_guard.usage import (
     ModelUsage,
     abefore_model_request,
@@ -46,11 +45,14 @@ class TreeBudgetExceeded(LMError):  # type: ignore[misc, unused-ignore]  # Any w
     default_code = "a2a_delegation_budget"
 
 
-@unless_suppressed
 def count_request(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``BaseLM.__call__``: the request counted (and refused when the tree may not make it)."""
+    """``BaseLM.__call__``: the request counted (and refused when the tree may not make it).
+
+    :func:`model_requests_counted` is the wrapper's first check: whether a model budget is on, then
+    whether instrumentation is suppressed; with no budget on, a request costs the guard one look at
+    the settings."""
     if model_requests_counted():
         refused = before_model_request()
         if refused is not None:
@@ -58,7 +60,6 @@ def count_request(
     return wrapped(*args, **kwargs)
 
 
-@unless_suppressed
 async def count_arequest(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
@@ -70,15 +71,15 @@ async def count_arequest(
     return await wrapped(*args, **kwargs)
 
 
-@unless_suppressed
 def count_tokens(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``execution.finalize(lm, call, result)``: the response's tokens and cost added to the tree."""
-    lm = args[0] if args else kwargs.get("lm")
-    result = args[2] if len(args) > 2 else kwargs.get("result")
-    if result is not None and not getattr(result, "cache_hit", False) and model_requests_counted():
-        after_model_request(model_usage(lm, result))
+    if model_requests_counted():
+        lm = args[0] if args else kwargs.get("lm")
+        result = args[2] if len(args) > 2 else kwargs.get("result")
+        if result is not None and not getattr(result, "cache_hit", False):
+            after_model_request(model_usage(lm, result))
     return wrapped(*args, **kwargs)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from dspy_loop import CallBudget, ScriptedLM, build_loop, react
 from instrumentors import instrumentor_fixture
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 import otel_guard
 from otel_guard.instrumentation.dspy import DSPyInstrumentor
@@ -101,3 +102,15 @@ def test_with_the_budgets_off_no_request_is_counted(instrumented: DSPyInstrument
     lm = ScriptedLM("planner", None, CallBudget(0))
     react("planner", lm, [])(question="offsite")
     assert lm.requests == 2
+
+
+def test_while_instrumentation_is_suppressed_no_request_is_counted(instrumented: DSPyInstrumentor) -> None:
+    # Inside a guarded hop, so that only the suppression keeps the requests from the budget of 1.
+    otel_guard.configure(max_model_requests=1)
+    loop, planner = one_call()
+
+    with otel_guard.delegate("root"), suppress_instrumentation():
+        answer = planner(question="plan the offsite").answer
+
+    assert answer == "planner answers after budget answers after Completed."
+    assert (loop.planner_lm.requests, loop.budget_lm.requests) == (3, 2)
