@@ -1,5 +1,5 @@
 """A pytest plugin: every Forwarder the tests make sends with the engine's own gRPC client (the
-``h2-forwarder`` prototype, or with ``OTEL_GUARD_TEST_FORWARD_CLIENT=tonic`` its tonic variant)
+``h2-forwarder`` prototype, or with ``FORWARD_WITH_ENGINE_CLIENT=tonic`` its tonic variant)
 rather than grpcio: ``pytest -p forward_with_engine tests/processor/...`` with ``tests/processor``
 on the path, on an engine built with that feature (docs/processor.md, *The forwarder's client*)."""
 
@@ -14,4 +14,4 @@ from otel_guard_processor import forward_client, forwarder
 def pytest_configure(config: pytest.Config) -> None:
     if not forward_client.available():
         raise pytest.UsageError("the engine was built without the h2-forwarder feature")
-    forwarder.CLIENT = os.environ.get("OTEL_GUARD_TEST_FORWARD_CLIENT", "engine")  # or tonic
+    forwarder.CLIENT = os.environ.get("FORWARD_WITH_ENGINE_CLIENT", "engine")  # or tonic
