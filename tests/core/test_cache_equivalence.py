@@ -38,6 +38,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 
 import otel_guard
+import otel_guard._claims_text as claims_text
 import otel_guard._context_slots as context_slots
 import otel_guard._in_force as in_force
 import otel_guard._jwk as jwk
@@ -128,6 +129,9 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     ),
     # The (agent, skill) pairs check_hop passed, not checked again: chain._CHECKED_HOPS.
     "checked_hops": lambda mp: mp.setattr(chain_module, "_CHECKED_HOPS", _KeepsNothing()),
+    # A token's claims read by one regular expression where their text is the guard's own shape
+    # (_claims_text.read_claims), not by the JSON decoder and the claims' checks.
+    "claims_text": lambda mp: mp.setattr(claims_text, "READ", [False]),
     # The cryptography package's primitives, imported once (_jwk._crypto).
     "crypto_imports": lambda mp: mp.setattr(jwk, "_crypto", jwk._crypto.__wrapped__),
 }
