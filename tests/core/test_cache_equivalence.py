@@ -51,6 +51,7 @@ import otel_guard.settings
 from otel_guard import telemetry as names
 from otel_guard._carriers import attach_caller_context
 from otel_guard._plans import FirstHops
+from otel_guard._received_hops import ReceivedHops
 from otel_guard.budget.meters import _WorkspaceWindows
 from otel_guard.chain import (
     Chain,
@@ -101,6 +102,9 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "plans": lambda mp: mp.setattr(ChainToken, "MAX_CHILDREN", 0),
     # Every chain's first hop, and the hops after it down the path, shared: _plans.FirstHops / kin.
     "first_hops": lambda mp: mp.setattr(guard, "first_hops", FirstHops(0)),
+    # The plan of a hop a service receives, made again for every chain arriving along a path it was
+    # allowed from: _received_hops.ReceivedHops.
+    "received_hops": lambda mp: mp.setattr(guard, "received_hops", ReceivedHops(0)),
     # A child token's claims text made from its parent's (or from the sender's, for an arrived
     # token), its agents, skills and size bound from its parent's: ChainToken.extended.
     "claims_reuse": lambda mp: mp.setattr(ChainToken, "extended", ChainToken.extended_afresh),
