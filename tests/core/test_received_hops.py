@@ -21,6 +21,7 @@ import otel_guard.guard as guard
 from otel_guard import DelegationRefused, delegate
 from otel_guard._received_hops import ReceivedHops
 from otel_guard.chain import Chain, ChainToken, Hop, Keyring, TransferHop, new_root
+from otel_guard.policy import decide_for_agent
 
 SECRET = bytes(range(32))
 FOREIGN = bytes([9] * 32)
@@ -63,11 +64,10 @@ def receive(chain_in_baggage: InBaggage, token: str) -> tuple[str | None, str | 
 def decided(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The chains the policy decides from, from now on."""
     calls: list[Any] = []
-    decide = guard.decide_for_agent
 
     def counting(arrival: Any, *rest: Any) -> Any:
         calls.append(arrival)
-        return decide(arrival, *rest)
+        return decide_for_agent(arrival, *rest)
 
     monkeypatch.setattr(guard, "decide_for_agent", counting)
     return calls
