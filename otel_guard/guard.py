@@ -33,6 +33,7 @@ from otel_guard._in_force import (
     verified_token,
 )
 from otel_guard._plans import Plan, PlanKey, SharedHop, first_hops
+from otel_guard._received_hops import received_hops
 from otel_guard._spending import StoreFailed, aspend, spend, spent_message
 from otel_guard.budget import MemoryStore, Meter, store_failure, store_for
 from otel_guard.chain import (
@@ -497,6 +498,12 @@ class Delegation:
             verdict = decide_for_agent(None, hop, settings, now)
             token = ChainToken(start_chain(hop, settings.workspace, now, settings.ttl), keyring)
         else:
+            if self._receiving and unsigned is None:
+                # A service's hop from a path it was allowed from: made again, not decided.
+                shared_plan = received_hops.plan(self._key, arrived, in_force, settings, now)
+                if shared_plan is not None:
+                    arrived.remember(self._key, shared_plan)
+                    return shared_plan
             verdict = decide_for_agent(arrival, hop, settings, now)
             token = arrived.extended(hop, keyring)
             memo = arrived
@@ -535,6 +542,8 @@ class Delegation:
             memo.remember(self._key, plan)
             if memo.kin is not None and verdict is ALLOW and carried and not self._receiving:
                 first_hops.share(memo.kin, self._key, plan, settings)
+            elif self._receiving and verdict is ALLOW and carried:
+                received_hops.keep(self._key, plan, settings)
         elif value is None and verdict is ALLOW and carried:
             first_hops.keep(self._key, plan, settings)
         return plan

@@ -76,13 +76,14 @@ def test_the_import_graph_has_no_circle() -> None:
 
 
 def test_no_arrow_points_up() -> None:
-    """The chain knows tokens only (its JWS basics and its keys, below it, know nothing else of
-    ours); the decision knows the chain and the settings; nothing below the runtime adapters imports
-    them, nothing imports the package's own face, and only the CLI the demo."""
+    """The chain knows tokens only (its JWS basics, its claims' reader and its keys, below it, know
+    nothing else of ours); the decision knows the chain and the settings; nothing below the runtime
+    adapters imports them, nothing imports the package's own face, and only the CLI the demo."""
     assert GRAPH["otel_guard._jws"] == set()
     assert GRAPH["otel_guard._jwk"] == {"otel_guard._jws"}
     assert GRAPH["otel_guard.keys"] == {"otel_guard._jws", "otel_guard._jwk"}
-    assert GRAPH["otel_guard.chain"] == {"otel_guard._jws", "otel_guard.keys"}
+    assert GRAPH["otel_guard._claims_text"] == set()
+    assert GRAPH["otel_guard.chain"] == {"otel_guard._jws", "otel_guard._claims_text", "otel_guard.keys"}
     assert GRAPH["otel_guard.policy"] == {"otel_guard.chain", "otel_guard.settings"}
     for module, imported in GRAPH.items():
         if not module.startswith("otel_guard.instrumentation"):
@@ -101,7 +102,13 @@ def test_no_source_file_is_longer_than_800_lines() -> None:
 
 
 def test_the_chain_knows_nothing_of_opentelemetry() -> None:
-    for module in ("otel_guard.chain", "otel_guard.keys", "otel_guard._jwk", "otel_guard._jws"):
+    for module in (
+        "otel_guard.chain",
+        "otel_guard.keys",
+        "otel_guard._jwk",
+        "otel_guard._jws",
+        "otel_guard._claims_text",
+    ):
         source = MODULES[module].read_text(encoding="utf-8")
         assert "opentelemetry" not in source, module
 

@@ -24,6 +24,8 @@ def tree_meter(settings: Settings, root: str, expires_at: float) -> Meter | None
 def usage_meters(settings: Settings, root: str, expires_at: float, requests: int) -> tuple[Meter, ...]:
     """The meters of a tree's model requests and tokens that are on: ``requests`` (1 before a model
     request, 0 before a hop) is what the request meter adds; the token meter only checks."""
+    if not (settings.max_model_requests or settings.max_tokens or settings.max_cost):
+        return ()  # none on (the default): every hop's plan asks, so nothing is built
     meters: list[Meter] = []
     expires = expires_at + CLOCK_SKEW
     if settings.max_model_requests:

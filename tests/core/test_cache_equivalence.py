@@ -38,6 +38,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 
 import otel_guard
+import otel_guard._claims_text as claims_text
 import otel_guard._context_slots as context_slots
 import otel_guard._in_force as in_force
 import otel_guard._jwk as jwk
@@ -51,6 +52,7 @@ import otel_guard.settings
 from otel_guard import telemetry as names
 from otel_guard._carriers import attach_caller_context
 from otel_guard._plans import FirstHops
+from otel_guard._received_hops import ReceivedHops
 from otel_guard.budget.meters import _WorkspaceWindows
 from otel_guard.chain import (
     Chain,
@@ -101,6 +103,9 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "plans": lambda mp: mp.setattr(ChainToken, "MAX_CHILDREN", 0),
     # Every chain's first hop, and the hops after it down the path, shared: _plans.FirstHops / kin.
     "first_hops": lambda mp: mp.setattr(guard, "first_hops", FirstHops(0)),
+    # The plan of a hop a service receives, made again for every chain arriving along a path it was
+    # allowed from: _received_hops.ReceivedHops.
+    "received_hops": lambda mp: mp.setattr(guard, "received_hops", ReceivedHops(0)),
     # A child token's claims text made from its parent's (or from the sender's, for an arrived
     # token), its agents, skills and size bound from its parent's: ChainToken.extended.
     "claims_reuse": lambda mp: mp.setattr(ChainToken, "extended", ChainToken.extended_afresh),
@@ -131,6 +136,9 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "checked_hops": lambda mp: mp.setattr(chain_module, "_CHECKED_HOPS", _KeepsNothing()),
     # A hop whose take is its tree's hop count alone, taken by the memory store's take_one.
     "take_alone": lambda mp: mp.setattr(plans_module, "TAKE_ALONE", False),
+    # A token's claims read by one regular expression where their text is the guard's own shape
+    # (_claims_text.read_claims), not by the JSON decoder and the claims' checks.
+    "claims_text": lambda mp: mp.setattr(claims_text, "READ", [False]),
     # The cryptography package's primitives, imported once (_jwk._crypto).
     "crypto_imports": lambda mp: mp.setattr(jwk, "_crypto", jwk._crypto.__wrapped__),
 }
