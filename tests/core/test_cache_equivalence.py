@@ -134,7 +134,7 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     ),
     # The (agent, skill) pairs check_hop passed, not checked again: chain._CHECKED_HOPS.
     "checked_hops": lambda mp: mp.setattr(chain_module, "_CHECKED_HOPS", _KeepsNothing()),
-    # A hop whose take is its tree's hop count alone, taken by the memory store's take_one.
+    # A hop whose take is its tree's hop count alone, taken by the memory store's take_hop.
     "take_alone": lambda mp: mp.setattr(plans_module, "TAKE_ALONE", False),
     # A token's claims read by one regular expression where their text is the guard's own shape
     # (_claims_text.read_claims), not by the JSON decoder and the claims' checks.
