@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_guard_processor.bounds import TREE_HOPS_BUCKETS
 from processor_spans import Trace, encode
-from test_corpus import ORDERS
+from test_corpus import ORDERS, VENDORS_NAMED
 from test_value_first import value_first_request
 
 from otel_guard.chain import Chain, TransferHop
@@ -144,20 +144,7 @@ RIGHT: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] 
     # `_same`: the tools named like the agents they run, each tool and its run one hop.
     **{
         f"vendors/{vendor}.{scenario}": counted
-        for vendor in (
-            "langfuse",
-            "mlflow",
-            "mlflow_oai",
-            "agentops",
-            "langfuse_oai",
-            "phoenix_oai",
-            "agentops_oai",
-            "logfire_pai",
-            "langfuse_lg",
-            "lmnr_lg",
-            "langfuse_lg_same",
-            "lmnr_lg_same",
-        )
+        for vendor in VENDORS_NAMED
         for scenario, counted in (("loop", (LOOP, LOOP_EDGES)), ("control", ({}, HEALTHY_EDGES)))
     },
     # No agent named: Laminar has no agent type (its agents are DEFAULT spans, its OpenAI Agents
