@@ -556,18 +556,18 @@ class Delegation:
         mode, the would-refuse verdict of a spent budget; a spent budget in enforce mode is a refusal,
         recorded and raised here. Nothing is counted for a hop that goes past a budget.
         """
+        store = store_for(plan.settings)
         alone = plan.alone
-        if alone is not None:
-            store = store_for(plan.settings)
-            if type(store) is MemoryStore:  # the common case: one lock, one dict lookup, nothing made
-                count = store.take_hop(alone, self._now)
-                if count < 0:
-                    return self._taken(plan, parent, plan.meters, 0)
-                if alone[1]:
-                    self._hops = count
-                return None
+        if alone is not None and type(store) is MemoryStore:
+            # The common case: one lock, one dict lookup, nothing made.
+            count = store.take_hop(alone, self._now)
+            if count < 0:
+                return self._taken(plan, parent, plan.meters, 0)
+            if alone[1]:
+                self._hops = count
+            return None
         try:
-            meters, taken = spend(store_for(plan.settings), plan.meters, plan.settings, plan.received)
+            meters, taken = spend(store, plan.meters, plan.settings, plan.received)
         except StoreFailed as failed:  # the store's failure never becomes the hop's
             return self._store_failed(plan, parent, failed)
         return self._taken(plan, parent, meters, taken)
