@@ -4,8 +4,9 @@
 processor; ``otel-guard-processor`` (maturin) builds its sdist, then its abi3 wheel from that
 sdist, so a file missing from the sdist fails here. Both wheels install into a new venv, where
 ``otel-guard processor`` runs and the engine decodes. From a checkout, one pip command installs
-both without asking an index for ``otel-guard-processor``. The builds reuse this checkout's cargo
-cache (processor/target), so only the crate itself compiles again.
+both without asking an index for ``otel-guard-processor``. The builds reuse cargo's build directory
+(``CARGO_TARGET_DIR`` where set, as CI sets it; else processor/target), so only the crate itself
+compiles again.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def without_rust() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    cargo_cache = {**clean_environ(), "CARGO_TARGET_DIR": str(PROCESSOR / "target")}
+    cargo_cache = {
+        **clean_environ(),
+        "CARGO_TARGET_DIR": os.environ.get("CARGO_TARGET_DIR", str(PROCESSOR / "target")),
+    }
     run([sys.executable, "-m", "build", "--outdir", out, PROCESSOR], env=cargo_cache)
     run([sys.executable, "-m", "build", "--outdir", out, ROOT], env=without_rust())
     return out
