@@ -298,9 +298,12 @@ class Forwarder:
             joined.release()
         return joined is not None or not joinable
 
-    def _hold(self, size: int) -> Reservation | None:
-        """``size`` bytes of the budget for a copy the forwarder makes, or None when it cannot."""
-        return self._budget.reserve(size)
+    def _hold(self, size: int, *, finishing: bool = False) -> Reservation | None:
+        """``size`` bytes of the budget for a copy the forwarder makes, or None when it cannot.
+        A join leaves free the room kept for a refused request (it is optional: each request can
+        go alone); ``finishing`` (a request's parts) may use it, since refusing them wastes a
+        request already taken."""
+        return self._budget.reserve(size, finishing=finishing)
 
     async def _send(
         self,
@@ -321,9 +324,7 @@ class Forwarder:
                         joined.release()
                     await asyncio.gather(*(self._send_alone(lane, item, headers) for item in group))
                 else:
-                    for _, answer in group:
-                        if not answer.done():
-                            answer.set_exception(error)
+                    _answer_all(group, error)
             else:
                 if len(group) > 1 and response:
                     response = _shared(lane.method, response, len(group))
@@ -345,8 +346,7 @@ class Forwarder:
         try:
             response = await self._deliver(lane, raw, headers)
         except DownstreamError as error:
-            if not answer.done():
-                answer.set_exception(error)
+            _answer_all([item], error)
         else:
             if not answer.done():
                 answer.set_result(response)
@@ -379,7 +379,7 @@ class Forwarder:
     async def _send_parts(self, lane: _Lane, raw: bytes, limit: int, headers: Headers = ()) -> bytes:
         """Send ``raw`` as parts of at most ``limit`` bytes (held in the budget while they are
         sent); the answer of them all."""
-        held = self._hold(len(raw))
+        held = self._hold(len(raw), finishing=True)
         if held is None:
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -533,6 +533,16 @@ def _combined(method: str, responses: list[bytes], too_large: int, limit: int) -
     setattr(partial_success, field, rejected)
     partial_success.error_message = "; ".join(messages)[:1024]
     return combined.SerializeToString()
+
+
+def _answer_all(group: list[tuple[bytes, asyncio.Future[bytes]]], error: DownstreamError) -> None:
+    """Fail the answers of ``group`` not answered yet with ``error``, its traceback cut first: it
+    holds the frames it passed, whose locals hold ``group`` and so the answers that hold it, a
+    cycle that would keep the request's bytes past their budget until the collector ran."""
+    error = error.with_traceback(None)
+    for _, answer in group:
+        if not answer.done():
+            answer.set_exception(error)
 
 
 def _shared(method: str, response: bytes, requests: int) -> bytes:

@@ -147,6 +147,7 @@ class Pipeline:
             try:
                 response = b"" if answering is None else await answering
             except DownstreamError as exc:
+                answering = None  # it holds the error, whose traceback holds this frame: a cycle
                 stats.spans["rejected"] += spans
                 stats.request(protocol, "downstream_error", size, time.perf_counter() - started)
                 return self._answer_error(exc, f"{spans} spans")

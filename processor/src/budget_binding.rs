@@ -107,10 +107,18 @@ impl PyMemoryBudget {
         ])
     }
 
+    /// reserve(n, *, finishing=False) -> Reservation | None
+    ///
     /// `n` bytes (a request of `n` bytes as sent), or None when the budget cannot hold them now.
-    fn reserve(&self, n: usize) -> PyResult<Option<PyReservation>> {
+    /// `finishing`: the bytes finish a request already taken (the forwarder's parts of it), so
+    /// they may use the room a share keeps for a refused request, which other takes leave free.
+    #[pyo3(signature = (n, *, finishing=false))]
+    fn reserve(&self, n: usize, finishing: bool) -> PyResult<Option<PyReservation>> {
         guarded(|| {
             let mut taken = self.budget.empty();
+            if finishing {
+                taken = taken.finishing();
+            }
             Ok(taken.try_grow(n).then(|| PyReservation::of(taken)))
         })
     }

@@ -181,6 +181,21 @@ impl KeptRoom {
         self.room().claim > 0
     }
 
+    /// The bytes a take by `holder` must leave free for the room: none for its owner.
+    pub fn left_for(&self, holder: u64) -> usize {
+        let room = self.room();
+        if room.owner == Some(holder) {
+            0
+        } else {
+            room.left
+        }
+    }
+
+    /// A take was refused to leave the room free (counted).
+    pub fn note_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The bytes kept now (of the room, those no claimant took yet).
     pub fn left(&self) -> usize {
         self.room().left

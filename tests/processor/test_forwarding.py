@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import types
 
 import grpc
 import grpc.aio
@@ -209,6 +211,37 @@ async def test_a_permanent_downstream_error_is_passed_on_without_retry(
         )
     assert response.status_code == 400  # that body is not JSON: refused before forwarding
     assert json.loads(response.content)["code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+
+async def test_a_failed_request_leaves_no_cycle_holding_its_bytes(
+    start_processor: ProcessorFactory, sink: Sink
+) -> None:
+    # A downstream error holds the frames it passed, which hold the request: kept in a cycle, the
+    # bytes outlived their budget until the collector ran (rarely, as the processor tunes it: the
+    # worst-case test's processor grew past 1 GiB).
+    processor = await start_processor(forward=sink.address)
+    sink.fail_with = grpc.StatusCode.UNAVAILABLE
+    gc.collect()
+    gc.disable()
+    try:
+        sent = [export(processor, encode(*loop_trace().spans)) for _ in range(8)]  # joined and alone
+        answers = await asyncio.gather(*sent, return_exceptions=True)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        ours = [
+            garbage.f_code.co_qualname
+            for garbage in gc.garbage
+            if isinstance(garbage, types.FrameType) and "otel_guard_processor" in garbage.f_code.co_filename
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert all(isinstance(answer, grpc.aio.AioRpcError) for answer in answers), answers
+    assert {answer.code() for answer in answers if isinstance(answer, grpc.aio.AioRpcError)} == {
+        grpc.StatusCode.UNAVAILABLE
+    }
+    assert not ours, ours
 
 
 async def test_without_forward_it_is_a_sink(start_processor: ProcessorFactory) -> None:

@@ -169,6 +169,10 @@ def long_labels(first: int, count: int) -> bytes:
 async def test_every_attack_at_once_stays_under_the_stated_worst_case(four_mib_sink: Sink) -> None:
     args = ("--http-listen", "127.0.0.1:0", "--prometheus", "127.0.0.1:0", "--forward", four_mib_sink.address)
     with processor_process(*args) as (process, ready):
+        assert process.stderr is not None
+        # Its log (the long chains' loops are warnings of KiBs): read it all, or the pipe fills and
+        # the processor waits on its own log with every request it holds.
+        threading.Thread(target=process.stderr.read, daemon=True).start()
         grpc_port, http_port = ready_port(ready, "OTLP/gRPC"), ready_port(ready, "OTLP/HTTP")
         metrics_url = f"http://127.0.0.1:{ready_port(ready, 'metrics')}/metrics"
         url = f"http://127.0.0.1:{http_port}/v1/traces"
@@ -271,9 +275,11 @@ async def test_every_attack_at_once_stays_under_the_stated_worst_case(four_mib_s
     print(report)
     assert resident.peak_total <= WORST_CASE, report
     assert max(end_total, resident.peak_total) <= WORST_CASE, report
-    # Without the workers and the held spans (about 10 MiB here), the processor stays within the
-    # budget's part of the sum (415 MiB measured): before the one budget, 532 MiB (the 40 uploads
-    # alone held 316 MiB, outside any count).
+    # Without the workers and the held spans (about 30 MiB here, as the engine counts them), the
+    # processor stays within the budget's part of the sum (340-355 MiB measured): before the one
+    # budget, 532 MiB (the 40 uploads alone held 316 MiB, outside any count); before the
+    # forwarder's errors let go of their frames, 400-1,130 MiB (requests refused downstream
+    # outlived their budget in reference cycles until the collector ran).
     assert resident.peak_main <= budget_part, report
     # The attacks were served: each kind was taken or refused as the bounds say (which sender wins
     # the budget's room is not promised: on a loaded machine the JSON conversions may hold it for
