@@ -199,12 +199,15 @@ async def large_beside_small(processor: Processor, sink: Sink) -> None:
 
             await asyncio.gather(*(one_at_a_time() for _ in range(6)))
 
+    served_before_large: list[int] = []
+
     async def large_sender() -> list[str]:
         tries: list[str] = []
         options = [("grpc.max_send_message_length", 32 * MIB)]
         async with grpc.aio.insecure_channel(grpc_address(processor), options=options) as channel:
             call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
             await asyncio.sleep(0.5)  # the small senders fill the budget first
+            served_before_large.append(small_answers.count("OK"))
             while len(tries) < 8:
                 try:
                     await call(large, timeout=10)
@@ -222,7 +225,10 @@ async def large_beside_small(processor: Processor, sink: Sink) -> None:
     assert tries[-1] == "OK", tries
     assert len(tries) <= 5, tries
     assert set(tries[:-1]) <= {"RESOURCE_EXHAUSTED 0.5"}, tries
-    assert small_answers.count("OK") >= 50, "the small senders kept being served"
+    # While the large call's room was kept, the small senders were still served (at least one call
+    # each, on average: how many more depends on the machine's load, 48-150 measured).
+    served = small_answers.count("OK") - served_before_large[0]
+    assert served >= 8, f"the small senders kept being served: {served} calls"
     assert "RESOURCE_EXHAUSTED" in small_answers, "the budget was busy"
     samples = await scrape(processor)
     kept = series(samples, "otel_guard_processor_kept_room_total")
