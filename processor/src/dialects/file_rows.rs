@@ -6,10 +6,9 @@
 //! attribute keys only a file reads are indexed after [`Key::ALL`]'s.
 #![forbid(unsafe_code)]
 
-use super::{
-    A2aMethod, Attributes, Call, KEY_COUNT, KIND_KEYS, Key, Kind, McpMethod, Operation, ROWS,
-    RowId, by_operation, stem, subject,
-};
+use super::Key::{A2aMethod, McpMethod, Operation};
+use super::read::{by_operation, stem, subject};
+use super::{Attributes, Call, KEY_COUNT, KIND_KEYS, Key, Kind, ROWS, RowId};
 
 /// What a file's row matches on: the span name, or an attribute by its index in the engine's keys
 /// ([`Key::ALL`], then the file's own keys; see [`FileRows::keys`]).
@@ -221,5 +220,131 @@ impl FileRows {
             conditional: row.conditional,
             name,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Key::*;
+    use super::super::{Attributes, KEY_COUNT, ROWS, call_of};
+    use super::*;
+    use crate::decode::{Attribute, Value};
+
+    fn spec(key: &str, value: &str, kind: Option<&str>, names: &[&str]) -> RowSpec {
+        (
+            "Acme".to_owned(),
+            key.to_owned(),
+            value.to_owned(),
+            kind.map(str::to_owned),
+            names.iter().map(|name| (*name).to_owned()).collect(),
+            false,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_files_rows_read_after_the_built_in_rows_of_their_group() {
+        let more = FileRows::new(vec![
+            spec(
+                "acme.type",
+                "\"AGENT\"",
+                Some("agent"),
+                &["acme.entity", STEM],
+            ),
+            spec("acme.type", "\"LLM\"", None, &[]),
+            spec(SPAN_NAME, "Running", Some("tool"), &[SUBJECT]),
+            spec(
+                "gen_ai.operation.name",
+                "invoke_team",
+                Some("agent"),
+                &["acme.entity"],
+            ),
+        ])
+        .expect("rows");
+        assert_eq!(more.keys(), ["acme.type", "acme.entity"]);
+        let (type_key, entity) = (KEY_COUNT as u16, KEY_COUNT as u16 + 1);
+        let read = |name: &'static str, pairs: &[(u16, &'static str)]| {
+            let list: Vec<_> = pairs
+                .iter()
+                .map(|&(key, text)| Attribute {
+                    key,
+                    value: Value::Str(text),
+                })
+                .collect();
+            let attributes = Attributes::from_list(&list);
+            call_of(name, "s", &attributes, &more).map(|call| (call.kind(), call.name, call.row.0))
+        };
+        let rows = ROWS.len() as u8;
+        assert_eq!(
+            read("run", &[(type_key, "\"AGENT\""), (entity, "planner")]),
+            Some((Kind::Agent, Some("planner"), rows))
+        );
+        assert_eq!(
+            read("planner.run", &[(type_key, "\"AGENT\"")]),
+            Some((Kind::Agent, Some("planner"), rows))
+        );
+        // Without its quotes the value is another.
+        assert_eq!(
+            read("run", &[(type_key, "AGENT"), (entity, "planner")]),
+            None
+        );
+        // A kind of no call falls through to the operation, the file's operation rows included.
+        let team = [
+            (type_key, "\"LLM\""),
+            (Operation as u16, "invoke_team"),
+            (entity, "crew"),
+        ];
+        assert_eq!(
+            read("x", &team),
+            Some((Kind::Agent, Some("crew"), rows + 3))
+        );
+        assert_eq!(
+            read("Running search", &[]),
+            Some((Kind::Tool, Some("search"), rows + 2))
+        );
+        // The built-in rows come first: a span name of theirs, an OpenInference kind.
+        assert_eq!(
+            read("invoke_agent a", &[(type_key, "\"AGENT\""), (entity, "b")]),
+            Some((Kind::Agent, Some("a"), 1)) // row 0 is DSPy's scope's
+        );
+        let both = [
+            (OiKind as u16, "TOOL"),
+            (type_key, "\"AGENT\""),
+            (OiToolName as u16, "t"),
+        ];
+        assert_eq!(read("x", &both).map(|call| call.1), Some(Some("t")));
+        // The first kind key a span carries wins, a file's as a built-in one.
+        let first = [
+            (type_key, "\"AGENT\""),
+            (entity, "p"),
+            (OiKind as u16, "TOOL"),
+        ];
+        assert_eq!(read("x", &first).map(|call| call.1), Some(Some("p")));
+    }
+
+    #[test]
+    fn a_malformed_row_is_an_error_naming_it() {
+        let error = |specs: Vec<RowSpec>| FileRows::new(specs).expect_err("refused");
+        assert_eq!(
+            error(vec![
+                spec("k", "v", Some("agent"), &["n"]),
+                spec("k", "v", Some("robot"), &["n"])
+            ]),
+            "row 2: kind \"robot\": agent, tool or None"
+        );
+        assert!(error(vec![spec("k", "", Some("agent"), &["n"])]).starts_with("row 1: an empty"));
+        assert!(
+            error(vec![spec("k", "v", Some("agent"), &[])]).starts_with("row 1: a row with a kind")
+        );
+        assert!(
+            error(vec![spec(SUBJECT, "v", Some("agent"), &["n"])])
+                .starts_with("row 1: a row matches")
+        );
+        assert!(
+            error(vec![spec("k", "v", Some("tool"), &[""])]).starts_with("row 1: an empty name")
+        );
+        let many = vec![spec("k", "v", None, &[]); MAX_FILE_ROWS + 1];
+        assert!(error(many).contains("rows; at most"));
+        assert!(FileRows::new(vec![spec("k", "v", None, &[]); MAX_FILE_ROWS]).is_ok());
     }
 }

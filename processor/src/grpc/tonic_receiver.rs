@@ -94,11 +94,11 @@ async fn accept(
     live: Arc<AtomicUsize>,
     serving: Arc<Serving>,
 ) {
-    let Some(listener) = super::listening(listener) else {
+    let Some(listener) = super::h2_connections::listening(listener) else {
         return;
     };
     loop {
-        let socket = super::next_socket(&listener).await;
+        let socket = super::h2_connections::next_socket(&listener).await;
         // tonic has no connection cap: past it a new connection is closed unserved
         // (the h2 receiver closes the one idle the longest instead).
         if live.load(Ordering::Relaxed) >= serving.limits.max_connections {
