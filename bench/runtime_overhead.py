@@ -70,6 +70,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.util.types import AttributeValue
 
 import otel_guard
 from otel_guard import telemetry
@@ -80,7 +81,7 @@ TESTS_APPS = HERE.parent / "tests" / "instrumentation" / "langgraph"
 HOP_GOAL = 60e-6  # CPU seconds a guarded hop may add (issue 28)
 RATIO_GOALS = {"mcp": 1.2, "mcp-streams": 1.4}
 SPAN_SECONDS = 27e-6  # a bare SDK span where issue 28 measured it: 60 µs is about 2.2 of them
-SPAN_ATTRIBUTES = {
+SPAN_ATTRIBUTES: dict[str, AttributeValue] = {
     "gen_ai.operation.name": "execute_tool",
     "gen_ai.tool.name": "lookup",
     "attr.three": 3,
