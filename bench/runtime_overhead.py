@@ -40,6 +40,10 @@ of a noisy machine), beside a bare SDK span with 5 attributes as the unit: the g
 about 2.2 such spans (27 µs each where issue 28 measured them). A child does the same work every
 time: a fixed hash seed, the garbage collector off during the counted runs (one collection after
 them, counted), and the span processor's thread woken by a full batch or a flush, never its timer.
+What is counted is the runs, that collection and their spans' export, between two marks
+(``_callgrind.counted_between``): the imports, the warm-up and the exit around them, the same work in
+every child, moved by 1-3 M instructions from child to child (the allocator's frees), 60 k a DSPy
+hop at 30 runs.
 
 Usage: python bench/runtime_overhead.py [--rounds 20] [--round-seconds 0.15] [--runtime NAME ...]
        python bench/runtime_overhead.py --instructions [--count 40] [--runtime NAME ...]
@@ -66,6 +70,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.util.types import AttributeValue
 
 import otel_guard
 from otel_guard import telemetry
@@ -76,7 +81,7 @@ TESTS_APPS = HERE.parent / "tests" / "instrumentation" / "langgraph"
 HOP_GOAL = 60e-6  # CPU seconds a guarded hop may add (issue 28)
 RATIO_GOALS = {"mcp": 1.2, "mcp-streams": 1.4}
 SPAN_SECONDS = 27e-6  # a bare SDK span where issue 28 measured it: 60 µs is about 2.2 of them
-SPAN_ATTRIBUTES = {
+SPAN_ATTRIBUTES: dict[str, AttributeValue] = {
     "gen_ai.operation.name": "execute_tool",
     "gen_ai.tool.name": "lookup",
     "attr.three": 3,
@@ -481,20 +486,30 @@ def child(name: str, arm: str, count: int) -> None:
     """One arm in a child process: ``count`` runs after a warm-up that does not depend on it.
 
     ``span`` is the unit: a bare SDK span with 5 attributes under the same SDK. Prints the guard's
-    spans a run (for the parent); the span processor's export at shutdown is counted. The garbage
-    collector is off during the counted runs and collects once after them, so that what their
-    garbage costs is counted whole and not as wherever young collections happen to fall.
+    spans a run (for the parent). What is counted lies between the two marks: the counted runs, one
+    garbage collection after them (the collector is off during them, so that what their garbage
+    costs is counted whole and not as wherever young collections happen to fall) and the span
+    processor's export of their spans; not the imports, the warm-up or the interpreter's exit.
     """
+    import _callgrind as callgrind
+
     _seed_ids()
     provider, exporter = setup_sdk(counting=True)
     if arm == "span":
         tracer = trace.get_tracer("bench")
+        for _ in range(20):
+            with tracer.start_as_current_span("execute_tool lookup", attributes=SPAN_ATTRIBUTES):
+                pass
+        provider.force_flush()
         gc.collect()
         gc.disable()
-        for _ in range(20 + count):
+        callgrind.mark()
+        for _ in range(count):
             with tracer.start_as_current_span("execute_tool lookup", attributes=SPAN_ATTRIBUTES):
                 pass
         gc.collect()
+        provider.force_flush()
+        callgrind.mark()
         gc.enable()
         provider.shutdown()
         print("0")
@@ -511,11 +526,13 @@ def child(name: str, arm: str, count: int) -> None:
         before = exporter.guard_spans
         gc.collect()
         gc.disable()  # the garbage of the counted runs is collected once, below, and counted
+        callgrind.mark()
         for _ in range(count):
             await runtime.run()
         gc.collect()
-        gc.enable()
         provider.force_flush()
+        callgrind.mark()
+        gc.enable()
         print(f"{(exporter.guard_spans - before) / max(count, 1):g}")
         if runtime.close is not None:
             await runtime.close()
@@ -525,11 +542,12 @@ def child(name: str, arm: str, count: int) -> None:
 
 
 def per_run(name: str, arm: str, count: int) -> tuple[float, float]:
-    """Instructions a run of ``arm`` (the difference of ``count`` runs and none), and guard spans a run."""
+    """Instructions a run of ``arm`` (the difference of ``count`` runs and none, each counted between
+    the child's marks), and guard spans a run."""
     import _callgrind as callgrind
 
     def run(n: int) -> tuple[int, str]:
-        return callgrind.counted(__file__, ["--child", name, "--arm", arm, "--count", str(n)], 3600)
+        return callgrind.counted_between(__file__, ["--child", name, "--arm", arm, "--count", str(n)], 3600)
 
     base, _ = run(0)
     total, printed = run(count)
