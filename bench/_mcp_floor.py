@@ -21,7 +21,8 @@ from opentelemetry import context, propagate
 
 import otel_guard
 
-CLIENT = {"mcp.method.name": "tools/call", "mcp.protocol.version": "2026-07-28"  # mcp.types.LATEST_PROTOCOL_VERSION of the installed mcp}
+# the installed mcp's mcp.types.LATEST_PROTOCOL_VERSION, which the bench's sessions negotiate
+CLIENT = {"mcp.method.name": "tools/call", "mcp.protocol.version": "2026-07-28"}
 SERVER = {**CLIENT, "jsonrpc.request.id": "1"}
 
 
