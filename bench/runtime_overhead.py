@@ -11,7 +11,9 @@ For each runtime, one run that makes one tool call, with an offline model (no ne
   dispatch: the server runs in the caller's context, so the guard hands its hop over, one span), the
   client opened once per round, outside the timing; ``mcp-streams`` is the same call over JSON-RPC on
   memory streams (``mode="legacy"``), where the server reads ``_meta`` and checks the hop again, as
-  it does across processes (two spans);
+  it does across processes (two spans); ``mcp-nested`` and ``mcp-streams-nested`` make the same calls
+  from inside an agent's hop (guarded arm: a ``delegate("planner")`` open for the round), the case an
+  agent's tool call is, where the call's hop is a nested, lean one;
 * delegate: no runtime, the floor under the rows above: the two hops a run of each makes (a root
   ``delegate("planner")`` and a ``delegate("lookup", kind="tool")`` inside it); its bare arm does
   nothing.
@@ -65,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -79,7 +82,7 @@ from otel_guard.instrumentation._base import GuardInstrumentor
 HERE = Path(__file__).resolve().parent
 TESTS_APPS = HERE.parent / "tests" / "instrumentation" / "langgraph"
 HOP_GOAL = 60e-6  # CPU seconds a guarded hop may add (issue 28)
-RATIO_GOALS = {"mcp": 1.2, "mcp-streams": 1.4}
+RATIO_GOALS = {"mcp": 1.2, "mcp-streams": 1.4, "mcp-nested": 1.2, "mcp-streams-nested": 1.4}
 SPAN_SECONDS = 27e-6  # a bare SDK span where issue 28 measured it: 60 µs is about 2.2 of them
 SPAN_ATTRIBUTES: dict[str, AttributeValue] = {
     "gen_ai.operation.name": "execute_tool",
@@ -233,7 +236,10 @@ def langgraph_runtime() -> Runtime:
     return Runtime("langgraph", run, LangGraphInstrumentor(), lambda out: "sunny" in out)
 
 
-def mcp_runtime(mode: str = "auto") -> Runtime:
+def mcp_runtime(mode: str = "auto", nested: bool = False) -> Runtime:
+    """``nested``: the guarded arm's calls are made inside an agent's hop (``delegate("planner")``,
+    opened once per round, untimed), as a tool call from an agent's run is: the call's hop is a nested,
+    lean one (CONTRACT §9). The bare arm has no guard and so no such hop."""
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
 
@@ -248,13 +254,22 @@ def mcp_runtime(mode: str = "auto") -> Runtime:
 
     # A client per round: opened and closed outside the timing, after the arm's instrument state is set.
     session: dict[str, Any] = {}
+    instrumentor = MCPInstrumentor()
 
     async def open_client() -> None:
         client = Client(server, mode=mode)
         session["client"] = await client.__aenter__()
         session["cm"] = client
+        if nested and instrumentor.is_instrumented_by_opentelemetry:
+            hop = otel_guard.delegate("planner")
+            session["hop"] = hop
+            session["token"] = otel_context.attach(await hop.astart())
 
     async def close_client() -> None:
+        hop = session.pop("hop", None)
+        if hop is not None:
+            otel_context.detach(session.pop("token"))
+            hop.finish()
         await session.pop("cm").__aexit__(None, None, None)
 
     async def run() -> Any:
@@ -263,8 +278,8 @@ def mcp_runtime(mode: str = "auto") -> Runtime:
     def check(result: Any) -> bool:
         return not result.is_error and "sunny" in result.content[0].text
 
-    name = "mcp" if mode == "auto" else "mcp-streams"
-    return Runtime(name, run, MCPInstrumentor(), check, open_client, close_client)
+    name = ("mcp" if mode == "auto" else "mcp-streams") + ("-nested" if nested else "")
+    return Runtime(name, run, instrumentor, check, open_client, close_client)
 
 
 def delegate_runtime() -> Runtime:
@@ -304,6 +319,13 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "delegate": delegate_runtime,
     "mcp": mcp_runtime,
     "mcp-streams": lambda: mcp_runtime("legacy"),
+    "mcp-nested": lambda: mcp_runtime(nested=True),
+    "mcp-streams-nested": lambda: mcp_runtime("legacy", nested=True),
+    # the floor under the MCP rows: the same hops with delegate and the propagator, no MCP (_mcp_floor)
+    "mcp-floor-root": runtime_of_its_own("_mcp_floor", "root_hop"),
+    "mcp-floor-nested": runtime_of_its_own("_mcp_floor", "nested_hop"),
+    "mcp-floor-wire": runtime_of_its_own("_mcp_floor", "wire_hops"),
+    "mcp-floor-wire-nested": runtime_of_its_own("_mcp_floor", "wire_hops_nested"),
     "google-adk": runtime_of_its_own("_runtime_google_adk"),
     "crewai": runtime_of_its_own("_runtime_crewai"),
     "strands": runtime_of_its_own("_runtime_strands"),
