@@ -559,6 +559,29 @@ mod tests {
     }
 
     #[test]
+    fn a_finishing_take_of_the_whole_may_use_a_kept_room() {
+        let whole = ByteBudget::new(100);
+        let grpc = ByteBudget::share(&whole, 100, Duration::from_secs(60));
+        let held: Vec<Taken> = (0..8).filter_map(|_| grpc.try_take(10)).collect();
+        let mut large = grpc.empty();
+        large.declare(40);
+        assert!(!large.could_grow(40));
+        drop(held);
+        assert!(
+            whole.try_take(70).is_none(),
+            "a join leaves the 40 kept free"
+        );
+        assert_eq!(whole.used(), 0);
+        let mut parts = whole.empty().finishing();
+        assert!(parts.try_grow(70), "a taken request's parts may use it");
+        assert_eq!(
+            grpc.kept_bytes(),
+            40,
+            "the room is still kept for its request"
+        );
+    }
+
+    #[test]
     fn a_take_of_the_whole_leaves_a_shares_kept_room_free() {
         let whole = ByteBudget::new(100);
         let grpc = ByteBudget::share(&whole, 100, Duration::from_secs(60));
