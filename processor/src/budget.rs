@@ -558,8 +558,9 @@ mod tests {
         drop(small);
     }
 
-    #[test]
-    fn a_finishing_take_of_the_whole_may_use_a_kept_room() {
+    /// A whole budget of 100 and a share of it that keeps 40 for a call refused while eight
+    /// others held it (nothing held now).
+    fn a_share_keeping_40_for_a_refused_call() -> (Arc<ByteBudget>, Arc<ByteBudget>) {
         let whole = ByteBudget::new(100);
         let grpc = ByteBudget::share(&whole, 100, Duration::from_secs(60));
         let held: Vec<Taken> = (0..8).filter_map(|_| grpc.try_take(10)).collect();
@@ -567,6 +568,13 @@ mod tests {
         large.declare(40);
         assert!(!large.could_grow(40));
         drop(held);
+        assert_eq!(grpc.kept_bytes(), 40);
+        (whole, grpc)
+    }
+
+    #[test]
+    fn a_finishing_take_of_the_whole_may_use_a_kept_room() {
+        let (whole, grpc) = a_share_keeping_40_for_a_refused_call();
         assert!(
             whole.try_take(70).is_none(),
             "a join leaves the 40 kept free"
@@ -583,13 +591,7 @@ mod tests {
 
     #[test]
     fn a_take_of_the_whole_leaves_a_shares_kept_room_free() {
-        let whole = ByteBudget::new(100);
-        let grpc = ByteBudget::share(&whole, 100, Duration::from_secs(60));
-        let held: Vec<Taken> = (0..8).filter_map(|_| grpc.try_take(10)).collect();
-        let mut large = grpc.empty();
-        large.declare(40);
-        assert!(!large.could_grow(40));
-        drop(held);
+        let (whole, grpc) = a_share_keeping_40_for_a_refused_call();
         // The forwarder joins from the whole: it must leave the 40 kept for the refused call.
         let joins: Vec<Taken> = (0..8).filter_map(|_| whole.try_take(10)).collect();
         assert_eq!(joins.len(), 6, "the room kept is left free");
