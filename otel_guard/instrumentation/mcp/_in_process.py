@@ -16,14 +16,12 @@ in another context, never sees the handover, and reads ``_meta`` as before.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
-from opentelemetry import baggage
 from opentelemetry.context import Context
 
 from otel_guard.chain import Chain
-from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
+from otel_guard.instrumentation.mcp._context import chain_value
 
 try:  # where mcp 2.x keeps it; a version without it simply never hands over
     from mcp.shared.direct_dispatcher import DirectDispatcher as _DirectDispatcher
@@ -33,8 +31,7 @@ except ImportError:  # pragma: no cover - depends on the installed mcp
 _DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
 
 
-@dataclass(frozen=True, slots=True)
-class Handover:
+class Handover(NamedTuple):
     """A ``call_tool`` in flight whose server may run in this same context."""
 
     tool: str
@@ -53,11 +50,6 @@ def dispatches_directly(session: object) -> bool:
     return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
 
 
-def handover_for(tool: str, chain: Chain | None) -> Handover:
-    """The handover of a call of ``tool`` made in the current context, in the hop of ``chain``."""
-    return Handover(tool, baggage.get_baggage(CHAIN_BAGGAGE_KEY), chain)
-
-
 def taken_over(tool: str, current: Context) -> Handover | None:
     """The handover for a call of ``tool`` that a server is serving in ``current``, the caller's
     context, or ``None``: no call was handed over here, it was another tool's, or another chain is in
@@ -65,6 +57,6 @@ def taken_over(tool: str, current: Context) -> Handover | None:
     handover = handed_over.get()
     if handover is None or handover.tool != tool:
         return None
-    if baggage.get_baggage(CHAIN_BAGGAGE_KEY, current) is not handover.chain_value:
+    if chain_value(current) is not handover.chain_value:
         return None
     return handover

@@ -52,18 +52,21 @@ serving_chain: ContextVar[Chain | None] = ContextVar("otel_guard_mcp_serving_cha
 """The chain of the ``tools/call`` this context is serving (the client side reads it)."""
 
 
-def guard_request_handler(
-    wrapped: Callable[..., HandlerEntry[Any] | None],
-    instance: object,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> HandlerEntry[Any] | None:
-    """``wrapt`` wrapper of ``Server.get_request_handler``: guard the ``tools/call`` handler."""
-    entry = wrapped(*args, **kwargs)
-    method = args[0] if args else kwargs.get("method")
-    if entry is None or method != TOOLS_CALL:
-        return entry
-    return _guarded_entry(entry)
+GetRequestHandler = Callable[[Any, str], "HandlerEntry[Any] | None"]
+"""``Server.get_request_handler(self, method)``."""
+
+
+def guarding_request_handler(get_request_handler: GetRequestHandler) -> GetRequestHandler:
+    """The function that takes ``Server.get_request_handler``'s place: the ``tools/call`` handler it
+    looks up comes back guarded, every other one as it is."""
+
+    def guarded_get_request_handler(self: Any, method: str) -> HandlerEntry[Any] | None:
+        entry = get_request_handler(self, method)
+        if entry is None or method != TOOLS_CALL:
+            return entry
+        return _guarded_entry(entry)
+
+    return guarded_get_request_handler
 
 
 _GUARDED: dict[int, tuple[HandlerEntry[Any], HandlerEntry[Any]]] = {}
@@ -147,21 +150,24 @@ def _request_attributes(ctx: ServerRequestContext[Any, Any]) -> dict[str, str]:
     return attributes
 
 
-async def keep_refusal_text(
-    wrapped: Callable[..., Awaitable[Any]],
-    instance: object,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """``wrapt`` wrapper of ``MCPServer.call_tool``: a refusal in a tool body keeps its text.
+MCPServerCallTool = Callable[..., Awaitable[Any]]
+"""``MCPServer.call_tool(self, name, arguments, context=None)``."""
+
+
+def keeping_refusal_text(call_tool: MCPServerCallTool) -> MCPServerCallTool:
+    """The function that takes ``MCPServer.call_tool``'s place: a refusal in a tool body keeps its text.
 
     Suppression is checked only when the call fails (the context is the call's either way), so a
     call that succeeds pays for nothing but this coroutine.
     """
-    try:
-        return await wrapped(*args, **kwargs)
-    except ToolError as exc:
-        refused = refusal_behind(exc)
-        if refused is None or suppressed(context.get_current()):
-            raise
-        raise ToolError(refusal_text(refused)) from exc
+
+    async def call_tool_keeping_refusal_text(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await call_tool(self, *args, **kwargs)
+        except ToolError as exc:
+            refused = refusal_behind(exc)
+            if refused is None or suppressed(context.get_current()):
+                raise
+            raise ToolError(refusal_text(refused)) from exc
+
+    return call_tool_keeping_refusal_text

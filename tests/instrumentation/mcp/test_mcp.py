@@ -14,10 +14,8 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
-import wrapt
 from instrumentors import instrumentor_fixture
 from mcp import Client
-from mcp.client.session import ClientSession
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -703,15 +701,18 @@ async def test_suppressed_instrumentation_makes_no_hop(instrumented: MCPInstrume
 
 async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
     otel_guard.configure(cycle_rule="agent")
+    targets = (*PATCH_TARGETS, EXTRACTION)
+    originals = [resolve(target) for target in targets]
     instrumentor = MCPInstrumentor()
     instrumentor.instrument()
-    assert resolve(EXTRACTION) is not mcp_shared_otel.extract_trace_context
+    for target, original in zip(targets, originals, strict=True):
+        assert resolve(target) is not original, target
+        assert resolve(target).__wrapped__ is original, target  # its name, docs and signature kept
     instrumentor.uninstrument()
 
-    for target in PATCH_TARGETS:
-        assert not isinstance(resolve(target), wrapt.ObjectProxy), target
+    for target, original in zip(targets, originals, strict=True):
+        assert resolve(target) is original, target
     assert resolve(EXTRACTION) is mcp_shared_otel.extract_trace_context
-    assert not isinstance(ClientSession.call_tool, wrapt.ObjectProxy)
     ran: list[str] = []
     result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=4)
     # Unguarded, the loop bounces until the test's own bound stops it.
