@@ -41,7 +41,12 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.mcp._carrier import meta_with_chain, meta_with_context, writes_trace_context
 from otel_guard.instrumentation.mcp._context import chain_value, suppressed
-from otel_guard.instrumentation.mcp._in_process import Handover, dispatches_directly, handed_over
+from otel_guard.instrumentation.mcp._in_process import (
+    Handover,
+    dispatches_directly,
+    handed_over,
+    serving_handed_over,
+)
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.instrumentation.mcp._server import TOOLS_CALL, serving_chain
 from otel_guard.telemetry import MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
@@ -145,6 +150,8 @@ def _enclosing_hop_of(tool: str, current: Context) -> Chain | None:
     """The chain of the hop in force in ``current`` when that hop is this very call's, opened by an
     agent framework around it (it ends with ``tool`` and is not the one this context is serving)."""
     chain = chain_in(current)
-    if chain is None or chain.hops[-1].agent != tool or chain == serving_chain.get():
+    if chain is None or chain.hops[-1].agent != tool:
+        return None
+    if chain == serving_chain.get() or serving_handed_over(chain):  # a body calling its own tool
         return None
     return chain

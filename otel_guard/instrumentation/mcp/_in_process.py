@@ -16,7 +16,7 @@ in another context, never sees the handover, and reads ``_meta`` as before.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Final, NamedTuple
+from typing import Final
 
 from opentelemetry.context import Context
 
@@ -31,16 +31,21 @@ except ImportError:  # pragma: no cover - depends on the installed mcp
 _DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
 
 
-class Handover(NamedTuple):
-    """A ``call_tool`` in flight whose server may run in this same context."""
+class Handover:
+    """A ``call_tool`` in flight whose server may run in this same context; ``taken`` once its server
+    has taken it (a flag, not a new context: the body's own calls see it, and are new calls)."""
 
-    tool: str
-    chain_value: object  # the chain's baggage value in force for the call, compared by identity
-    chain: Chain | None
+    __slots__ = ("chain", "chain_value", "taken", "tool")
+
+    def __init__(self, tool: str, chain_value: object, chain: Chain | None) -> None:
+        self.tool = tool
+        self.chain_value = chain_value  # the chain's baggage value in force for the call, by identity
+        self.chain = chain
+        self.taken = False
 
 
 handed_over: ContextVar[Handover | None] = ContextVar("otel_guard_mcp_handed_over", default=None)
-"""The call this context is making through a direct dispatcher, until its server takes it."""
+"""The call this context is making through a direct dispatcher (taken by its server or not yet)."""
 
 
 def dispatches_directly(session: object) -> bool:
@@ -50,13 +55,21 @@ def dispatches_directly(session: object) -> bool:
     return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
 
 
-def taken_over(tool: str, current: Context) -> Handover | None:
-    """The handover for a call of ``tool`` that a server is serving in ``current``, the caller's
-    context, or ``None``: no call was handed over here, it was another tool's, or another chain is in
-    force (a context the call did not come from)."""
+def take_over(tool: str, current: Context) -> bool:
+    """Whether a server serving a call of ``tool`` in ``current``, the caller's context, takes it
+    over (and marks it taken): not when no call was handed over here, when it was another tool's,
+    when another chain is in force (a context the call did not come from), or when it was taken
+    already (a request the body itself sends)."""
     handover = handed_over.get()
-    if handover is None or handover.tool != tool:
-        return None
+    if handover is None or handover.taken or handover.tool != tool:
+        return False
     if chain_value(current) is not handover.chain_value:
-        return None
-    return handover
+        return False
+    handover.taken = True
+    return True
+
+
+def serving_handed_over(chain: Chain) -> bool:
+    """Whether this context runs the body of a handed-over call whose hop's chain is ``chain``."""
+    handover = handed_over.get()
+    return handover is not None and handover.taken and handover.chain == chain
