@@ -36,7 +36,7 @@ from opentelemetry.context import Context, attach, detach, get_current
 
 from otel_guard._carriers import propagator_reads_baggage
 from otel_guard._in_force import chain_in
-from otel_guard.chain import Chain
+from otel_guard.chain import Chain, ChainToken
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.mcp._carrier import meta_with_chain, meta_with_context, writes_trace_context
@@ -66,7 +66,8 @@ def guarding_call_tool(call_tool: CallTool) -> CallTool:
         if not isinstance(tool, str) or not tool:
             return await call_tool(self, *args, **kwargs)
         direct = dispatches_directly(self)
-        if chain_value(current) is not None and (joined := _enclosing_hop_of(tool, current)) is not None:
+        in_force = chain_value(current)
+        if in_force is not None and (joined := _enclosing_hop_of(tool, in_force, current)) is not None:
             return await _send(call_tool, self, args, kwargs, tool, joined, direct)
         # The hop's steps inline (as ``async with`` would take them): this runs on every call.
         hop = delegate(tool, kind="tool", attributes=_call_attributes(self))
@@ -77,7 +78,7 @@ def guarding_call_tool(call_tool: CallTool) -> CallTool:
         token = attach(ctx)
         handover = None
         if direct:
-            handover = handed_over.set(Handover(tool, chain_value(ctx), hop.chain))
+            handover = handed_over.set(Handover(tool, chain_value(ctx)))  # the hop's own token
         else:
             _write_meta(self, kwargs)
         try:
@@ -146,9 +147,12 @@ def _call_attributes(session: object) -> Mapping[str, str]:
     return attributes
 
 
-def _enclosing_hop_of(tool: str, current: Context) -> Chain | None:
-    """The chain of the hop in force in ``current`` when that hop is this very call's, opened by an
-    agent framework around it (it ends with ``tool`` and is not the one this context is serving)."""
+def _enclosing_hop_of(tool: str, in_force: object, current: Context) -> Chain | None:
+    """The chain of the hop in force in ``current`` (whose chain's baggage value is ``in_force``) when
+    that hop is this very call's, opened by an agent framework around it: it ends with ``tool`` and
+    is not the one this context is serving."""
+    if type(in_force) is ChainToken and in_force.agents[-1] != tool:
+        return None  # the usual case, read off the token made here without building its chain
     chain = chain_in(current)
     if chain is None or chain.hops[-1].agent != tool:
         return None

@@ -20,7 +20,7 @@ from typing import Final
 
 from opentelemetry.context import Context
 
-from otel_guard.chain import Chain
+from otel_guard.chain import Chain, ChainToken
 from otel_guard.instrumentation.mcp._context import chain_value
 
 try:  # where mcp 2.x keeps it; a version without it simply never hands over
@@ -35,13 +35,20 @@ class Handover:
     """A ``call_tool`` in flight whose server may run in this same context; ``taken`` once its server
     has taken it (a flag, not a new context: the body's own calls see it, and are new calls)."""
 
-    __slots__ = ("chain", "chain_value", "taken", "tool")
+    __slots__ = ("_chain", "chain_value", "taken", "tool")
 
-    def __init__(self, tool: str, chain_value: object, chain: Chain | None) -> None:
+    def __init__(self, tool: str, chain_value: object, chain: Chain | None = None) -> None:
         self.tool = tool
         self.chain_value = chain_value  # the chain's baggage value in force for the call, by identity
-        self.chain = chain
+        self._chain = chain  # None: the chain of chain_value, a token made here (read when needed)
         self.taken = False
+
+    @property
+    def chain(self) -> Chain | None:
+        """The chain of the call's hop."""
+        if self._chain is None and type(self.chain_value) is ChainToken:
+            self._chain = self.chain_value.chain
+        return self._chain
 
 
 handed_over: ContextVar[Handover | None] = ContextVar("otel_guard_mcp_handed_over", default=None)
