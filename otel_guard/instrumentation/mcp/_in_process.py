@@ -62,7 +62,7 @@ def dispatches_directly(session: object) -> bool:
     return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
 
 
-def take_over(tool: str, current: Context) -> bool:
+def take_over(tool: object, current: Context) -> bool:
     """Whether a server serving a call of ``tool`` in ``current``, the caller's context, takes it
     over (and marks it taken): not when no call was handed over here, when it was another tool's,
     when another chain is in force (a context the call did not come from), or when it was taken

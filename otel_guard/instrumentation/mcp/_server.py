@@ -107,15 +107,16 @@ def _guarded(handler: Handler) -> Handler:
 
     def guarded_call_tool(ctx: ServerRequestContext[Any, Any], params: Any) -> Awaitable[HandlerResult]:
         current = context.get_current()
-        if suppressed(current):
-            return handler(ctx, params)
         tool = getattr(params, "name", None)
-        if not isinstance(tool, str) or not tool:
-            # Not a tool call this guard can name; the handler rejects it as it always would.
-            return handler(ctx, params)
+        # Asked before suppression: only a client guard that was not suppressed in this very context
+        # hands a call over, and this is the path every in-process call takes.
         if take_over(tool, current):
             # The caller's hop, which the caller decided and this context is in: run the body in it.
             return handler(ctx, params) if answers else _in_handover(handler, ctx, params)
+        if suppressed(current) or not isinstance(tool, str) or not tool:
+            # Suppressed, or not a tool call this guard can name (the handler rejects it as it
+            # always would).
+            return handler(ctx, params)
         return _in_hop(handler, ctx, params, tool, current)
 
     return guarded_call_tool
