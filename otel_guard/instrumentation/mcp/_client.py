@@ -40,12 +40,7 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.mcp._carrier import meta_with_chain, meta_with_context, writes_trace_context
 from otel_guard.instrumentation.mcp._context import chain_value, suppressed
-from otel_guard.instrumentation.mcp._in_process import (
-    Handover,
-    dispatches_directly,
-    handed_over,
-    serving_handed_over,
-)
+from otel_guard.instrumentation.mcp._in_process import dispatches_directly, handed_over, serving_handed_over
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.instrumentation.mcp._server import TOOLS_CALL, serving_chain
 from otel_guard.telemetry import MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
@@ -66,7 +61,12 @@ def guarding_call_tool(call_tool: CallTool) -> CallTool:
             return await call_tool(self, *args, **kwargs)
         direct = dispatches_directly(self)
         in_force = chain_value(current)
-        if in_force is not None and (joined := _enclosing_hop_of(tool, in_force, current)) is not None:
+        # The usual case first, inline: the hop in force is another's (read off a token made here).
+        if (
+            in_force is not None
+            and (type(in_force) is not ChainToken or in_force.agents[-1] == tool)
+            and (joined := _enclosing_hop_of(tool, current)) is not None
+        ):
             return await _send(call_tool, self, args, kwargs, tool, joined, direct)
         # The hop's steps inline (as ``async with`` would take them): this runs on every call.
         hop = delegate(tool, kind="tool", attributes=_call_attributes(self))
@@ -77,7 +77,7 @@ def guarding_call_tool(call_tool: CallTool) -> CallTool:
         token = attach(ctx)
         handover = None
         if direct:
-            handover = handed_over.set(Handover(tool, chain_value(ctx)))  # the hop's own token
+            handover = handed_over.set([tool, chain_value(ctx), None, False])  # a Handover: the hop's token
         else:
             _write_meta(self, kwargs)
         try:
@@ -109,7 +109,7 @@ async def _send(
     """Send a call that joined the hop in force (whose chain is ``chain``): handed over to a server in
     this context, else in ``_meta``."""
     if direct:
-        handover = handed_over.set(Handover(tool, chain_value(get_current()), chain))
+        handover = handed_over.set([tool, chain_value(get_current()), chain, False])  # a Handover
         try:
             return await call_tool(session, *args, **kwargs)
         finally:
@@ -147,12 +147,9 @@ def _call_attributes(session: object) -> Mapping[str, str]:
     return attributes
 
 
-def _enclosing_hop_of(tool: str, in_force: object, current: Context) -> Chain | None:
-    """The chain of the hop in force in ``current`` (whose chain's baggage value is ``in_force``) when
-    that hop is this very call's, opened by an agent framework around it: it ends with ``tool`` and
-    is not the one this context is serving."""
-    if type(in_force) is ChainToken and in_force.agents[-1] != tool:
-        return None  # the usual case, read off the token made here without building its chain
+def _enclosing_hop_of(tool: str, current: Context) -> Chain | None:
+    """The chain of the hop in force in ``current`` when that hop is this very call's, opened by an
+    agent framework around it: it ends with ``tool`` and is not the one this context is serving."""
     chain = chain_in(current)
     if chain is None or chain.hops[-1].agent != tool:
         return None
