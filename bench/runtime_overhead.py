@@ -13,7 +13,14 @@ For each runtime, one run that makes one tool call, with an offline model (no ne
   memory streams (``mode="legacy"``), where the server reads ``_meta`` and checks the hop again, as
   it does across processes (two spans); ``mcp-nested`` and ``mcp-streams-nested`` make the same calls
   from inside an agent's hop (guarded arm: a ``delegate("planner")`` open for the round), the case an
-  agent's tool call is, where the call's hop is a nested, lean one;
+  agent's tool call is, where the call's hop is a nested, lean one; ``mcp-nested-in-run`` and
+  ``mcp-streams-nested-in-run`` are those rows with a plain SDK span ``invoke_agent planner`` open
+  for the round in the bare arm too. An agent run that makes the call unguarded, under
+  OpenTelemetry, has a span of its own open (the runtime's ``invoke_agent`` span), and MCP's spans
+  of the call are its children; the ``-nested`` rows' bare arm has none, so there MCP makes a root
+  span (a new trace) where the guarded arm makes a child of the agent's hop, a difference that is
+  the span's and not the guard's. Both are printed: the ``-nested`` rows as before (the issue's
+  goal was set on them), the ``-in-run`` rows as the comparison of like with like;
 * delegate: no runtime, the floor under the rows above: the two hops a run of each makes (a root
   ``delegate("planner")`` and a ``delegate("lookup", kind="tool")`` inside it); its bare arm does
   nothing.
@@ -82,8 +89,20 @@ from otel_guard.instrumentation._base import GuardInstrumentor
 HERE = Path(__file__).resolve().parent
 TESTS_APPS = HERE.parent / "tests" / "instrumentation" / "langgraph"
 HOP_GOAL = 60e-6  # CPU seconds a guarded hop may add (issue 28)
-RATIO_GOALS = {"mcp": 1.2, "mcp-streams": 1.4, "mcp-nested": 1.2, "mcp-streams-nested": 1.4}
+RATIO_GOALS = {
+    "mcp": 1.2,
+    "mcp-streams": 1.4,
+    "mcp-nested": 1.2,
+    "mcp-streams-nested": 1.4,
+    "mcp-nested-in-run": 1.2,
+    "mcp-streams-nested-in-run": 1.4,
+}
 SPAN_SECONDS = 27e-6  # a bare SDK span where issue 28 measured it: 60 µs is about 2.2 of them
+RUN_ATTRIBUTES: dict[str, AttributeValue] = {
+    "gen_ai.operation.name": "invoke_agent",
+    "gen_ai.agent.name": "planner",
+}
+"""The unguarded agent run's own span (``mcp-nested-in-run``'s bare arm)."""
 SPAN_ATTRIBUTES: dict[str, AttributeValue] = {
     "gen_ai.operation.name": "execute_tool",
     "gen_ai.tool.name": "lookup",
@@ -236,10 +255,12 @@ def langgraph_runtime() -> Runtime:
     return Runtime("langgraph", run, LangGraphInstrumentor(), lambda out: "sunny" in out)
 
 
-def mcp_runtime(mode: str = "auto", nested: bool = False) -> Runtime:
+def mcp_runtime(mode: str = "auto", nested: bool = False, in_run: bool = False) -> Runtime:
     """``nested``: the guarded arm's calls are made inside an agent's hop (``delegate("planner")``,
     opened once per round, untimed), as a tool call from an agent's run is: the call's hop is a nested,
-    lean one (CONTRACT §9). The bare arm has no guard and so no such hop."""
+    lean one (CONTRACT §9). The bare arm has no guard and so no such hop; ``in_run``: it has the span
+    an unguarded agent run under OpenTelemetry would have open instead (a plain ``invoke_agent
+    planner`` span, opened once per round, untimed)."""
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
 
@@ -264,12 +285,20 @@ def mcp_runtime(mode: str = "auto", nested: bool = False) -> Runtime:
             hop = otel_guard.delegate("planner")
             session["hop"] = hop
             session["token"] = otel_context.attach(await hop.astart())
+        elif in_run and not instrumentor.is_instrumented_by_opentelemetry:
+            span = PLAIN_SPANS[0].start_span("invoke_agent planner", attributes=RUN_ATTRIBUTES)
+            session["span"] = span
+            session["token"] = otel_context.attach(trace.set_span_in_context(span))
 
     async def close_client() -> None:
         hop = session.pop("hop", None)
         if hop is not None:
             otel_context.detach(session.pop("token"))
             hop.finish()
+        span = session.pop("span", None)
+        if span is not None:
+            otel_context.detach(session.pop("token"))
+            span.end()
         await session.pop("cm").__aexit__(None, None, None)
 
     async def run() -> Any:
@@ -278,7 +307,11 @@ def mcp_runtime(mode: str = "auto", nested: bool = False) -> Runtime:
     def check(result: Any) -> bool:
         return not result.is_error and "sunny" in result.content[0].text
 
-    name = ("mcp" if mode == "auto" else "mcp-streams") + ("-nested" if nested else "")
+    name = (
+        ("mcp" if mode == "auto" else "mcp-streams")
+        + ("-nested" if nested else "")
+        + ("-in-run" if in_run else "")
+    )
     return Runtime(name, run, instrumentor, check, open_client, close_client)
 
 
@@ -321,6 +354,8 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "mcp-streams": lambda: mcp_runtime("legacy"),
     "mcp-nested": lambda: mcp_runtime(nested=True),
     "mcp-streams-nested": lambda: mcp_runtime("legacy", nested=True),
+    "mcp-nested-in-run": lambda: mcp_runtime(nested=True, in_run=True),
+    "mcp-streams-nested-in-run": lambda: mcp_runtime("legacy", nested=True, in_run=True),
     # the floor under the MCP rows: the same hops with delegate and the propagator, no MCP (_mcp_floor)
     "mcp-floor-root": runtime_of_its_own("_mcp_floor", "root_hop"),
     "mcp-floor-nested": runtime_of_its_own("_mcp_floor", "nested_hop"),

@@ -10,13 +10,10 @@ Switch it on with ``opentelemetry-instrument`` (extra ``mcp``), or in code:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection
 from typing import Any, Final
 
-from wrapt import wrap_function_wrapper
-
-from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget, unwrap_all
+from otel_guard.instrumentation._base import GuardInstrumentor, PatchTarget
 from otel_guard.instrumentation.mcp.package import _instruments
 
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
@@ -24,11 +21,11 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     ("mcp.server.lowlevel.server", "Server.get_request_handler"),
     ("mcp.server.mcpserver.server", "MCPServer.call_tool"),
 )
-"""Every (module, attribute) this instrumentor wraps; ``_uninstrument`` unwraps them all."""
+"""Every (module, attribute) this instrumentor replaces; ``_uninstrument`` puts them all back. Plain
+functions in their places, not ``wrapt`` proxies: MCP looks each up on every call (``_patches``)."""
 
 EXTRACTION: Final[PatchTarget] = ("mcp.server._otel", "extract_trace_context")
-"""What MCP's server span reads ``_meta`` with: replaced by a plain function that keeps what it read
-(not a ``wrapt`` proxy: see ``_carrier.remembering_extraction``), put back by ``_uninstrument``."""
+"""What MCP's server span reads ``_meta`` with: replaced by a function that keeps what it read."""
 
 
 class MCPInstrumentor(GuardInstrumentor):
@@ -40,19 +37,18 @@ class MCPInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         # Imported here: the helpers import mcp, and this module must import without it.
         from otel_guard.instrumentation.mcp._carrier import remembering_extraction
-        from otel_guard.instrumentation.mcp._client import guard_call_tool
-        from otel_guard.instrumentation.mcp._server import guard_request_handler, keep_refusal_text
+        from otel_guard.instrumentation.mcp._client import guarding_call_tool
+        from otel_guard.instrumentation.mcp._patches import replace
+        from otel_guard.instrumentation.mcp._server import guarding_request_handler, keeping_refusal_text
 
         client, server, mcpserver = PATCH_TARGETS
-        wrap_function_wrapper(*client, guard_call_tool)
-        wrap_function_wrapper(*server, guard_request_handler)
-        wrap_function_wrapper(*mcpserver, keep_refusal_text)
-        module = importlib.import_module(EXTRACTION[0])
-        setattr(module, EXTRACTION[1], remembering_extraction(getattr(module, EXTRACTION[1])))
+        replace(client, guarding_call_tool)
+        replace(server, guarding_request_handler)
+        replace(mcpserver, keeping_refusal_text)
+        replace(EXTRACTION, remembering_extraction)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from otel_guard.instrumentation.mcp._carrier import forgetting_extraction
+        from otel_guard.instrumentation.mcp._patches import restore
 
-        unwrap_all(PATCH_TARGETS)
-        module = importlib.import_module(EXTRACTION[0])
-        setattr(module, EXTRACTION[1], forgetting_extraction(getattr(module, EXTRACTION[1])))
+        for target in (*PATCH_TARGETS, EXTRACTION):
+            restore(target)

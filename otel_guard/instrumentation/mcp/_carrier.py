@@ -15,7 +15,6 @@ extracted from the same ``_meta`` (reading a chain token's baggage costs about w
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Final
@@ -84,31 +83,15 @@ def _add_chain(carrier: dict[str, Any]) -> None:
 
 def remembering_extraction(extract: Callable[[Any], Context | None]) -> Callable[[Any], Context | None]:
     """MCP's ``extract_trace_context(meta)`` (its server span's parent), keeping what it extracted
-    from ``meta``, which :func:`context_from_meta` would otherwise extract again.
+    from ``meta``, which :func:`context_from_meta` would otherwise extract again."""
 
-    A plain function in its place, not a ``wrapt`` proxy: MCP calls it for every request, a direct
-    dispatch's (with no ``_meta``) too, and a proxy's layers cost more than the call itself.
-    """
-    if getattr(extract, "remembers_for_otel_guard", False):
-        return extract
-
-    @functools.wraps(extract)
     def extract_trace_context(meta: Any) -> Context | None:
         extracted = extract(meta)
         if extracted is not None and meta is not None:
             _extracted.set((meta, propagate.get_global_textmap(), extracted))
         return extracted
 
-    extract_trace_context.remembers_for_otel_guard = True  # type: ignore[attr-defined]
     return extract_trace_context
-
-
-def forgetting_extraction(extract: Callable[[Any], Context | None]) -> Callable[[Any], Context | None]:
-    """The function :func:`remembering_extraction` took the place of (``extract`` itself if none)."""
-    if getattr(extract, "remembers_for_otel_guard", False):
-        original: Callable[[Any], Context | None] = extract.__wrapped__  # type: ignore[attr-defined]
-        return original
-    return extract
 
 
 _extracted: ContextVar[tuple[object, object, Context] | None] = ContextVar(

@@ -29,90 +29,93 @@ the one this process is serving, and the call is a new hop (a real cycle, refuse
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
-from opentelemetry.context import attach, detach, get_current
+from opentelemetry.context import Context, attach, detach, get_current
 
 from otel_guard._carriers import propagator_reads_baggage
-from otel_guard.chain import Chain
+from otel_guard._in_force import chain_in
+from otel_guard.chain import Chain, ChainToken
 from otel_guard.errors import DelegationRefused
-from otel_guard.guard import current_chain, delegate
+from otel_guard.guard import delegate
 from otel_guard.instrumentation.mcp._carrier import meta_with_chain, meta_with_context, writes_trace_context
 from otel_guard.instrumentation.mcp._context import chain_value, suppressed
-from otel_guard.instrumentation.mcp._in_process import (
-    Handover,
-    dispatches_directly,
-    handed_over,
-    handover_for,
-)
+from otel_guard.instrumentation.mcp._in_process import dispatches_directly, handed_over, serving_handed_over
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.instrumentation.mcp._server import TOOLS_CALL, serving_chain
 from otel_guard.telemetry import MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
 
+CallTool = Callable[..., Awaitable[Any]]
+"""``ClientSession.call_tool(self, name, arguments=None, ..., *, meta=None, ...)``."""
 
-async def guard_call_tool(
-    wrapped: Callable[..., Awaitable[Any]],
-    instance: object,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """``wrapt`` wrapper of ``ClientSession.call_tool(name, arguments=None, ..., *, meta=None, ...)``."""
-    current = get_current()
-    if suppressed(current):
-        return await wrapped(*args, **kwargs)
-    tool = args[0] if args else kwargs.get("name")
-    if not isinstance(tool, str) or not tool:
-        return await wrapped(*args, **kwargs)
-    direct = dispatches_directly(instance)
-    if chain_value(current) is not None and _joins_enclosing_hop(tool):
-        return await _send(wrapped, instance, args, kwargs, tool, current_chain() if direct else None, direct)
-    # The hop's steps inline (as ``async with`` would take them): this runs on every call.
-    hop = delegate(tool, kind="tool", attributes=_call_attributes(instance))
-    try:
-        ctx = await hop.astart()
-    except DelegationRefused as err:
-        return refusal_result(err)
-    token = attach(ctx)
-    handover = None
-    if direct:
-        handover = handed_over.set(Handover(tool, chain_value(ctx), hop.chain))
-    else:
-        _write_meta(instance, kwargs)
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:  # the session's refusal too: not this hop's, let it through
+
+def guarding_call_tool(call_tool: CallTool) -> CallTool:
+    """The function that takes ``ClientSession.call_tool``'s place: each call a hop (see the module)."""
+
+    async def guarded_call_tool(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        current = get_current()
+        if suppressed(current):
+            return await call_tool(self, *args, **kwargs)
+        tool = args[0] if args else kwargs.get("name")
+        if not isinstance(tool, str) or not tool:
+            return await call_tool(self, *args, **kwargs)
+        direct = dispatches_directly(self)
+        in_force = chain_value(current)
+        # The usual case first, inline: the hop in force is another's (read off a token made here).
+        if (
+            in_force is not None
+            and (type(in_force) is not ChainToken or in_force.agents[-1] == tool)
+            and (joined := _enclosing_hop_of(tool, current)) is not None
+        ):
+            return await _send(call_tool, self, args, kwargs, tool, joined, direct)
+        # The hop's steps inline (as ``async with`` would take them): this runs on every call.
+        hop = delegate(tool, kind="tool", attributes=_call_attributes(self))
+        try:
+            ctx = await hop.astart()
+        except DelegationRefused as err:
+            return refusal_result(err)
+        token = attach(ctx)
+        handover = None
+        if direct:
+            handover = handed_over.set([tool, chain_value(ctx), None, False])  # a Handover: the hop's token
+        else:
+            _write_meta(self, kwargs)
+        try:
+            result = await call_tool(self, *args, **kwargs)
+        except BaseException as exc:  # the session's refusal too: not this hop's, let it through
+            if handover is not None:
+                handed_over.reset(handover)
+            detach(token)
+            hop.finish(exc)
+            raise
         if handover is not None:
             handed_over.reset(handover)
         detach(token)
-        hop.finish(exc)
-        raise
-    if handover is not None:
-        handed_over.reset(handover)
-    detach(token)
-    hop.finish()
-    return result
+        hop.finish()
+        return result
+
+    return guarded_call_tool
 
 
 async def _send(
-    wrapped: Callable[..., Awaitable[Any]],
-    instance: object,
+    call_tool: CallTool,
+    session: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     tool: str,
-    chain: Chain | None,
+    chain: Chain,
     direct: bool,
 ) -> Any:
-    """Send a call that joined the hop in force: handed over to a server in this context, else in
-    ``_meta``."""
+    """Send a call that joined the hop in force (whose chain is ``chain``): handed over to a server in
+    this context, else in ``_meta``."""
     if direct:
-        handover = handed_over.set(handover_for(tool, chain))
+        handover = handed_over.set([tool, chain_value(get_current()), chain, False])  # a Handover
         try:
-            return await wrapped(*args, **kwargs)
+            return await call_tool(session, *args, **kwargs)
         finally:
             handed_over.reset(handover)
-    _write_meta(instance, kwargs)
-    return await wrapped(*args, **kwargs)
+    _write_meta(session, kwargs)
+    return await call_tool(session, *args, **kwargs)
 
 
 def _write_meta(session: object, kwargs: dict[str, Any]) -> None:
@@ -123,29 +126,33 @@ def _write_meta(session: object, kwargs: dict[str, Any]) -> None:
         kwargs["meta"] = meta_with_chain(kwargs.get("meta"))  # MCP's injection leaves it out
 
 
-_ATTRIBUTES: dict[str, Mapping[str, str]] = {}
+_ATTRIBUTES: dict[str, dict[str, str]] = {}
 """The MCP attributes of a ``tools/call``, by the session's protocol version (a handful of them)."""
 
 
 def _call_attributes(session: object) -> Mapping[str, str]:
-    """The MCP attributes of a ``tools/call`` on ``session``, before it is sent (read-only, shared)."""
+    """The MCP attributes of a ``tools/call`` on ``session``, before it is sent: one dict per protocol
+    version, shared by every call and never changed (the guard copies a hop's attributes into the
+    span's). A dict, not a read-only proxy: a hop copies it, and a proxy copies three times slower."""
     version = getattr(session, "protocol_version", None)
     if not isinstance(version, str):
         version = ""  # not negotiated yet: no mcp.protocol.version
     attributes = _ATTRIBUTES.get(version)
     if attributes is None:
-        built = {MCP_METHOD_NAME: TOOLS_CALL}
+        attributes = {MCP_METHOD_NAME: TOOLS_CALL}
         if version:
-            built[MCP_PROTOCOL_VERSION] = version
-        attributes = MappingProxyType(built)
+            attributes[MCP_PROTOCOL_VERSION] = version
         if len(_ATTRIBUTES) < 16:  # a peer can name any version: never more than a few kept
             _ATTRIBUTES[version] = attributes
     return attributes
 
 
-def _joins_enclosing_hop(tool: str) -> bool:
-    """Whether the hop in force is this very call's, opened by an agent framework around it."""
-    chain = current_chain()
+def _enclosing_hop_of(tool: str, current: Context) -> Chain | None:
+    """The chain of the hop in force in ``current`` when that hop is this very call's, opened by an
+    agent framework around it: it ends with ``tool`` and is not the one this context is serving."""
+    chain = chain_in(current)
     if chain is None or chain.hops[-1].agent != tool:
-        return False
-    return chain != serving_chain.get()
+        return None
+    if chain == serving_chain.get() or serving_handed_over(chain):  # a body calling its own tool
+        return None
+    return chain

@@ -14,6 +14,7 @@ from opentelemetry import baggage
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context
 from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
 
+from otel_guard._context_slots import BAGGAGE_SLOT, FAST_CONTEXT
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 _SUPPRESS_KEYS: Final = (_SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN)
@@ -25,5 +26,10 @@ def suppressed(ctx: Context) -> bool:
 
 
 def chain_value(ctx: Context) -> object:
-    """The chain's baggage value in ``ctx`` (a token object or a string), or ``None``."""
+    """The chain's baggage value in ``ctx`` (a token object or a string), or ``None``: read straight
+    from the context's baggage slot (``_context_slots.baggage_of`` inline, as every call reads it
+    three times; ``baggage.get_baggage`` costs four Python calls more)."""
+    if FAST_CONTEXT:
+        members = ctx.get(BAGGAGE_SLOT)
+        return members.get(CHAIN_BAGGAGE_KEY) if type(members) is dict else None
     return baggage.get_baggage(CHAIN_BAGGAGE_KEY, ctx)

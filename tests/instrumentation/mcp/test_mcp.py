@@ -14,10 +14,8 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
-import wrapt
 from instrumentors import instrumentor_fixture
 from mcp import Client
-from mcp.client.session import ClientSession
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -393,6 +391,38 @@ async def test_a_handover_is_taken_once_and_only_by_its_own_call(
     )
 
 
+async def test_a_request_the_body_sends_itself_is_not_taken_over_again(
+    instrumented: MCPInstrumentor, spans: Any
+) -> None:
+    """A handover is taken once: a ``tools/call`` the body sends without ``call_tool`` (no hop of
+    the client's, no chain in ``_meta``) is checked by the server as any such request is, in a hop of
+    its own, and does not run in the hop handed over for the body's own call."""
+    ran: list[str] = []
+    server = MCPServer("raw")
+    client_box: dict[str, Client] = {}
+
+    @server.tool()
+    async def outer(again: bool = True) -> str:
+        ran.append("outer")
+        chain = otel_guard.current_chain()
+        if again:
+            await send_raw_call_tool(client_box["client"], "outer", {}, again=False)
+        return chain.path() if chain else "no chain"
+
+    with otel_guard.delegate("planner"):
+        async with Client(server) as client:
+            client_box["client"] = client
+            result = await client.call_tool("outer", {})
+
+    assert ran == ["outer", "outer"]
+    assert answer_text(result) == "planner → outer"
+    # The body's call from the client, handed over; the raw request, checked by the server afresh.
+    assert sorted(decisions(spans, "execute_tool outer")) == [
+        ("client", "allow", ("planner", "outer")),
+        ("server", "allow", ("outer",)),
+    ]
+
+
 async def test_a_direct_client_reads_its_dispatcher_where_the_instrumentor_looks() -> None:
     """The handover hinges on ClientSession keeping its dispatcher as ``_dispatcher``; a version that
     moves it makes every call go through _meta again (correct, slower), and this test names it."""
@@ -650,15 +680,19 @@ async def test_lowlevel_server_refuses_before_the_handler(instrumented: MCPInstr
     assert "agent budget is already in chain budget → planner" in answer_text(result)
 
 
+@pytest.mark.parametrize("mode", MODES)
 async def test_lowlevel_server_turns_a_refusal_in_the_handler_into_the_tool_error(
-    instrumented: MCPInstrumentor,
+    instrumented: MCPInstrumentor, mode: str
 ) -> None:
+    """Over streams the server's own hop answers it; handed over (direct), the guard's frame around
+    a low-level handler does (``MCPServer``'s answers every failure itself)."""
+
     async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
         with otel_guard.delegate(params.name):  # the handler re-enters its own name
             raise AssertionError("the refused step ran")
 
     server: LowLevelServer[Any] = LowLevelServer("lowlevel", on_call_tool=call_tool)
-    result = await call(server, "legacy", "summarize")
+    result = await call(server, mode, "summarize")
     assert result.is_error
     assert "Delegation cycle: agent summarize is already in chain summarize" in answer_text(result)
     assert result.meta[REFUSAL_META_KEY]["reason"] == "cycle"
@@ -703,15 +737,18 @@ async def test_suppressed_instrumentation_makes_no_hop(instrumented: MCPInstrume
 
 async def test_uninstrument_restores_the_runtime(spans: Any) -> None:
     otel_guard.configure(cycle_rule="agent")
+    targets = (*PATCH_TARGETS, EXTRACTION)
+    originals = [resolve(target) for target in targets]
     instrumentor = MCPInstrumentor()
     instrumentor.instrument()
-    assert resolve(EXTRACTION) is not mcp_shared_otel.extract_trace_context
+    for target, original in zip(targets, originals, strict=True):
+        assert resolve(target) is not original, target
+        assert resolve(target).__wrapped__ is original, target  # its name, docs and signature kept
     instrumentor.uninstrument()
 
-    for target in PATCH_TARGETS:
-        assert not isinstance(resolve(target), wrapt.ObjectProxy), target
+    for target, original in zip(targets, originals, strict=True):
+        assert resolve(target) is original, target
     assert resolve(EXTRACTION) is mcp_shared_otel.extract_trace_context
-    assert not isinstance(ClientSession.call_tool, wrapt.ObjectProxy)
     ran: list[str] = []
     result = await call(build_server(ran, mode="legacy"), "legacy", "planner", rounds=4)
     # Unguarded, the loop bounces until the test's own bound stops it.
