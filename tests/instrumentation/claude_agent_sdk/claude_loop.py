@@ -6,7 +6,7 @@ what the request holds, as a real model reacts to its input:
 
 - a new task (no tool result in the last turn): call the agent's tool (or start its sub-agent),
   while the shared :class:`CallBudget` lasts; then answer in text;
-- a tool result (a refusal included: the CLI's error result): answer in text, quoting it.
+- a tool result (a refusal included: the call's error result): answer in text, quoting it.
 
 Two shapes of the loop:
 
@@ -81,6 +81,7 @@ class Loop:
     calls: CallBudget
     subagents: bool = False
     results: dict[str, list[str]] = field(default_factory=dict)  # agent -> tool results it read
+    errors: dict[str, list[bool]] = field(default_factory=dict)  # agent -> whether each was an error
     runs: dict[str, int] = field(default_factory=dict)  # agent -> runs (first requests) it made
     api: ScriptedAPI | None = None
     config_dir: str = ""
@@ -91,6 +92,7 @@ class Loop:
         if results:
             seen = result_text(results[0])
             self.results.setdefault(me, []).append(seen)
+            self.errors.setdefault(me, []).append(results[0].get("is_error") is True)
             return [text(f"{me} answers after {seen[:300]}")]
         prompt = prompt_text(request)
         if "<task-notification>" in prompt:
