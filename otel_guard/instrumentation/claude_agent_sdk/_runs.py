@@ -6,10 +6,10 @@ CLI's control channel. The guard gives each one a :class:`Run`:
 * at ``Query.__init__`` the run's hooks join the app's, after them (``PreToolUse`` and
   ``PostToolUseFailure`` matching the Agent tool and the MCP tools but those of the SDK MCP servers
   the guard wraps, every tool for ``PreToolUse`` while a model budget is on; ``PostToolUse``
-  matching the MCP tools whose end the guard does not see itself; ``SubagentStart``,
-  ``SubagentStop``; and ``UserPromptSubmit`` with guidance on), so the CLI asks the guard about
-  every call that can be a hop, the sub-agents' included, but a wrapped server's tool calls, which
-  the server decides itself (:mod:`._tools`);
+  matching the MCP tools whose end the guard does not see itself; ``SubagentStart`` and
+  ``SubagentStop`` where the CLI offers the Agent tool; ``UserPromptSubmit`` with guidance on), so
+  the CLI asks the guard about every call that can be a hop, the sub-agents' included, but a wrapped
+  server's tool calls, which the server decides itself (:mod:`._tools`);
 * at ``Query.start``, before the CLI is read, the run's hop is decided: ``invoke_agent {name}``,
   where the name is the CLI's ``--agent`` (``extra_args={"agent": "planner"}``: the session runs as
   that agent); a run inside a hop of its own name (tool ``budget`` running agent ``budget``), or with
@@ -85,10 +85,13 @@ class Run:
         name: str | None,
         tools: dict[str, list[str]] | None = None,
         ending_servers: tuple[str, ...] = (),
+        sub_agents: bool = True,
     ) -> None:
         self.name = name
         self.tools = tools or {}  # agent name ("" for the main thread) -> the tools it may call
         self.ending_servers = ending_servers  # the SDK MCP servers that end their calls' hops
+        self.sub_agents = sub_agents  # the run may start sub-agents (the CLI offers the Agent tool)
+        self.reading = False  # the read loop tells the run who made each tool call (_replies)
         self.hop: Delegation | None = None
         self.context: Context = otel_context.get_current()
         self.calls: dict[str, Delegation] = {}  # tool_use_id -> open MCP tool hop
@@ -156,9 +159,10 @@ class Run:
             "PreToolUse": (None if settings.model_budgets_on else hop_calls, self.pre_tool_use),
             "PostToolUse": (_ended_by_the_cli(self.ending_servers), self.post_tool_use),
             "PostToolUseFailure": (hop_calls, self.post_tool_use_failure),
-            "SubagentStart": (None, self.subagent_start),
-            "SubagentStop": (None, self.subagent_stop),
         }
+        if self.sub_agents:
+            hooks["SubagentStart"] = (None, self.subagent_start)
+            hooks["SubagentStop"] = (None, self.subagent_stop)
         if settings.situational_prompt:
             hooks["UserPromptSubmit"] = (None, self.user_prompt_submit)
         return hooks
@@ -201,7 +205,7 @@ class Run:
     async def _context_of_call(self, call_id: str) -> Context:
         """The context an SDK MCP call is decided in: that of the agent whose reply made it. With no
         sub-agent started or running, only the main thread makes calls: no reply is waited for."""
-        if not self.agents and not any(self.waiting.values()):
+        if not self.reading or (not self.agents and not any(self.waiting.values())):
             return self.context
         return self.context_of_reply(await self.reply_of(call_id))
 
@@ -385,6 +389,13 @@ def _denied(reason: str, *, stop: bool) -> dict[str, Any]:
 # -- the wrappers ------------------------------------------------------------------------------
 
 
+def _may_start_sub_agents(transport: Any) -> bool:
+    """Whether the run's CLI offers the Agent tool: not when the run's ``tools`` (the CLI's
+    ``--tools``) are a list without it, which disables it "in subagents as well as here"."""
+    tools = getattr(getattr(transport, "_options", None), "tools", None)
+    return not isinstance(tools, list) or any(tool in AGENT_TOOLS for tool in tools)
+
+
 def _agent_name(transport: Any) -> str | None:
     """The CLI's ``--agent`` of the run (``extra_args={"agent": ...}``), if it has one."""
     options = getattr(transport, "_options", None)
@@ -415,7 +426,9 @@ def new_query(
     transport = kwargs.get("transport", args[0] if args else None)
     servers = getattr(instance, "sdk_mcp_servers", None)
     ending = tuple(str(name) for name, server in (servers or {}).items() if server in ENDING_SERVERS)
-    run = Run(_agent_name(transport), _tools_of(transport, instance), ending)
+    run = Run(
+        _agent_name(transport), _tools_of(transport, instance), ending, _may_start_sub_agents(transport)
+    )
     hooks = instance.hooks
     for event, (matcher, callback) in run.hooks().items():
         hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})
@@ -435,7 +448,9 @@ async def start(
             SERVING.reset(serving)
     await run.begin()  # a refusal raises here: the SDK closes the query
     run.counting = current_settings().model_budgets_on
-    if run.counting or run.ending_servers:
+    # Who made an SDK MCP call matters only where a sub-agent may make one.
+    run.reading = run.counting or bool(run.ending_servers and run.sub_agents)
+    if run.reading:
         from otel_guard.instrumentation.claude_agent_sdk._replies import ReadingTransport
 
         instance.transport = ReadingTransport(instance.transport, run)
