@@ -26,7 +26,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from claude_agent_sdk import (
     query,
     tool,
 )
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from scripted_api import (
     ScriptedAPI,
     prompt_text,
@@ -85,6 +86,7 @@ class Loop:
     runs: dict[str, int] = field(default_factory=dict)  # agent -> runs (first requests) it made
     api: ScriptedAPI | None = None
     config_dir: str = ""
+    suppressed: frozenset[str] = frozenset()  # agents whose runs are made with instrumentation suppressed
 
     def script(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         me = agent_of(request)
@@ -171,7 +173,8 @@ class Loop:
         return (await self.run_messages(me, prompt, **more))[0]
 
     async def run_messages(self, me: str, prompt: str, **more: Any) -> tuple[str, list[Any]]:
-        messages = [message async for message in query(prompt=prompt, options=self.options(me, **more))]
+        with suppress_instrumentation() if me in self.suppressed else nullcontext():
+            messages = [message async for message in query(prompt=prompt, options=self.options(me, **more))]
         results = [m for m in messages if isinstance(m, ResultMessage)]
         return (results[-1].result or "" if results else ""), messages
 
