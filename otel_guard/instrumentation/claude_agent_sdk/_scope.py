@@ -3,9 +3,9 @@
 An SDK MCP server runs its tools in a task of its own, started with the run, not in the task of the
 call; the CLI names each call's ``tool_use_id`` in the MCP request's ``_meta``
 (``claudecode/toolUseId``) and nothing else of it. A call decided in the run's ``PreToolUse`` hook
-(every call while a model budget is on, and the calls of servers the guard did not wrap) reaches the
-tool as its open hop in :data:`OPEN_CALLS`; ids are unique across runs, so one table serves every
-run. Any other call is decided by the tool's server itself, by the run in :data:`SERVING`.
+(every call while a model budget is on) reaches the tool as its open hop in :data:`OPEN_CALLS`; ids
+are unique across runs, so one table serves every run. Any other call is decided by the tool's
+server itself, by the run in :data:`SERVING`.
 
 What a reader would not guess: :data:`SERVING` is exact because the SDK starts a server's session
 (``sdk_mcp_bridge._Session``, a detached task) from the handler of the run's first ``mcp_message``
