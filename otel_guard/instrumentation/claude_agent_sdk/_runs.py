@@ -83,12 +83,12 @@ class Run:
     def __init__(
         self,
         name: str | None,
-        tools: dict[str, list[str]] | None = None,
+        tools: Callable[[], dict[str, list[str]]] = dict,
         ending_servers: tuple[str, ...] = (),
         sub_agents: bool = True,
     ) -> None:
         self.name = name
-        self.tools = tools or {}  # agent name ("" for the main thread) -> the tools it may call
+        self._tools = tools  # read for guidance only: agent ("" for the main thread) -> its tools
         self.ending_servers = ending_servers  # the SDK MCP servers that end their calls' hops
         self.sub_agents = sub_agents  # the run may start sub-agents (the CLI offers the Agent tool)
         self.reading = False  # the read loop tells the run who made each tool call (_replies)
@@ -134,6 +134,11 @@ class Run:
         self.agents.clear()
         if self.hop is not None:
             self.hop.finish()
+
+    @functools.cached_property
+    def tools(self) -> dict[str, list[str]]:
+        """Agent name ("" for the main thread) -> the tools it may call (read when guidance is on)."""
+        return self._tools()
 
     def context_of(self, agent_id: Any) -> Context:
         """The context a call of ``agent_id`` (``None``: the main thread) is decided in."""
@@ -337,6 +342,7 @@ def _hop_of(tool: Any, tool_input: Any) -> tuple[str, Any] | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def _asked_by_the_cli(ending_servers: tuple[str, ...]) -> str:
     """The ``PreToolUse`` matcher (no model budget on): the calls that can be hops but the tools of
     ``ending_servers``, whose calls their server decides (:mod:`._tools`)."""
@@ -345,6 +351,7 @@ def _asked_by_the_cli(ending_servers: tuple[str, ...]) -> str:
     return f"^(?:mcp__(?!(?:{_server_names(ending_servers)})__).*|Agent|Task)$"
 
 
+@functools.lru_cache(maxsize=64)
 def _ended_by_the_cli(ending_servers: tuple[str, ...]) -> str:
     """The ``PostToolUse`` matcher: the MCP tools but those of ``ending_servers``.
 
@@ -426,9 +433,8 @@ def new_query(
     transport = kwargs.get("transport", args[0] if args else None)
     servers = getattr(instance, "sdk_mcp_servers", None)
     ending = tuple(str(name) for name, server in (servers or {}).items() if server in ENDING_SERVERS)
-    run = Run(
-        _agent_name(transport), _tools_of(transport, instance), ending, _may_start_sub_agents(transport)
-    )
+    tools = functools.partial(_tools_of, transport, instance)
+    run = Run(_agent_name(transport), tools, ending, _may_start_sub_agents(transport))
     hooks = instance.hooks
     for event, (matcher, callback) in run.hooks().items():
         hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})

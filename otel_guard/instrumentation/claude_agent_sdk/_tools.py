@@ -126,7 +126,8 @@ def _error_result(text: str) -> CallToolResult:
 def _failure(result: Any) -> BaseException | None:
     """The error a tool's result reports (``isError``, with its text), or ``None``."""
     # mcp 2 names the field ``is_error`` (``isError`` its alias on the wire), mcp 1 ``isError``.
-    if getattr(result, "is_error", getattr(result, "isError", False)) is not True:
+    failed = getattr(result, "is_error", None)
+    if (getattr(result, "isError", False) if failed is None else failed) is not True:
         return None
     texts = [
         text
