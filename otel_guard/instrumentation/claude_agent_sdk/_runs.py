@@ -4,10 +4,12 @@ Every ``query()`` and every ``ClaudeSDKClient`` session makes one ``Query``, the
 CLI's control channel. The guard gives each one a :class:`Run`:
 
 * at ``Query.__init__`` the run's hooks join the app's, after them (``PreToolUse`` and
-  ``PostToolUseFailure`` matching MCP tools and the Agent tool, every tool for ``PreToolUse`` while
-  a model budget is on; ``PostToolUse`` matching the MCP tools whose end the guard does not see
-  itself; ``SubagentStart``, ``SubagentStop``; and ``UserPromptSubmit`` with guidance on), so the
-  CLI asks the guard about every call that can be a hop, the sub-agents' included;
+  ``PostToolUseFailure`` matching the Agent tool and the MCP tools but those of the SDK MCP servers
+  the guard wraps, every tool for ``PreToolUse`` while a model budget is on; ``PostToolUse``
+  matching the MCP tools whose end the guard does not see itself; ``SubagentStart`` and
+  ``SubagentStop`` where the CLI offers the Agent tool; ``UserPromptSubmit`` with guidance on), so
+  the CLI asks the guard about every call that can be a hop, the sub-agents' included, but a wrapped
+  server's tool calls, which the server decides itself (:mod:`._tools`);
 * at ``Query.start``, before the CLI is read, the run's hop is decided: ``invoke_agent {name}``,
   where the name is the CLI's ``--agent`` (``extra_args={"agent": "planner"}``: the session runs as
   that agent); a run inside a hop of its own name (tool ``budget`` running agent ``budget``), or with
@@ -15,25 +17,30 @@ CLI's control channel. The guard gives each one a :class:`Run`:
   own; else ``claude``. A refused run raises
   :class:`~otel_guard.DelegationRefused` from the ``query()`` iteration (from ``connect()``) before
   the prompt is sent, and the SDK closes the CLI. Its read loop, and every hook and tool the CLI asks
-  for, run in the hop's context;
+  for, run in the hop's context, and serve the run (:data:`._scope.SERVING`); the read loop tells the
+  run who made each tool call (:mod:`._replies`);
 * at ``Query.close``, however the run ends, every hop it opened ends.
 
-Which tool call is a hop (``PreToolUse``): the Agent tool (``Task`` in older CLIs), which starts a
-sub-agent, is ``invoke_agent {subagent_type}``, kept open until the sub-agent stops
+Which tool call is a hop: the Agent tool (``Task`` in older CLIs), which starts a sub-agent, is
+``invoke_agent {subagent_type}`` (``PreToolUse``), kept open until the sub-agent stops
 (``SubagentStop``; the CLI may run it in the background); an MCP tool ``mcp__{server}__{tool}`` is
-``execute_tool {tool}``, ended when the tool returns by the SDK MCP server that runs it
-(:mod:`._tools`), by ``PostToolUse`` for another server's; the CLI's built-in tools delegate nothing
-and are no hops. A sub-agent's calls are decided in the sub-agent's hop (the hook names its
-``agent_id``). A refused call is denied: ``permissionDecision: "deny"`` with the refusal's text as
-the reason, which the CLI gives the model as the call's error result; the model answers with what
-it has.
+``execute_tool {tool}``: a wrapped SDK MCP server's call is decided by its server as it is about to
+run it (:meth:`Run.open_call`) and ended when the tool returns, another server's is decided in
+``PreToolUse`` and ended by ``PostToolUse``; the CLI's built-in tools delegate nothing and are no
+hops. A sub-agent's calls are decided in the sub-agent's hop: a hook names its ``agent_id``; for a
+server's call, the reply that made it names the Agent call that started its sub-agent (with no
+sub-agent started or running, the call is the main thread's, and nothing is waited for). A refused
+call in a hook is denied: ``permissionDecision: "deny"`` with the refusal's text as the reason; in
+its server, it is the tool's error result with that text, the tool not run. The CLI gives the model
+either as the call's error result; the model answers with what it has.
 
 Budgets (:mod:`._usage`): the CLI makes the model requests, out of the guard's reach, so each one is
 counted as its reply arrives (the run's read loop sees every assistant message, the sub-agents'
-included, before the CLI asks about the tool calls in it). A reply that a spent tree should not have
-had (in enforce mode) spends the run: every later tool call of the run is denied with the refusal,
-with ``continue: false``, which ends the turn: the run ends with a result, however deep the
-sub-agent that spent it.
+included, and a call waits for its reply). A reply that a spent tree should not have had (in enforce
+mode) spends the run: every later tool call of the run is denied with the refusal, with
+``continue: false``, which ends the turn: the run ends with a result, however deep the sub-agent
+that spent it. So while a model budget is on, ``PreToolUse`` is asked about every call, a wrapped
+server's too (its hop then reaches the server open: :data:`._scope.OPEN_CALLS`).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from opentelemetry.context import Context
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
 from otel_guard.instrumentation._base import refusal_text, unless_suppressed
-from otel_guard.instrumentation.claude_agent_sdk._scope import ENDING_SERVERS, OPEN_CALLS, OpenCall
+from otel_guard.instrumentation.claude_agent_sdk._scope import ENDING_SERVERS, OPEN_CALLS, SERVING, OpenCall
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
 
@@ -65,7 +72,7 @@ MCP_TOOLS: Final = "mcp__.*"
 """The ``PostToolUse`` matcher where no tool server ends its calls' hops itself (an Agent call's hop
 ends with its sub-agent: ``SubagentStop``)."""
 REPLY_WAIT_SECONDS: Final = 1.0
-"""How long a tool call waits for the reply that made it to be counted (it comes within ms)."""
+"""How long a tool call waits for the reply that made it to be read (it comes within ms)."""
 
 HookCallback = Callable[[Any, Any, Any], Any]
 
@@ -76,12 +83,15 @@ class Run:
     def __init__(
         self,
         name: str | None,
-        tools: dict[str, list[str]] | None = None,
+        tools: Callable[[], dict[str, list[str]]] = dict,
         ending_servers: tuple[str, ...] = (),
+        sub_agents: bool = True,
     ) -> None:
         self.name = name
-        self.tools = tools or {}  # agent name ("" for the main thread) -> the tools it may call
+        self._tools = tools  # read for guidance only: agent ("" for the main thread) -> its tools
         self.ending_servers = ending_servers  # the SDK MCP servers that end their calls' hops
+        self.sub_agents = sub_agents  # the run may start sub-agents (the CLI offers the Agent tool)
+        self.reading = False  # the read loop tells the run who made each tool call (_replies)
         self.hop: Delegation | None = None
         self.context: Context = otel_context.get_current()
         self.calls: dict[str, Delegation] = {}  # tool_use_id -> open MCP tool hop
@@ -91,7 +101,8 @@ class Run:
         self.spent: str | None = None
         self.counted: set[str] = set()  # ids of the model replies counted
         self.counting = False  # the run's replies are counted (a model budget was on at its start)
-        self.replied: set[str] = set()  # the tool_use ids of the replies counted
+        self.asked_about_every_call = False  # PreToolUse matches every tool (a model budget was on)
+        self.callers: dict[str, Any] = {}  # tool_use_id read -> its reply's parent_tool_use_id
         self._awaited: dict[str, anyio.Event] = {}
         self.closed = False
 
@@ -124,6 +135,11 @@ class Run:
         if self.hop is not None:
             self.hop.finish()
 
+    @functools.cached_property
+    def tools(self) -> dict[str, list[str]]:
+        """Agent name ("" for the main thread) -> the tools it may call (read when guidance is on)."""
+        return self._tools()
+
     def context_of(self, agent_id: Any) -> Context:
         """The context a call of ``agent_id`` (``None``: the main thread) is decided in."""
         found = self.agents.get(agent_id) if isinstance(agent_id, str) else None
@@ -142,14 +158,16 @@ class Run:
         Python process over its control channel for each: only the calls that can be hops are
         asked about (and every call of a run that may be spent); the user turn only for guidance."""
         settings = current_settings()
-        calls = None if settings.model_budgets_on else HOP_TOOLS
+        self.asked_about_every_call = settings.model_budgets_on
+        hop_calls = HOP_TOOLS if settings.model_budgets_on else _asked_by_the_cli(self.ending_servers)
         hooks: dict[str, tuple[str | None, HookCallback]] = {
-            "PreToolUse": (calls, self.pre_tool_use),
+            "PreToolUse": (None if settings.model_budgets_on else hop_calls, self.pre_tool_use),
             "PostToolUse": (_ended_by_the_cli(self.ending_servers), self.post_tool_use),
-            "PostToolUseFailure": (HOP_TOOLS, self.post_tool_use_failure),
-            "SubagentStart": (None, self.subagent_start),
-            "SubagentStop": (None, self.subagent_stop),
+            "PostToolUseFailure": (hop_calls, self.post_tool_use_failure),
         }
+        if self.sub_agents:
+            hooks["SubagentStart"] = (None, self.subagent_start)
+            hooks["SubagentStop"] = (None, self.subagent_stop)
         if settings.situational_prompt:
             hooks["UserPromptSubmit"] = (None, self.user_prompt_submit)
         return hooks
@@ -167,25 +185,52 @@ class Run:
             return {}
         return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": prefix}}
 
-    def reply_read(self, tool_use_ids: list[str]) -> None:
-        """The reply that made these tool calls has been counted."""
-        self.replied.update(tool_use_ids)
-        for call_id in tool_use_ids:
+    def reply_read(self, calls: list[str], parent_tool_use_id: Any) -> None:
+        """The reply that made these tool calls has been read (and counted, with a budget on); a
+        sub-agent's names the Agent call that started it."""
+        for call_id in calls:
+            self.callers[call_id] = parent_tool_use_id
             event = self._awaited.pop(call_id, None)
             if event is not None:
                 event.set()
 
-    async def _reply_counted(self, call_id: str) -> None:
-        """Wait (a moment at most) until the reply that made ``call_id`` has been counted.
+    async def reply_of(self, call_id: str) -> Any:
+        """The ``parent_tool_use_id`` of the reply that made ``call_id`` (``None``: the main
+        thread's), once the reply has been read; a moment's wait at most.
 
-        The CLI writes a sub-agent's reply and the ``PreToolUse`` request of its tool call within
-        milliseconds of each other, in either order (measured); the call is decided once the reply
-        is counted, so that a reply that spent the tree denies the calls it made."""
-        if call_id in self.replied:
-            return
-        event = self._awaited.setdefault(call_id, anyio.Event())
-        with anyio.move_on_after(REPLY_WAIT_SECONDS):
-            await event.wait()
+        The CLI writes a reply and the requests of its tool calls within milliseconds of each other,
+        in either order (measured); the call is decided once the reply is read (and counted, so that
+        a reply that spent the tree denies the calls it made)."""
+        if call_id not in self.callers:
+            event = self._awaited.setdefault(call_id, anyio.Event())
+            with anyio.move_on_after(REPLY_WAIT_SECONDS):
+                await event.wait()
+        return self.callers.get(call_id)
+
+    async def _context_of_call(self, call_id: str) -> Context:
+        """The context an SDK MCP call is decided in: that of the agent whose reply made it. With no
+        sub-agent started or running, only the main thread makes calls: no reply is waited for."""
+        if not self.reading or (not self.agents and not any(self.waiting.values())):
+            return self.context
+        return self.context_of_reply(await self.reply_of(call_id))
+
+    async def open_call(self, call_id: str, tool: str) -> OpenCall | str | None:
+        """An SDK MCP tool call no hook was asked about, as its server is about to run it: its hop,
+        decided in the context of the agent that made it (a refusal: its text, the tool not run);
+        ``None``: no hop (the run is over, or its calls are decided in ``PreToolUse``)."""
+        if self.closed or self.asked_about_every_call:
+            return None
+        ctx = await self._context_of_call(call_id)
+        hop = delegate(tool, kind="tool")
+        token = otel_context.attach(ctx)
+        try:
+            opened = await hop.astart()
+        except DelegationRefused as err:
+            return refusal_text(err)
+        finally:
+            otel_context.detach(token)
+        self.calls[call_id] = hop
+        return OpenCall(opened, functools.partial(self.end_call, call_id))
 
     async def pre_tool_use(self, data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
         if self.closed or not isinstance(data, dict):
@@ -193,7 +238,7 @@ class Run:
         tool = data.get("tool_name")
         call_id = data.get("tool_use_id") or tool_use_id
         if self.counting and isinstance(call_id, str):
-            await self._reply_counted(call_id)
+            await self.reply_of(call_id)
         if self.spent is not None:
             return _denied(self.spent, stop=True)
         target = _hop_of(tool, data.get("tool_input"))
@@ -297,6 +342,16 @@ def _hop_of(tool: Any, tool_input: Any) -> tuple[str, Any] | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def _asked_by_the_cli(ending_servers: tuple[str, ...]) -> str:
+    """The ``PreToolUse`` matcher (no model budget on): the calls that can be hops but the tools of
+    ``ending_servers``, whose calls their server decides (:mod:`._tools`)."""
+    if not ending_servers:
+        return HOP_TOOLS
+    return f"^(?:mcp__(?!(?:{_server_names(ending_servers)})__).*|Agent|Task)$"
+
+
+@functools.lru_cache(maxsize=64)
 def _ended_by_the_cli(ending_servers: tuple[str, ...]) -> str:
     """The ``PostToolUse`` matcher: the MCP tools but those of ``ending_servers``.
 
@@ -304,8 +359,13 @@ def _ended_by_the_cli(ending_servers: tuple[str, ...]) -> str:
     ``[a-zA-Z0-9_-]`` made ``_``; it tests a matcher as a JavaScript ``RegExp`` (a lookahead too)."""
     if not ending_servers:
         return MCP_TOOLS
-    names = "|".join(sorted({re.sub(r"[^a-zA-Z0-9_-]", "_", name) for name in ending_servers}))
-    return f"^mcp__(?!(?:{names})__)"
+    return f"^mcp__(?!(?:{_server_names(ending_servers)})__)"
+
+
+def _server_names(servers: tuple[str, ...]) -> str:
+    """The alternatives of a matcher for the tools of ``servers``: each name as the CLI writes it in
+    ``mcp__{server}__{tool}`` (every character but ``[a-zA-Z0-9_-]`` made ``_``)."""
+    return "|".join(sorted({re.sub(r"[^a-zA-Z0-9_-]", "_", name) for name in servers}))
 
 
 def _tool_docs(tools: list[str]) -> dict[str, str | None]:
@@ -334,6 +394,13 @@ def _denied(reason: str, *, stop: bool) -> dict[str, Any]:
 
 
 # -- the wrappers ------------------------------------------------------------------------------
+
+
+def _may_start_sub_agents(transport: Any) -> bool:
+    """Whether the run's CLI offers the Agent tool: not when the run's ``tools`` (the CLI's
+    ``--tools``) are a list without it, which disables it "in subagents as well as here"."""
+    tools = getattr(getattr(transport, "_options", None), "tools", None)
+    return not isinstance(tools, list) or any(tool in AGENT_TOOLS for tool in tools)
 
 
 def _agent_name(transport: Any) -> str | None:
@@ -366,7 +433,8 @@ def new_query(
     transport = kwargs.get("transport", args[0] if args else None)
     servers = getattr(instance, "sdk_mcp_servers", None)
     ending = tuple(str(name) for name, server in (servers or {}).items() if server in ENDING_SERVERS)
-    run = Run(_agent_name(transport), _tools_of(transport, instance), ending)
+    tools = functools.partial(_tools_of, transport, instance)
+    run = Run(_agent_name(transport), tools, ending, _may_start_sub_agents(transport))
     hooks = instance.hooks
     for event, (matcher, callback) in run.hooks().items():
         hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})
@@ -379,17 +447,25 @@ async def start(
     """``Query.start``: the run's hop decided, then the CLI read inside it."""
     run = getattr(instance, RUN_ATTRIBUTE, None)
     if not isinstance(run, Run) or run.hop is not None:
-        return await wrapped(*args, **kwargs)
+        serving = SERVING.set(None)  # its SDK MCP servers serve no run of the guard's
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            SERVING.reset(serving)
     await run.begin()  # a refusal raises here: the SDK closes the query
-    if current_settings().model_budgets_on:
-        from otel_guard.instrumentation.claude_agent_sdk._usage import CountingTransport
+    run.counting = current_settings().model_budgets_on
+    # Who made an SDK MCP call matters only where a sub-agent may make one.
+    run.reading = run.counting or bool(run.ending_servers and run.sub_agents)
+    if run.reading:
+        from otel_guard.instrumentation.claude_agent_sdk._replies import ReadingTransport
 
-        instance.transport = CountingTransport(instance.transport, run)
-        run.counting = True
+        instance.transport = ReadingTransport(instance.transport, run)
     token = otel_context.attach(run.context)
+    serving = SERVING.set(run)  # the read loop's tasks (its SDK MCP servers') serve this run
     try:
         return await wrapped(*args, **kwargs)
     finally:
+        SERVING.reset(serving)
         otel_context.detach(token)
 
 

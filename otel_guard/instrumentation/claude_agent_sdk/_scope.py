@@ -1,20 +1,24 @@
-"""The tool calls in progress of every run in this process, by the CLI's ``tool_use_id``.
+"""What a run's SDK MCP tool servers learn of it: the open tool calls and the run being served.
 
 An SDK MCP server runs its tools in a task of its own, started with the run, not in the task of the
-call: the call's hop context reaches the tool through this table. The CLI names each call's
-``tool_use_id`` in the ``PreToolUse`` hook (where the hop is decided) and again in the MCP request's
-``_meta`` (``claudecode/toolUseId``), where the tool is called; ids are unique across runs, so one
-table serves every run (a tool server may serve several runs at once: nested loops share one).
+call; the CLI names each call's ``tool_use_id`` in the MCP request's ``_meta``
+(``claudecode/toolUseId``) and nothing else of it. A call decided in the run's ``PreToolUse`` hook
+(every call while a model budget is on) reaches the tool as its open hop in :data:`OPEN_CALLS`; ids
+are unique across runs, so one table serves every run. Any other call is decided by the tool's
+server itself, by the run in :data:`SERVING`.
 
-The tool server that runs the call also ends its hop when the tool returns (:data:`ENDING_SERVERS`):
-the CLI is not asked to tell the guard (a ``PostToolUse`` round trip) about a call the guard saw end.
+What a reader would not guess: :data:`SERVING` is exact because the SDK starts a server's session
+(``sdk_mcp_bridge._Session``, a detached task) from the handler of the run's first ``mcp_message``
+request, a task of the run's read loop, whose context the guard gives the run at ``Query.start``:
+one server object shared by several runs (nested loops share one) is served to each by its own task.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple
+from contextvars import ContextVar
+from typing import Any, Final, NamedTuple, Protocol
 
 from opentelemetry.context import Context
 
@@ -26,8 +30,20 @@ class OpenCall(NamedTuple):
     end: Callable[[BaseException | None], object]
 
 
+class ServedRun(Protocol):
+    """What a tool server asks of the run it serves (:class:`._runs.Run`, which imports this module)."""
+
+    async def open_call(self, call_id: str, tool: str) -> OpenCall | str | None:
+        """The hop of a call no hook decided: open (its context), refused (the refusal's text), or
+        ``None``: the call is no hop (the run is over)."""
+        ...
+
+
 OPEN_CALLS: Final[dict[str, OpenCall]] = {}
-"""tool_use_id -> the call's hop, while the call is open."""
+"""tool_use_id -> the call's hop, while the call is open, for a call decided in ``PreToolUse``."""
+
+SERVING: Final[ContextVar[ServedRun | None]] = ContextVar("otel_guard_claude_run", default=None)
+"""The run whose CLI the current task serves (set in its read loop and the tasks it starts)."""
 
 ENDING_SERVERS: Final[weakref.WeakSet[Any]] = weakref.WeakSet()
 """The SDK MCP servers whose tool calls run in their hop and end it (built while instrumented)."""

@@ -1,11 +1,14 @@
-"""SDK MCP tools: each call runs in its hop, and a refusal inside one is the tool's error result.
+"""SDK MCP tools: each call is decided and runs in its hop, and a refusal is the tool's error result.
 
-The hop of a call is decided in the run's ``PreToolUse`` hook (:mod:`._runs`); the SDK's MCP server
-then runs the tool in a task of its own. The server class the SDK builds its tool servers with
-(``_mcp_compat._Server``) is wrapped so that its ``on_call_tool`` runs the tool inside the context of
-the call's hop, found by the request's ``claudecode/toolUseId`` (:mod:`._scope`): a run the tool
-starts (an agent it asks) is inside the call. The hop ends when the tool returns, with an error
-when its result is one; the run's ``PostToolUse`` hook leaves such a server's tools out.
+The server class the SDK builds its tool servers with (``_mcp_compat._Server``) is wrapped so that
+its ``on_call_tool`` runs each tool inside the context of the call's hop, found by the request's
+``claudecode/toolUseId`` (:mod:`._scope`): a run the tool starts (an agent it asks) is inside the call.
+The CLI asks no hook about such a server's tools (while no model budget is on), so the hop is decided
+here, by the run the server serves, in the context of the agent that made the call (:mod:`._runs`);
+a refused call is not run: its answer is the SDK's own tool error result (``isError``) whose text is
+:func:`refusal_text`, which the CLI hands the model as the call's result. A call decided in the run's
+``PreToolUse`` hook (with a model budget on) comes with its hop open. The hop ends when the tool
+returns, with an error when its result is one; no ``PostToolUse`` hook is asked about these tools.
 
 A refusal raised inside a tool (the agent it asks was refused) would come back as the SDK's error
 result with the exception's bare message; ``create_sdk_mcp_server`` is wrapped so that each tool's
@@ -19,10 +22,16 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+from mcp.types import CallToolResult
 from opentelemetry import context as otel_context
 
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
-from otel_guard.instrumentation.claude_agent_sdk._scope import ENDING_SERVERS, OPEN_CALLS, tool_use_id_of
+from otel_guard.instrumentation.claude_agent_sdk._scope import (
+    ENDING_SERVERS,
+    OPEN_CALLS,
+    SERVING,
+    tool_use_id_of,
+)
 
 Handler = Callable[[Any], Awaitable[dict[str, Any]]]
 
@@ -82,9 +91,19 @@ def new_tool_server(
 def _in_hop(on_call_tool: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     async def call_tool(ctx: Any, params: Any) -> Any:
         tool_use_id = tool_use_id_of(params)
-        call = OPEN_CALLS.get(tool_use_id) if tool_use_id is not None else None
-        if call is None:
+        if tool_use_id is None:
             return await on_call_tool(ctx, params)
+        call = OPEN_CALLS.get(tool_use_id)
+        if call is None:
+            run, tool = SERVING.get(), getattr(params, "name", None)
+            if run is None or not isinstance(tool, str):
+                return await on_call_tool(ctx, params)
+            decided = await run.open_call(tool_use_id, tool)
+            if decided is None:
+                return await on_call_tool(ctx, params)
+            if isinstance(decided, str):
+                return _error_result(decided)
+            call = decided
         token = otel_context.attach(call.context)
         try:
             result = await on_call_tool(ctx, params)
@@ -99,9 +118,16 @@ def _in_hop(on_call_tool: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any
     return call_tool
 
 
+def _error_result(text: str) -> CallToolResult:
+    """The SDK's own error result of a tool call (as its ``_tool_error_result`` makes it)."""
+    return CallToolResult.model_validate({"content": [{"type": "text", "text": text}], "isError": True})
+
+
 def _failure(result: Any) -> BaseException | None:
     """The error a tool's result reports (``isError``, with its text), or ``None``."""
-    if getattr(result, "isError", False) is not True:
+    # mcp 2 names the field ``is_error`` (``isError`` its alias on the wire), mcp 1 ``isError``.
+    failed = getattr(result, "is_error", None)
+    if (getattr(result, "isError", False) if failed is None else failed) is not True:
         return None
     texts = [
         text

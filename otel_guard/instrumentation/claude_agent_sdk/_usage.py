@@ -3,9 +3,9 @@
 The CLI makes every model request itself; what the SDK sees is each reply, as an assistant message
 (one per content block, all with the reply's ``message.id``; a sub-agent's with the
 ``parent_tool_use_id`` of the Agent call that started it), and the run's ``result`` message with
-the run's ``usage``. :class:`CountingTransport` sits where the run's read loop reads the CLI: each
-new reply is counted as one model request of the tree of the agent that made it (the run's, or the
-sub-agent's hop), and the result's ``input_tokens + output_tokens`` are the run's tokens.
+the run's ``usage``. As the run's read loop reads them (:mod:`._replies`), each new reply is counted
+as one model request of the tree of the agent that made it (the run's, or the sub-agent's hop), and
+the result's ``input_tokens + output_tokens`` are the run's tokens.
 
 With ``max_cost`` on, the run is priced when its result arrives, model by model, from the result's
 ``modelUsage`` (each model's input, output and prompt-cache tokens over the run, its sub-agents'
@@ -26,19 +26,12 @@ would-refuse) is an event on the span of the hop that made the request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
 from otel_guard.usage import ModelUsage, aafter_model_request, abefore_model_request, model_requests_counted
-
-if TYPE_CHECKING:
-    _TransportProxy = wrapt.ObjectProxy[Any]
-else:  # wrapt < 2 has no subscriptable proxy type
-    _TransportProxy = wrapt.ObjectProxy
 
 
 class CountedRun(Protocol):
@@ -50,62 +43,38 @@ class CountedRun(Protocol):
 
     def context_of_reply(self, parent_tool_use_id: Any) -> Context: ...
 
-    def reply_read(self, calls: list[str]) -> None: ...
+
+async def count_reply(run: CountedRun, message: dict[str, Any]) -> None:
+    """An assistant message read: its reply, if new, counted as a model request of its agent's tree
+    (a refusal spends the run)."""
+    reply = message.get("message")
+    reply_id = reply.get("id") if isinstance(reply, dict) else None
+    if not isinstance(reply_id, str) or reply_id in run.counted or not model_requests_counted():
+        return
+    run.counted.add(reply_id)
+    token = otel_context.attach(run.context_of_reply(message.get("parent_tool_use_id")))
+    try:
+        refused = await abefore_model_request()
+    finally:
+        otel_context.detach(token)
+    if refused is not None and run.spent is None:
+        run.spent = refused
 
 
-class CountingTransport(_TransportProxy):
-    """The run's transport, whose messages count against the run's tree as they are read."""
-
-    def __init__(self, transport: Any, run: CountedRun) -> None:
-        super().__init__(transport)
-        self._self_run = run
-
-    async def read_messages(self) -> AsyncIterator[dict[str, Any]]:
-        async for message in self.__wrapped__.read_messages():
-            if isinstance(message, dict) and model_requests_counted():
-                kind = message.get("type")
-                if kind == "assistant":
-                    await self._reply(message)
-                elif kind == "result":
-                    await self._result(message)
-            yield message
-
-    async def _reply(self, message: dict[str, Any]) -> None:
-        run = self._self_run
-        reply = message.get("message")
-        reply_id = reply.get("id") if isinstance(reply, dict) else None
-        if not isinstance(reply_id, str) or reply_id in run.counted:
-            return
-        run.counted.add(reply_id)
-        content = reply.get("content") if isinstance(reply, dict) else None
-        calls = [
-            b["id"]
-            for b in content or ()
-            if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b
-        ]
-        token = otel_context.attach(run.context_of_reply(message.get("parent_tool_use_id")))
-        try:
-            refused = await abefore_model_request()
-        finally:
-            otel_context.detach(token)
-        if refused is not None and run.spent is None:
-            run.spent = refused
-        run.reply_read([str(call) for call in calls])
-
-    async def _result(self, message: dict[str, Any]) -> None:
-        run = self._self_run
-        usage = message.get("usage")
-        if not isinstance(usage, dict):
-            return
-        tokens = sum(v for v in (usage.get("input_tokens"), usage.get("output_tokens")) if isinstance(v, int))
-        token = otel_context.attach(run.context)
-        try:
-            # The run's tokens, for max_tokens; priced below, model by model.
-            await aafter_model_request(ModelUsage(None, counted_tokens=tokens))
-            for used in models_used(message.get("modelUsage")):
-                await aafter_model_request(used)
-        finally:
-            otel_context.detach(token)
+async def count_result(run: CountedRun, message: dict[str, Any]) -> None:
+    """The run's result read: its tokens counted, and its models priced."""
+    usage = message.get("usage")
+    if not isinstance(usage, dict) or not model_requests_counted():
+        return
+    tokens = sum(v for v in (usage.get("input_tokens"), usage.get("output_tokens")) if isinstance(v, int))
+    token = otel_context.attach(run.context)
+    try:
+        # The run's tokens, for max_tokens; priced below, model by model.
+        await aafter_model_request(ModelUsage(None, counted_tokens=tokens))
+        for used in models_used(message.get("modelUsage")):
+            await aafter_model_request(used)
+    finally:
+        otel_context.detach(token)
 
 
 def models_used(model_usage: Any) -> list[ModelUsage]:

@@ -6,7 +6,7 @@ what the request holds, as a real model reacts to its input:
 
 - a new task (no tool result in the last turn): call the agent's tool (or start its sub-agent),
   while the shared :class:`CallBudget` lasts; then answer in text;
-- a tool result (a refusal included: the CLI's error result): answer in text, quoting it.
+- a tool result (a refusal included: the call's error result): answer in text, quoting it.
 
 Two shapes of the loop:
 
@@ -26,7 +26,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from claude_agent_sdk import (
     query,
     tool,
 )
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from scripted_api import (
     ScriptedAPI,
     prompt_text,
@@ -81,9 +82,11 @@ class Loop:
     calls: CallBudget
     subagents: bool = False
     results: dict[str, list[str]] = field(default_factory=dict)  # agent -> tool results it read
+    errors: dict[str, list[bool]] = field(default_factory=dict)  # agent -> whether each was an error
     runs: dict[str, int] = field(default_factory=dict)  # agent -> runs (first requests) it made
     api: ScriptedAPI | None = None
     config_dir: str = ""
+    suppressed: frozenset[str] = frozenset()  # agents whose runs are made with instrumentation suppressed
 
     def script(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         me = agent_of(request)
@@ -91,6 +94,7 @@ class Loop:
         if results:
             seen = result_text(results[0])
             self.results.setdefault(me, []).append(seen)
+            self.errors.setdefault(me, []).append(results[0].get("is_error") is True)
             return [text(f"{me} answers after {seen[:300]}")]
         prompt = prompt_text(request)
         if "<task-notification>" in prompt:
@@ -169,7 +173,8 @@ class Loop:
         return (await self.run_messages(me, prompt, **more))[0]
 
     async def run_messages(self, me: str, prompt: str, **more: Any) -> tuple[str, list[Any]]:
-        messages = [message async for message in query(prompt=prompt, options=self.options(me, **more))]
+        with suppress_instrumentation() if me in self.suppressed else nullcontext():
+            messages = [message async for message in query(prompt=prompt, options=self.options(me, **more))]
         results = [m for m in messages if isinstance(m, ResultMessage)]
         return (results[-1].result or "" if results else ""), messages
 

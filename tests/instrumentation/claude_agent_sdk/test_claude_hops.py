@@ -1,5 +1,6 @@
 """The Claude Agent SDK under otel-guard: runs, sub-agents and SDK MCP tool calls are hops, and a
-refusal reaches the model as the CLI's own denial of the call, with the refusal's text.
+refusal reaches the model as the call's error result, with the refusal's text: an SDK MCP tool's own
+error result when its server refused the call, the CLI's denial when a hook did.
 
 Real ``query()`` runs of the real SDK and the Claude Code CLI it bundles, against the scripted
 Messages API of ``scripted_api.py`` on 127.0.0.1 (``claude_loop.py``); spans and metrics go to the
@@ -26,8 +27,6 @@ pytestmark = pytest.mark.integration
 instrumented = instrumentor_fixture(ClaudeAgentSDKInstrumentor)
 
 REFUSED = "Refused by otel-guard (a2a_delegation_cycle, reason: cycle): Delegation cycle:"
-# How the CLI hands a PreToolUse deny to the model: its own prefix, then the hook's reason.
-DENIED = "PreToolUse:mcp__team__planner hook error: "
 
 
 def test_the_loop_through_tools_is_stopped_at_the_first_bounce(
@@ -37,13 +36,15 @@ def test_the_loop_through_tools_is_stopped_at_the_first_bounce(
         output = asyncio.run(loop.run("planner", "Plan the team offsite"))
 
     # planner asked budget (tool `budget`, budget's run inside it: one hop); budget's call back into
-    # planner was denied before its tool ran: one run each, two tool calls, both answered.
+    # planner was refused by its server before its tool ran: one run each, two tool calls, both
+    # answered, the refusal as the tool's error result.
     assert (loop.runs, loop.calls.made) == ({"planner": 1, "budget": 1}, 2)
     (text,) = loop.results["budget"]
-    assert text.startswith(DENIED + REFUSED)
+    assert text.startswith(REFUSED)
+    assert loop.errors["budget"] == [True]
     assert "agent planner is already in chain planner → budget." in text
     assert "do not call it again" in text
-    assert output.startswith("planner answers after budget answers after " + DENIED)
+    assert output.startswith("planner answers after budget answers after " + REFUSED)
     assert decisions(spans) == [
         ("invoke_agent planner", "allow", ("planner",)),
         ("execute_tool budget", "allow", ("planner", "budget")),
@@ -62,10 +63,12 @@ def test_the_loop_through_a_sub_agent_is_stopped_at_the_first_bounce(
         asyncio.run(loop.run("planner", "Plan the team offsite"))
 
     # planner started its sub-agent budget (the Agent tool); budget's call of the `planner` tool
-    # was denied: the sub-agent read the refusal and answered, and so did planner.
+    # was refused in the sub-agent's hop: the sub-agent read the refusal and answered, and so did
+    # planner.
     assert (loop.runs, loop.calls.made) == ({"planner": 1, "budget": 1}, 2)
     (text,) = loop.results["budget"]
-    assert text.startswith(DENIED + REFUSED)
+    assert text.startswith(REFUSED)
+    assert loop.errors["budget"] == [True]
     assert "agent planner is already in chain planner → budget." in text
     assert decisions(spans) == [
         ("invoke_agent planner", "allow", ("planner",)),
@@ -74,6 +77,9 @@ def test_the_loop_through_a_sub_agent_is_stopped_at_the_first_bounce(
     ]
     budget = hop_named(spans, "invoke_agent budget")
     assert budget.end_time is not None  # the sub-agent's hop ended when it stopped
+    call = hop_named(spans, "execute_tool planner")
+    assert call.parent is not None
+    assert call.parent.span_id == budget.context.span_id
 
 
 def test_a_healthy_run_is_unchanged(instrumented: ClaudeAgentSDKInstrumentor, spans: Any) -> None:
@@ -101,6 +107,7 @@ def test_observe_mode_lets_the_loop_through_and_records_it(
         asyncio.run(loop.run("planner", "Plan the team offsite"))
 
     assert loop.calls.made == 3  # the scripts' own bound
+    assert loop.runs["planner"] == 2  # budget's call of `planner`, which would be refused, ran
     assert not any("Refused" in text for text in loop.results.get("budget", []))
     would = [
         s
@@ -156,7 +163,7 @@ def test_a_client_session_is_one_run_and_its_refusal_reaches_the_model(
 
     (result,) = [m for m in messages if isinstance(m, ResultMessage)]
     assert result.result is not None
-    assert result.result.startswith("planner answers after budget answers after " + DENIED + REFUSED)
+    assert result.result.startswith("planner answers after budget answers after " + REFUSED)
     assert [d[:2] for d in decisions(spans)] == [
         ("invoke_agent planner", "allow"),
         ("execute_tool budget", "allow"),

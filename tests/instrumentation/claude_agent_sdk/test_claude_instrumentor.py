@@ -71,3 +71,18 @@ def test_suppressed_instrumentation_makes_no_hop(
         asyncio.run(loop.run("planner", "Plan the team offsite"))
     assert guard_spans(spans) == []
     assert loop.calls.made == 3
+
+
+@pytest.mark.integration
+def test_a_run_suppressed_inside_a_guarded_tool_makes_no_hop(
+    instrumented: ClaudeAgentSDKInstrumentor, spans: Any
+) -> None:
+    """planner's tool runs budget with instrumentation suppressed: budget's SDK tool calls (and the
+    planner run one of them makes) serve no run of the guard's, not planner's outer one."""
+    with scripted_loop(max_tool_calls=3) as loop:
+        loop.suppressed = frozenset({"budget"})
+        asyncio.run(loop.run("planner", "Plan the team offsite"))
+
+    assert [span.name for span in guard_spans(spans)] == ["invoke_agent planner", "execute_tool budget"]
+    assert loop.calls.made == 3
+    assert not any("Refused" in text for texts in loop.results.values() for text in texts)

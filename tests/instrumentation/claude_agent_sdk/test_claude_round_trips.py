@@ -1,11 +1,13 @@
-"""What the CLI asks the guard about a tool call: an SDK MCP tool's hop is ended by its own server.
+"""What the CLI asks the guard about a tool call: an SDK MCP tool's hop is decided and ended by its
+own server.
 
 Each hook the guard gives a run is a round trip over the CLI's control channel (a JSON request read,
-a task, the answer written). A tool of an SDK MCP server built while the SDK is instrumented runs in
-its hop and ends it when it returns, so the CLI asks only ``PreToolUse`` about it; a tool whose end
-the guard does not see (here: a server built before ``instrument()``, as another process's MCP
-server would be) is still ended by ``PostToolUse``. Real runs of the SDK and its CLI on the scripted
-Messages API; the control requests are counted as the SDK reads them.
+a task, the answer written). A tool of an SDK MCP server built while the SDK is instrumented is
+decided by its server as it is about to run, runs in its hop and ends it when it returns, so the CLI
+asks no hook about it; a tool the guard does not see run (here: a server built before
+``instrument()``, as another process's MCP server would be) is still decided in ``PreToolUse`` and
+ended by ``PostToolUse``. Real runs of the SDK and its CLI on the scripted Messages API; the control
+requests are counted as the SDK reads them.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def script(request: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def test_an_sdk_tool_is_asked_about_once_and_another_servers_tool_twice(
+def test_an_sdk_tool_is_asked_about_by_no_hook_and_another_servers_tool_twice(
     instrumented: ClaudeAgentSDKInstrumentor, spans: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     instrumented.uninstrument()
@@ -104,7 +106,6 @@ def test_an_sdk_tool_is_asked_about_once_and_another_servers_tool_twice(
     assert output == "planner answers: Lisbon: sunny / Porto: rain tomorrow"
     assert sorted(asked) == [
         ("PostToolUse", "mcp__other__forecast"),
-        ("PreToolUse", "mcp__kit__lookup"),
         ("PreToolUse", "mcp__other__forecast"),
     ]
     assert sorted(d[:2] for d in decisions(spans)) == [
