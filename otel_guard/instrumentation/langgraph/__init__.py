@@ -36,6 +36,8 @@ _CALLBACKS: Final = "langchain_core.callbacks.manager"
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     (_PREGEL, "Pregel.stream"),
     (_PREGEL, "Pregel.astream"),
+    (_PREGEL, "Pregel.invoke"),
+    (_PREGEL, "Pregel.ainvoke"),
     (_REMOTE, "RemoteGraph.stream"),
     (_REMOTE, "RemoteGraph.astream"),
     (_TOOLS, "BaseTool.run"),
@@ -87,6 +89,8 @@ class LangGraphInstrumentor(GuardInstrumentor):
         patches = (
             wrappers.graph_stream,
             wrappers.graph_astream,
+            wrappers.graph_invoke,
+            wrappers.graph_ainvoke,
             wrappers.remote_stream,
             wrappers.remote_astream,
             wrappers.tool_run,
