@@ -36,6 +36,8 @@ _CALLBACKS: Final = "langchain_core.callbacks.manager"
 PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     (_PREGEL, "Pregel.stream"),
     (_PREGEL, "Pregel.astream"),
+    (_PREGEL, "Pregel.invoke"),
+    (_PREGEL, "Pregel.ainvoke"),
     (_REMOTE, "RemoteGraph.stream"),
     (_REMOTE, "RemoteGraph.astream"),
     (_TOOLS, "BaseTool.run"),
@@ -83,10 +85,13 @@ class LangGraphInstrumentor(GuardInstrumentor):
 
         from otel_guard.instrumentation.langgraph import _usage as usage
         from otel_guard.instrumentation.langgraph import _wrappers as wrappers
+        from otel_guard.instrumentation.llama_index._methods import guard_method
 
         patches = (
             wrappers.graph_stream,
             wrappers.graph_astream,
+            wrappers.graph_invoke,
+            wrappers.graph_ainvoke,
             wrappers.remote_stream,
             wrappers.remote_astream,
             wrappers.tool_run,
@@ -102,8 +107,14 @@ class LangGraphInstrumentor(GuardInstrumentor):
             usage.model_run_ended,
             usage.amodel_run_ended,
         )
-        for (module, name), wrapper in zip(PATCH_TARGETS, patches, strict=True):
-            wrap_function_wrapper(module, name, wrapper)
+        for target, wrapper in zip(PATCH_TARGETS, patches, strict=True):
+            if target[0] == _CALLBACKS:
+                # Read and called at every LangChain run's start (8 a one-tool graph run) and model
+                # call: a plain function, bound by CPython as the method it replaces, not a wrapt
+                # wrapper (a bound wrapper made at each read).
+                guard_method(target, wrapper)
+            else:
+                wrap_function_wrapper(*target, wrapper)
         if importlib.util.find_spec("langchain") is not None:
             conflict = get_dependency_conflicts(_instruments_agents)
             if conflict is None:
@@ -112,7 +123,12 @@ class LangGraphInstrumentor(GuardInstrumentor):
                 _log.debug("otel-guard: create_agent left unpatched: %s", conflict)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        unwrap_all(PATCH_TARGETS)
+        from otel_guard.instrumentation.llama_index._methods import unguard_method
+
+        unwrap_all(target for target in PATCH_TARGETS if target[0] != _CALLBACKS)
+        for target in PATCH_TARGETS:
+            if target[0] == _CALLBACKS:
+                unguard_method(target)
         # Agents built meanwhile keep the middleware (a graph's middleware is fixed): it does nothing now.
         _agent_patch.remove()
 

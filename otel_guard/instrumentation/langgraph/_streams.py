@@ -10,13 +10,18 @@ process, a transfer a handoff decided) and returns the context to run the steps 
 :class:`~otel_guard.guard.Delegation` to finish at the end (``None`` when the run joined a hop that
 someone else finishes, or is no hop: an unnamed graph). Every run's steps also hold its
 :class:`~._handoffs.Handoffs`, ended with it.
+
+``invoke`` / ``ainvoke`` (the usual call) are a hop of their own around the whole call
+(:func:`invoke_in_hop`): its context is attached once, not around each of the stream's steps (two
+context switches a step, 8 a one-tool run), and the stream that ``invoke`` runs is told by an
+:class:`Invoking` mark in that context that it is already inside its hop.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from opentelemetry import context
 
@@ -26,6 +31,11 @@ from otel_guard.instrumentation.langgraph._handoffs import Handoffs, in_run
 from otel_guard.instrumentation.langgraph._waiting import finish
 
 Y = TypeVar("Y")
+
+R = TypeVar("R")
+
+INVOKING: Final = context.create_key("otel_guard.langgraph.invoking")
+"""Context key of the :class:`Invoking` mark of a graph's ``invoke`` whose stream has not begun."""
 
 StepContext = tuple[context.Context, Delegation | None]
 """The context a stream's steps run in, and the hop to finish when the stream is done (if any).
@@ -53,6 +63,62 @@ def astream_in_hop(
     """The ``async`` form of :func:`stream_in_hop`: ``await enter()`` at the first step."""
     steps = _AsyncSteps(enter)
     return async_generator_in_context(steps.enter, make, steps.moved)()
+
+
+class Invoking:
+    """Marks the context of a graph's ``invoke`` hop until the stream it runs takes the mark: that
+    stream (the graph's first, called at once by ``invoke``) runs as it is, inside the hop."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self, graph: object) -> None:
+        self.graph: object = graph
+
+
+def invoked(graph: object) -> bool:
+    """Whether this stream of ``graph`` is the one its ``invoke`` runs (the mark is taken: any later
+    stream of the same graph in that run, a graph that runs itself, is a hop of its own)."""
+    mark = context.get_current().get(INVOKING)
+    if type(mark) is Invoking and mark.graph is graph:
+        mark.graph = None
+        return True
+    return False
+
+
+def invoke_in_hop(enter: Callable[[], StepContext], graph: object, call: Callable[[], R]) -> R:
+    """``call()`` (a graph's ``invoke``) in the hop ``enter()`` opens, its context attached around it
+    once; the hop ends with the call. Raises what ``enter`` raises (a refused hop) before the call."""
+    steps = _Steps(enter)
+    ctx, done = steps.enter()
+    token = context.attach(context.Context({**ctx, INVOKING: Invoking(graph)}))
+    try:
+        result = call()
+    except BaseException as exc:
+        done(exc)
+        raise
+    finally:
+        # The hop's span, if it opened during the call, was attached inside it: this resets both.
+        context.detach(token)
+    done(None)
+    return result
+
+
+async def ainvoke_in_hop(
+    enter: Callable[[], Awaitable[StepContext]], graph: object, call: Callable[[], Awaitable[R]]
+) -> R:
+    """:func:`invoke_in_hop` for ``ainvoke``: ``await enter()``, then ``await call()``."""
+    steps = _AsyncSteps(enter)
+    ctx, done = await steps.enter()
+    token = context.attach(context.Context({**ctx, INVOKING: Invoking(graph)}))
+    try:
+        result = await call()
+    except BaseException as exc:
+        done(exc)
+        raise
+    finally:
+        context.detach(token)
+    done(None)
+    return result
 
 
 class _Moving:

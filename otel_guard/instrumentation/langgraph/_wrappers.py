@@ -53,7 +53,10 @@ from otel_guard.instrumentation.langgraph._handoffs import (
 )
 from otel_guard.instrumentation.langgraph._streams import (
     StepContext,
+    ainvoke_in_hop,
     astream_in_hop,
+    invoke_in_hop,
+    invoked,
     stream_in_hop,
 )
 from otel_guard.instrumentation.langgraph._usage import TreeBudgetExceeded
@@ -146,11 +149,9 @@ def _run_span(run_id: object) -> trace.Span | None:
 def _waiting(event: str) -> Delegation | None:
     """The hop decided for the run of ``event`` that waits for its span, or ``None``.
 
-    Asked at every LangChain run's start (a graph's every node is one): one set test when no hop
-    waits anywhere, as inside a hop whose span is open already.
+    Asked at a LangChain run's start (a graph's every node is one) when some hop waits somewhere;
+    the run-start wrappers test :data:`WAITING` themselves first, inline.
     """
-    if not WAITING:
-        return None
     pending = context.get_current().get(_PENDING_HOP)
     if type(pending) is not Pending or pending.event != event:
         return None
@@ -184,6 +185,8 @@ def _entered(hop: Delegation, run_manager: object) -> object:
 def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_tool_start``: the tool's run has begun; its hop's span starts under it."""
     run_manager = wrapped(*args, **kwargs)
+    if not WAITING:  # no hop waits anywhere (nearly always): no call made
+        return run_manager
     hop = _waiting("tool")
     return run_manager if hop is None else _entered(hop, run_manager)
 
@@ -191,6 +194,8 @@ def tool_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwa
 async def tool_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_tool_start``: as :func:`tool_run_started`."""
     run_manager = await wrapped(*args, **kwargs)
+    if not WAITING:  # no hop waits anywhere (nearly always): no call made
+        return run_manager
     hop = _waiting("tool")
     return run_manager if hop is None else _entered(hop, run_manager)
 
@@ -198,6 +203,8 @@ async def tool_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ..
 def chain_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``CallbackManager.on_chain_start``: a graph's run has begun; its hop's span starts under it."""
     run_manager = wrapped(*args, **kwargs)
+    if not WAITING:  # no hop waits anywhere (nearly always): no call made
+        return run_manager
     hop = _waiting("chain")
     return run_manager if hop is None else _entered(hop, run_manager)
 
@@ -205,6 +212,8 @@ def chain_run_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kw
 async def chain_arun_started(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``AsyncCallbackManager.on_chain_start``: as :func:`chain_run_started`."""
     run_manager = await wrapped(*args, **kwargs)
+    if not WAITING:  # no hop waits anywhere (nearly always): no call made
+        return run_manager
     hop = _waiting("chain")
     return run_manager if hop is None else _entered(hop, run_manager)
 
@@ -455,12 +464,41 @@ def _agent_name(instance: object) -> str | None:
 
 
 @unless_suppressed
+def graph_invoke(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``Pregel.invoke``: the run is one ``invoke_agent`` hop around the call (the stream it runs
+    is inside it: :func:`graph_stream` lets it through)."""
+    name = _agent_name(instance)
+    if name is None or name == DEFAULT_GRAPH_NAME:
+        return wrapped(*args, **kwargs)  # its stream keeps the run's handoffs
+    return invoke_in_hop(
+        _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
+        instance,
+        lambda: wrapped(*args, **kwargs),
+    )
+
+
+@unless_suppressed
+def graph_ainvoke(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``Pregel.ainvoke``: as :func:`graph_invoke`."""
+    name = _agent_name(instance)
+    if name is None or name == DEFAULT_GRAPH_NAME:
+        return wrapped(*args, **kwargs)
+    return ainvoke_in_hop(
+        _aentering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
+        instance,
+        lambda: wrapped(*args, **kwargs),
+    )
+
+
+@unless_suppressed
 def graph_stream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
     """``Pregel.stream``: the run is one ``invoke_agent`` hop, from first chunk to last."""
     name = _agent_name(instance)
     if name is None or name == DEFAULT_GRAPH_NAME:
         # No agent, no hop; its steps still keep the handoffs its nodes' tools make (._handoffs).
         return stream_in_hop(_no_hop, lambda: wrapped(*args, **kwargs))
+    if invoked(instance):  # the stream of this graph's invoke, already in its hop
+        return wrapped(*args, **kwargs)
     return stream_in_hop(
         _entering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),
@@ -473,6 +511,8 @@ def graph_astream(wrapped: Wrapped, instance: Any, args: tuple[Any, ...], kwargs
     name = _agent_name(instance)
     if name is None or name == DEFAULT_GRAPH_NAME:
         return astream_in_hop(_ano_hop, lambda: wrapped(*args, **kwargs))
+    if invoked(instance):
+        return wrapped(*args, **kwargs)
     return astream_in_hop(
         _aentering(name, args, kwargs, SpanKind.INTERNAL, remote=False),
         lambda: wrapped(*args, **kwargs),

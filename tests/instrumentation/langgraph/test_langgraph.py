@@ -340,6 +340,76 @@ def test_a_graph_that_runs_itself_again_is_refused(instrumented: Any, spans: Any
     assert [attrs(s)["otel_guard.decision"] for s in guard_spans(spans)] == ["refuse", "allow"]
 
 
+def _recursive(node: Any) -> Any:
+    builder = StateGraph(MessagesState)
+    builder.add_node("again", node)
+    builder.add_edge(START, "again")
+    builder.add_edge("again", END)
+    return builder.compile(name="recursive")
+
+
+def test_a_graph_that_streams_itself_inside_its_invoke_is_refused(instrumented: Any, spans: Any) -> None:
+    # invoke is the hop, and the stream it runs is let through as inside it: only that one stream.
+    # The same graph's stream started by one of its nodes is a new run, a hop of its own.
+    runs = []
+
+    def again(state: MessagesState) -> dict[str, Any]:
+        runs.append(len(state["messages"]))
+        return list(graph.stream(state, stream_mode="values"))[-1]  # type: ignore[no-any-return]
+
+    graph = _recursive(again)
+    with pytest.raises(otel_guard.DelegationRefused) as refused:
+        graph.invoke(QUESTION)
+    assert refused.value.reason == "cycle"
+    assert runs == [1]
+    assert [attrs(s)["otel_guard.decision"] for s in guard_spans(spans)] == ["refuse", "allow"]
+
+
+async def test_a_graph_that_astreams_itself_inside_its_ainvoke_is_refused(
+    instrumented: Any, spans: Any
+) -> None:
+    runs = []
+
+    async def again(state: MessagesState) -> dict[str, Any]:
+        runs.append(len(state["messages"]))
+        return [chunk async for chunk in graph.astream(state, stream_mode="values")][-1]  # type: ignore[no-any-return]
+
+    graph = _recursive(again)
+    with pytest.raises(otel_guard.DelegationRefused) as refused:
+        await graph.ainvoke(QUESTION)
+    assert refused.value.reason == "cycle"
+    assert runs == [1]
+    assert [attrs(s)["otel_guard.decision"] for s in guard_spans(spans)] == ["refuse", "allow"]
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
+def test_invoke_restores_the_context_it_was_called_in(instrumented: Any, spans: Any, fails: bool) -> None:
+    # invoke's hop is attached once around the call, and the hop's span inside it when the graph's
+    # run begins: both are gone when invoke returns or raises.
+    def reply(state: MessagesState) -> dict[str, Any]:
+        assert otel_guard.current_chain() is not None
+        assert trace.get_current_span().name == "invoke_agent replier"  # type: ignore[attr-defined]
+        if fails:
+            raise ValueError("the node failed")
+        return {"messages": [HumanMessage("done")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    graph = builder.compile(name="replier")
+    outside = trace.get_current_span()
+    if fails:
+        with pytest.raises(ValueError, match="the node failed"):
+            graph.invoke(QUESTION)
+    else:
+        assert graph.invoke(QUESTION)["messages"][-1].content == "done"
+    assert trace.get_current_span() is outside
+    assert otel_guard.current_chain() is None
+    (span,) = guard_spans(spans)
+    assert span.end_time is not None
+    assert (span.status.status_code.name == "ERROR") is fails
+
+
 def test_unnamed_graphs_make_no_hop(instrumented: Any, spans: Any) -> None:
     # LangGraph names every graph compiled without a name "LangGraph": an unnamed subgraph inside an
     # unnamed graph is not an agent calling itself.
