@@ -83,9 +83,9 @@ class LangGraphInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         from wrapt import wrap_function_wrapper
 
+        from otel_guard.instrumentation._replacements import guard_method
         from otel_guard.instrumentation.langgraph import _usage as usage
         from otel_guard.instrumentation.langgraph import _wrappers as wrappers
-        from otel_guard.instrumentation.llama_index._methods import guard_method
 
         patches = (
             wrappers.graph_stream,
@@ -123,12 +123,12 @@ class LangGraphInstrumentor(GuardInstrumentor):
                 _log.debug("otel-guard: create_agent left unpatched: %s", conflict)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from otel_guard.instrumentation.llama_index._methods import unguard_method
+        from otel_guard.instrumentation._replacements import restore
 
         unwrap_all(target for target in PATCH_TARGETS if target[0] != _CALLBACKS)
         for target in PATCH_TARGETS:
             if target[0] == _CALLBACKS:
-                unguard_method(target)
+                restore(target)
         # Agents built meanwhile keep the middleware (a graph's middleware is fixed): it does nothing now.
         _agent_patch.remove()
 

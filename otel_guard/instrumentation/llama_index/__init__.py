@@ -44,7 +44,7 @@ class LlamaIndexInstrumentor(GuardInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         # Importing the runtime here, not at module level, keeps this module importable without it.
-        from otel_guard.instrumentation.llama_index._methods import guard_method
+        from otel_guard.instrumentation._replacements import guard_method
         from otel_guard.instrumentation.llama_index._runs import guard_run, run_ends
         from otel_guard.instrumentation.llama_index._tools import guard_tool_call
         from otel_guard.instrumentation.llama_index._usage import guard_model_request
@@ -56,9 +56,9 @@ class LlamaIndexInstrumentor(GuardInstrumentor):
         run_ends.stay(True)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from otel_guard.instrumentation.llama_index._methods import unguard_method
+        from otel_guard.instrumentation._replacements import restore
         from otel_guard.instrumentation.llama_index._runs import run_ends
 
         for target in PATCH_TARGETS:
-            unguard_method(target)
+            restore(target)
         run_ends.stay(False)  # once the runs it has seen start have ended

@@ -22,7 +22,7 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
     ("mcp.server.mcpserver.server", "MCPServer.call_tool"),
 )
 """Every (module, attribute) this instrumentor replaces; ``_uninstrument`` puts them all back. Plain
-functions in their places, not ``wrapt`` proxies: MCP looks each up on every call (``_patches``)."""
+functions in their places, not ``wrapt`` proxies: MCP looks each up on every call (``_replacements``)."""
 
 EXTRACTION: Final[PatchTarget] = ("mcp.server._otel", "extract_trace_context")
 """What MCP's server span reads ``_meta`` with: replaced by a function that keeps what it read."""
@@ -36,9 +36,9 @@ class MCPInstrumentor(GuardInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         # Imported here: the helpers import mcp, and this module must import without it.
+        from otel_guard.instrumentation._replacements import replace
         from otel_guard.instrumentation.mcp._carrier import remembering_extraction
         from otel_guard.instrumentation.mcp._client import guarding_call_tool
-        from otel_guard.instrumentation.mcp._patches import replace
         from otel_guard.instrumentation.mcp._server import guarding_request_handler, keeping_refusal_text
 
         client, server, mcpserver = PATCH_TARGETS
@@ -48,7 +48,7 @@ class MCPInstrumentor(GuardInstrumentor):
         replace(EXTRACTION, remembering_extraction)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from otel_guard.instrumentation.mcp._patches import restore
+        from otel_guard.instrumentation._replacements import restore
 
         for target in (*PATCH_TARGETS, EXTRACTION):
             restore(target)

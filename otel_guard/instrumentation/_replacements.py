@@ -1,12 +1,13 @@
-"""MCP's functions the guard wraps, replaced by plain functions in their own slots, and put back.
+"""Patched functions as plain functions in their owners' slots, and putting the originals back.
 
-MCP looks each of them up on every tool call (``session.call_tool``, the server runner's
-``get_request_handler``, ``MCPServer.call_tool``, ``extract_trace_context``). A ``wrapt`` wrapper
-makes a bound proxy at each lookup of a method and calls the wrapper through it: counted with
-callgrind, an async method wrapped so costs 6.7 k instructions a call more than the bare method,
-where a plain function in the class's slot (bound by CPython in C, as the method it replaces) that
-awaits the method costs 2.7 k. Each replacement keeps the replaced function's name, docstring and
-signature (``__wrapped__``), and remembers what it replaced, which :func:`restore` puts back.
+Where a runtime looks a patched function up on every call (MCP's ``call_tool`` and request handlers,
+LangChain's callback methods at every run's start, LlamaIndex's workflow steps about 20 times a hop),
+a ``wrapt`` wrapper costs at each lookup: it makes a bound proxy and calls the wrapper through it
+(an async method so wrapped: 6.7 k instructions a call more than the bare method; a bound
+LlamaIndex step read: about 22 k). A plain function in the class's slot is bound by CPython in C, as
+the method it replaces was. Each replacement keeps the replaced function's name, docstring and
+signature (``__wrapped__``, and any attribute a runtime reads off it, such as LlamaIndex's
+``_step_config``) and remembers what it replaced, which :func:`restore` puts back.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Any, Final, NamedTuple, TypeVar
 from otel_guard.instrumentation._base import PatchTarget, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+"""A ``wrapt``-style wrapper: ``(wrapped, instance, args, kwargs)``."""
 
 _REPLACED: Final = "_otel_guard_replaced"
 """The attribute of a replacement that says what it replaced (a :class:`_Replaced`)."""
@@ -66,3 +70,18 @@ def replaced(target: PatchTarget) -> bool:
     """Whether ``target`` is a replacement made by :func:`replace`."""
     owner, name = _owner_and_name(target)
     return isinstance(getattr(vars(owner).get(name), _REPLACED, None), _Replaced)
+
+
+def guard_method(target: PatchTarget, wrapper: Wrapper) -> None:
+    """Replace the method ``target`` names with a function that runs it through ``wrapper`` (called
+    as ``wrapt`` calls one: the method bound to the instance, the instance, the arguments)."""
+    replace(target, lambda method: _calling(method, wrapper))
+
+
+def _calling(method: Any, wrapper: Wrapper) -> Any:
+    bind = method.__get__
+
+    def call(instance: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return wrapper(bind(instance, type(instance)), instance, args, kwargs)
+
+    return call
