@@ -25,6 +25,7 @@ from opentelemetry.context import Context, get_current
 from opentelemetry.trace import NonRecordingSpan
 
 from otel_guard._carriers import propagator_reads_baggage
+from otel_guard.instrumentation.mcp._context import chain_value
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 BAGGAGE_KEY: Final = "baggage"
@@ -131,8 +132,8 @@ def _extract(meta: Mapping[str, Any], carrier: dict[str, str], current: Context)
 def _chain_from(extracted: Context, current: Context) -> bool:
     """Whether ``extracted`` holds the very chain of ``current``: a propagator that started from the
     current context (MCP's extraction passes none) kept it, and ``_meta`` may carry none."""
-    chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, extracted)
-    return chain is not None and chain is baggage.get_baggage(CHAIN_BAGGAGE_KEY, current)
+    chain = chain_value(extracted)  # baggage.get_baggage, read straight from the slot (every request)
+    return chain is not None and chain is chain_value(current)
 
 
 _fields: tuple[object, frozenset[str]] = (None, frozenset())  # the global propagator last asked, its fields
