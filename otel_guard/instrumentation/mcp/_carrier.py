@@ -21,10 +21,12 @@ from typing import Any, Final
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
-from opentelemetry.context import Context, get_current
+from opentelemetry.context import Context, get_current, set_value
 from opentelemetry.trace import NonRecordingSpan
 
 from otel_guard._carriers import propagator_reads_baggage
+from otel_guard._context_slots import BAGGAGE_SLOT, FAST_CONTEXT
+from otel_guard.instrumentation.mcp._context import chain_value
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 BAGGAGE_KEY: Final = "baggage"
@@ -101,8 +103,8 @@ _extracted: ContextVar[tuple[object, object, Context] | None] = ContextVar(
 the context it gave (the whole ``_meta`` is held, so no later one can be taken for it)."""
 
 
-def _extract(meta: Mapping[str, Any], carrier: dict[str, str], current: Context) -> Context:
-    """The global propagator's extraction of ``carrier`` (``meta``'s string values): the one MCP's
+def _extract(meta: Mapping[str, Any], current: Context) -> Context:
+    """The global propagator's extraction of ``meta``'s string values: the one MCP's
     middleware made of this very ``meta`` a moment ago, when it made one.
 
     Reading a W3C ``baggage`` header with a chain token costs about what a span does (the
@@ -123,7 +125,7 @@ def _extract(meta: Mapping[str, Any], carrier: dict[str, str], current: Context)
     try:
         # From an empty context: a propagator given none starts from the current one (the W3C
         # baggage propagator does, when it comes first), whose chain is not the request's.
-        return propagate.extract(carrier, context=Context())
+        return propagate.extract(_carrier_of(meta), context=Context())
     except (ValueError, TypeError):  # a propagator rejecting a malformed value: no context came
         return Context()
 
@@ -131,8 +133,8 @@ def _extract(meta: Mapping[str, Any], carrier: dict[str, str], current: Context)
 def _chain_from(extracted: Context, current: Context) -> bool:
     """Whether ``extracted`` holds the very chain of ``current``: a propagator that started from the
     current context (MCP's extraction passes none) kept it, and ``_meta`` may carry none."""
-    chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, extracted)
-    return chain is not None and chain is baggage.get_baggage(CHAIN_BAGGAGE_KEY, current)
+    chain = chain_value(extracted)  # baggage.get_baggage, read straight from the slot (every request)
+    return chain is not None and chain is chain_value(current)
 
 
 _fields: tuple[object, frozenset[str]] = (None, frozenset())  # the global propagator last asked, its fields
@@ -168,24 +170,46 @@ def context_from_meta(meta: Mapping[str, Any] | None, current: Context | None = 
     """
     current = get_current() if current is None else current
     meta = meta or {}
-    # Only string values can be W3C header values; anything else in an open map is not a carrier.
-    carrier = {key: value for key, value in meta.items() if isinstance(value, str)}
-    incoming = _extract(meta, carrier, current)
+    incoming = _extract(meta, current)
     entries = dict(baggage.get_all(incoming))
-    if CHAIN_BAGGAGE_KEY not in entries and BAGGAGE_KEY in carrier and not propagator_reads_baggage():
+    if (
+        CHAIN_BAGGAGE_KEY not in entries
+        and isinstance(meta.get(BAGGAGE_KEY), str)
+        and not propagator_reads_baggage()
+    ):
         # Configured propagators without baggage: read the chain member the client added alone.
-        chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, _W3C_BAGGAGE.extract(carrier))
+        chain = baggage.get_baggage(CHAIN_BAGGAGE_KEY, _W3C_BAGGAGE.extract(_carrier_of(meta)))
         if chain is not None:
             entries[CHAIN_BAGGAGE_KEY] = chain
-    # An arriving chain replaces the one in force; with none arriving, the one in force goes.
-    ctx = current if CHAIN_BAGGAGE_KEY in entries else baggage.remove_baggage(CHAIN_BAGGAGE_KEY, current)
-    for key, value in entries.items():
-        ctx = baggage.set_baggage(key, value, ctx)
+    ctx = _with_baggage(current, entries)
     remote = trace.get_current_span(incoming).get_span_context()
     local = trace.get_current_span(current).get_span_context()
     if remote.is_valid and not (local.is_valid and local.trace_id == remote.trace_id):
         ctx = trace.set_span_in_context(NonRecordingSpan(remote), ctx)
     return ctx
+
+
+def _carrier_of(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The string values of ``meta``: only they can be W3C header values, anything else in an open
+    map is not a carrier (made only when a propagator reads it: MCP's extraction is reused mostly)."""
+    return {key: value for key, value in meta.items() if isinstance(value, str)}
+
+
+def _with_baggage(current: Context, entries: Mapping[str, object]) -> Context:
+    """``current`` with ``entries`` set in its baggage, made with one copy: an arriving chain replaces
+    the one in force; with none arriving, the one in force goes (``remove_baggage`` then
+    ``set_baggage`` for each entry, as the public API would, without a context for each step)."""
+    if not FAST_CONTEXT:
+        ctx = current if CHAIN_BAGGAGE_KEY in entries else baggage.remove_baggage(CHAIN_BAGGAGE_KEY, current)
+        for key, value in entries.items():
+            ctx = baggage.set_baggage(key, value, ctx)
+        return ctx
+    members = current.get(BAGGAGE_SLOT)
+    merged: dict[str, object] = dict(members) if type(members) is dict else {}
+    if CHAIN_BAGGAGE_KEY not in entries:
+        merged.pop(CHAIN_BAGGAGE_KEY, None)
+    merged.update(entries)
+    return set_value(BAGGAGE_SLOT, merged, current)
 
 
 def _carries_chain(header: object) -> bool:

@@ -40,7 +40,12 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation.mcp._carrier import meta_with_chain, meta_with_context, writes_trace_context
 from otel_guard.instrumentation.mcp._context import chain_value, suppressed
-from otel_guard.instrumentation.mcp._in_process import dispatches_directly, handed_over, serving_handed_over
+from otel_guard.instrumentation.mcp._in_process import (
+    DIRECT_DISPATCHER,
+    DISPATCHER_ATTRIBUTE,
+    handed_over,
+    serving_handed_over,
+)
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.instrumentation.mcp._server import TOOLS_CALL, serving_chain
 from otel_guard.telemetry import MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
@@ -59,7 +64,10 @@ def guarding_call_tool(call_tool: CallTool) -> CallTool:
         tool = args[0] if args else kwargs.get("name")
         if not isinstance(tool, str) or not tool:
             return await call_tool(self, *args, **kwargs)
-        direct = dispatches_directly(self)
+        # ``dispatches_directly(self)`` inline: this runs on every call.
+        direct = DIRECT_DISPATCHER is not None and isinstance(
+            getattr(self, DISPATCHER_ATTRIBUTE, None), DIRECT_DISPATCHER
+        )
         in_force = chain_value(current)
         # The usual case first, inline: the hop in force is another's (read off a token made here).
         if (

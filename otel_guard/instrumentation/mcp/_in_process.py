@@ -28,7 +28,9 @@ try:  # where mcp 2.x keeps it; a version without it simply never hands over
 except ImportError:  # pragma: no cover - depends on the installed mcp
     _DirectDispatcher = None  # type: ignore[assignment,misc]
 
-_DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
+DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
+DIRECT_DISPATCHER: Final = _DirectDispatcher
+"""The class whose sessions dispatch directly, or ``None`` (read inline by the client guard)."""
 
 
 Handover = list[Any]
@@ -54,7 +56,7 @@ def dispatches_directly(session: object) -> bool:
     """Whether ``session`` (a ``ClientSession``) awaits its server in the caller's own context."""
     if _DirectDispatcher is None:
         return False
-    return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
+    return isinstance(getattr(session, DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
 
 
 def take_over(tool: object, current: Context) -> bool:

@@ -42,8 +42,8 @@ from otel_guard.errors import DelegationRefused
 from otel_guard.guard import delegate
 from otel_guard.instrumentation._base import refusal_behind, refusal_text
 from otel_guard.instrumentation.mcp._carrier import context_from_meta
-from otel_guard.instrumentation.mcp._context import suppressed
-from otel_guard.instrumentation.mcp._in_process import take_over
+from otel_guard.instrumentation.mcp._context import chain_value, suppressed
+from otel_guard.instrumentation.mcp._in_process import CHAIN_VALUE, TAKEN, TOOL, handed_over
 from otel_guard.instrumentation.mcp._refusal import refusal_result
 from otel_guard.telemetry import JSONRPC_REQUEST_ID, MCP_METHOD_NAME, MCP_PROTOCOL_VERSION
 
@@ -110,7 +110,15 @@ def _guarded(handler: Handler) -> Handler:
         tool = getattr(params, "name", None)
         # Asked before suppression: only a client guard that was not suppressed in this very context
         # hands a call over, and this is the path every in-process call takes.
-        if take_over(tool, current):
+        # ``take_over(tool, current)`` inline: the one step every in-process call takes here.
+        handover = handed_over.get()
+        if (
+            handover is not None
+            and not handover[TAKEN]
+            and handover[TOOL] == tool
+            and chain_value(current) is handover[CHAIN_VALUE]
+        ):
+            handover[TAKEN] = True
             # The caller's hop, which the caller decided and this context is in: run the body in it.
             return handler(ctx, params) if answers else _in_handover(handler, ctx, params)
         if suppressed(current) or not isinstance(tool, str) or not tool:

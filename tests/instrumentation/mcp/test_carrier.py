@@ -65,6 +65,22 @@ def test_the_chain_comes_from_meta_alone(spans: Any) -> None:
     assert baggage.get_baggage("tenant", kept) == "t1"
 
 
+def test_the_servers_own_baggage_stays_and_the_requests_members_replace_its(spans: Any) -> None:
+    inherited = baggage.set_baggage("region", "eu", baggage.set_baggage("tenant", "t0", left_over()))
+    meta = meta_from("planner", tenant="t1")
+    ctx = context_from_meta(meta, inherited)
+    # What the public API gives step by step: the chain in force removed, each arriving member set.
+    expected = baggage.remove_baggage(CHAIN_BAGGAGE_KEY, inherited)
+    for key, value in baggage.get_all(context_from_meta(meta, context.Context())).items():
+        expected = baggage.set_baggage(key, value, expected)
+    assert dict(baggage.get_all(ctx)) == dict(baggage.get_all(expected))
+    assert baggage.get_baggage("region", ctx) == "eu"
+    assert baggage.get_baggage("tenant", ctx) == "t1"
+    assert chain_in(ctx) == ("planner",)
+    without = context_from_meta({"traceparent": TRACEPARENT}, inherited)
+    assert dict(baggage.get_all(without)) == {"region": "eu", "tenant": "t0"}
+
+
 def test_what_mcp_extracted_from_this_meta_is_used_and_only_for_it(spans: Any) -> None:
     meta = meta_from("planner")
     extracted = remembering_extraction(propagate.extract)(meta)
