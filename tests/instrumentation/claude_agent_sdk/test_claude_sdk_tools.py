@@ -91,6 +91,28 @@ async def answer(url: str, config: str, kit: Any, *, background: bool = False) -
     return next((m.result or "" for m in reversed(results) if isinstance(m, ResultMessage)), "")
 
 
+def assert_each_call_decided_in_its_agents_hop(asked: Any, spans: Any) -> None:
+    """No hook was asked about a ``kit`` tool; ``lookup`` ran in planner's hop, ``forecast`` in the
+    sub-agent budget's, each ended before its agent's hop."""
+    assert not [hook for hook in asked.hooks if hook[1].startswith("mcp__kit__")], asked.hooks
+    assert sorted(decisions(spans)) == [
+        ("execute_tool forecast", "allow", ("planner", "budget", "forecast")),
+        ("execute_tool lookup", "allow", ("planner", "lookup")),
+        ("invoke_agent budget", "allow", ("planner", "budget")),
+        ("invoke_agent planner", "allow", ("planner",)),
+    ]
+    for call, agent in (
+        ("execute_tool lookup", "invoke_agent planner"),
+        ("execute_tool forecast", "invoke_agent budget"),
+    ):
+        span, parent = hop_named(spans, call), hop_named(spans, agent)
+        assert span.parent is not None
+        assert span.parent.span_id == parent.context.span_id, (call, agent)
+        assert span.end_time is not None
+        assert parent.end_time is not None
+        assert span.end_time <= parent.end_time
+
+
 def test_the_main_thread_and_a_running_sub_agent_call_sdk_tools_each_in_its_own_hop(
     instrumented: ClaudeAgentSDKInstrumentor, spans: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,24 +162,8 @@ def test_the_main_thread_and_a_running_sub_agent_call_sdk_tools_each_in_its_own_
 
     assert seen["budget"] == ["Porto: rain tomorrow"]
     assert "Lisbon: sunny" in seen["planner"]
-    assert not [hook for hook in asked.hooks if hook[1].startswith("mcp__kit__")], asked.hooks
     assert ("PreToolUse", "Agent") in asked.hooks
-    assert sorted(decisions(spans)) == [
-        ("execute_tool forecast", "allow", ("planner", "budget", "forecast")),
-        ("execute_tool lookup", "allow", ("planner", "lookup")),
-        ("invoke_agent budget", "allow", ("planner", "budget")),
-        ("invoke_agent planner", "allow", ("planner",)),
-    ]
-    for call, agent in (
-        ("execute_tool lookup", "invoke_agent planner"),
-        ("execute_tool forecast", "invoke_agent budget"),
-    ):
-        span, parent = hop_named(spans, call), hop_named(spans, agent)
-        assert span.parent is not None
-        assert span.parent.span_id == parent.context.span_id, (call, agent)
-        assert span.end_time is not None
-        assert parent.end_time is not None
-        assert span.end_time <= parent.end_time
+    assert_each_call_decided_in_its_agents_hop(asked, spans)
     # The main thread's call was decided while the sub-agent ran, and the two calls ran at once.
     budget, forecast_span = hop_named(spans, "invoke_agent budget"), hop_named(spans, "execute_tool forecast")
     lookup_span = hop_named(spans, "execute_tool lookup")
@@ -212,20 +218,7 @@ def test_a_reply_that_starts_a_sub_agent_and_calls_an_sdk_tool_decides_each_in_i
     assert output == "planner answers"
     assert seen["budget"] == ["Porto: rain tomorrow"]
     assert "Lisbon: sunny" in seen["planner"]
-    assert not [hook for hook in asked.hooks if hook[1].startswith("mcp__kit__")], asked.hooks
-    assert sorted(decisions(spans)) == [
-        ("execute_tool forecast", "allow", ("planner", "budget", "forecast")),
-        ("execute_tool lookup", "allow", ("planner", "lookup")),
-        ("invoke_agent budget", "allow", ("planner", "budget")),
-        ("invoke_agent planner", "allow", ("planner",)),
-    ]
-    for call, agent in (
-        ("execute_tool lookup", "invoke_agent planner"),
-        ("execute_tool forecast", "invoke_agent budget"),
-    ):
-        span, parent = hop_named(spans, call), hop_named(spans, agent)
-        assert span.parent is not None
-        assert span.parent.span_id == parent.context.span_id, (call, agent)
+    assert_each_call_decided_in_its_agents_hop(asked, spans)
 
 
 def test_an_sdk_tools_error_result_ends_its_hop_with_the_error(
