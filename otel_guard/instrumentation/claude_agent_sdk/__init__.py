@@ -33,6 +33,9 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
 )
 """Every (module, attribute) this instrumentor wraps."""
 
+QUERY_METHODS: Final = PATCH_TARGETS[:3]
+"""The ``Query`` methods, replaced by plain functions (the others are ``wrapt`` patches)."""
+
 
 class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
     """Makes Claude Agent SDK runs, sub-agents and MCP tool calls guarded hops."""
@@ -43,11 +46,21 @@ class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         from wrapt import wrap_function_wrapper
 
+        from otel_guard.instrumentation._replacements import guard_method
         from otel_guard.instrumentation.claude_agent_sdk import _runs, _tools
 
         wrappers = (_runs.new_query, _runs.start, _runs.close, _tools.new_sdk_server, _tools.new_tool_server)
-        for (module, name), wrapper in zip(PATCH_TARGETS, wrappers, strict=True):
-            wrap_function_wrapper(module, name, wrapper)
+        for target, wrapper in zip(PATCH_TARGETS, wrappers, strict=True):
+            if target in QUERY_METHODS:
+                # Called several times a run (the SDK closes a run's Query four times): a plain
+                # function in the class's slot, not a wrapt proxy made at each read.
+                guard_method(target, wrapper)
+            else:
+                wrap_function_wrapper(*target, wrapper)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        unwrap_all(PATCH_TARGETS)
+        from otel_guard.instrumentation._replacements import restore
+
+        for target in QUERY_METHODS:
+            restore(target)
+        unwrap_all(target for target in PATCH_TARGETS if target not in QUERY_METHODS)
