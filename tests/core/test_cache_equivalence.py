@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import importlib
 import json
 import re
 from collections import Counter
@@ -144,6 +145,14 @@ CACHES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
 }
 MEMOIZED = {"chain._hop_json": "hop_json", "chain._str_json": "str_json", "_jwk._crypto": "crypto_imports"}
 
+SERVER_SETS: list[tuple[str, ...]] = [(), ("kit",), ("kit", "other"), ("other", "kit"), ("my server", "a.b")]
+PURE_MEMOIZED: dict[str, list[tuple[Any, ...]]] = {
+    # An adapter's hook matchers: strings made from the run's SDK server names alone (no setting,
+    # no clock, no key). No hop program reaches them: each is held to its uncached path directly.
+    "instrumentation.claude_agent_sdk._runs._asked_by_the_cli": [(servers,) for servers in SERVER_SETS],
+    "instrumentation.claude_agent_sdk._runs._ended_by_the_cli": [(servers,) for servers in SERVER_SETS],
+}
+
 
 def test_every_memoized_function_of_the_guard_has_an_uncached_arm() -> None:
     """A new ``lru_cache`` / ``cache`` in the package must join :data:`CACHES` (and this table)."""
@@ -154,8 +163,19 @@ def test_every_memoized_function_of_the_guard_has_an_uncached_arm() -> None:
             r"^@(?:functools\.)?(?:lru_cache|cache)\b.*\n(?:@.*\n)*def (\w+)", text, re.M
         ):
             found.add(f"{path.relative_to(PACKAGE).with_suffix('').as_posix().replace('/', '.')}.{match[1]}")
-    assert found == set(MEMOIZED), f"memoized functions without an uncached arm: {found - set(MEMOIZED)}"
+    known = set(MEMOIZED) | set(PURE_MEMOIZED)
+    assert found == known, f"memoized functions without an uncached arm: {found - known}"
     assert set(MEMOIZED.values()) <= set(CACHES)
+
+
+@pytest.mark.parametrize("name", sorted(PURE_MEMOIZED))
+def test_a_memoized_function_of_its_arguments_alone_answers_as_its_uncached_path(name: str) -> None:
+    module_name, _, function_name = name.rpartition(".")
+    memoized = getattr(importlib.import_module(f"otel_guard.{module_name}"), function_name)
+    for arguments in PURE_MEMOIZED[name]:
+        uncached = memoized.__wrapped__(*arguments)
+        assert memoized(*arguments) == uncached, arguments
+        assert memoized(*arguments) == uncached, arguments  # the second answer comes from the cache
 
 
 # -- keys ----------------------------------------------------------------------------------------
