@@ -76,7 +76,9 @@ def totals(body: bytes) -> dict[str, dict[tuple[str, ...], float]]:
 
 class Probe:
     """A grpcio client on a thread of its own sending a small request every 10 ms and timing each
-    answer: it sees the processor's event loop held, as another process's client would."""
+    answer: it sees the processor's event loop held, as another process's client would. It is
+    stopped off the event loop: joined on the loop, a call in flight waits for a loop held by the
+    join until its deadline."""
 
     def __init__(self, processor: Processor) -> None:
         trace = Trace()
@@ -88,13 +90,13 @@ class Probe:
         self.failures: list[grpc.RpcError] = []
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Probe:
+    async def __aenter__(self) -> Probe:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(15)
+        await asyncio.to_thread(self._thread.join, 15)
 
     def _run(self) -> None:
         with grpc.insecure_channel(self._address) as channel:
@@ -120,7 +122,7 @@ async def test_the_longest_labels_make_a_scrape_of_a_few_mib_and_the_rest_is_cou
             await call(raw, timeout=10)
     await processor.detection.settled()
     seconds = []
-    with Probe(processor) as probe:
+    async with Probe(processor) as probe:
         await asyncio.sleep(0.1)
         for accept in (OPENMETRICS, "", OPENMETRICS, ""):
             body, took = await scrape(processor, accept)
