@@ -411,12 +411,11 @@ def _agent_name(transport: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _tools_of(transport: Any, query: Any) -> dict[str, list[str]]:
+def _tools_of(options: Any, agents: Any) -> dict[str, list[str]]:
     """Agent name ("" for the main thread) -> the tools it may call: the run's allowed tools, and
     each sub-agent's own (its ``AgentDefinition``'s ``tools``, else the run's), sub-agents by name."""
-    options = getattr(transport, "_options", None)
     allowed = [name for name in getattr(options, "allowed_tools", None) or () if isinstance(name, str)]
-    agents = getattr(query, "_agents", None) or {}
+    agents = agents or {}
     tools = {"": allowed + [str(name) for name in agents]}
     for name, definition in agents.items():
         own = definition.get("tools") if isinstance(definition, dict) else None
@@ -433,7 +432,11 @@ def new_query(
     transport = kwargs.get("transport", args[0] if args else None)
     servers = getattr(instance, "sdk_mcp_servers", None)
     ending = tuple(str(name) for name, server in (servers or {}).items() if server in ENDING_SERVERS)
-    tools = functools.partial(_tools_of, transport, instance)
+    # Not the Query itself: the Query holds the run (its hooks), and a run that held the Query would
+    # make the two a cycle, the run's every object left to the garbage collector.
+    tools = functools.partial(
+        _tools_of, getattr(transport, "_options", None), getattr(instance, "_agents", None)
+    )
     run = Run(_agent_name(transport), tools, ending, _may_start_sub_agents(transport))
     hooks = instance.hooks
     for event, (matcher, callback) in run.hooks().items():

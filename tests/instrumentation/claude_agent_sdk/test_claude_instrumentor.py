@@ -1,10 +1,13 @@
 """The Claude Agent SDK instrumentor itself: its patch targets exist in the installed SDK, its
 metadata is in step with the distribution's, it patches the SDK only when the app imports it, the
-providers given to ``instrument()`` get the hops of a real run, and suppression makes none."""
+providers given to ``instrument()`` get the hops of a real run, and suppression makes none; a run's
+``Query`` is freed when the run ends, as an unguarded one is."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -86,3 +89,30 @@ def test_a_run_suppressed_inside_a_guarded_tool_makes_no_hop(
     assert [span.name for span in guard_spans(spans)] == ["invoke_agent planner", "execute_tool budget"]
     assert loop.calls.made == 3
     assert not any("Refused" in text for texts in loop.results.values() for text in texts)
+
+
+@pytest.mark.integration
+def test_a_guarded_run_leaves_no_reference_cycle_with_its_query(
+    instrumented: ClaudeAgentSDKInstrumentor, spans: Any
+) -> None:
+    """The run's ``Query`` holds the guard's run (its hooks); were the run to hold the Query back, the
+    two and all they hold (the transport, its streams) would wait for the garbage collector."""
+    from claude_agent_sdk import ClaudeSDKClient
+
+    async def session(loop: Any) -> weakref.ref[Any]:
+        async with ClaudeSDKClient(options=loop.options("planner")) as client:
+            await client.query("Plan the team offsite")
+            _ = [message async for message in client.receive_response()]
+            return weakref.ref(client._query)
+
+    with scripted_loop(max_tool_calls=1) as loop:
+        gc.collect()
+        gc.disable()
+        try:
+            query = asyncio.run(asyncio.wait_for(session(loop), timeout=60))
+            freed = query() is None
+        finally:
+            gc.enable()
+
+    assert [span.name for span in guard_spans(spans)] == ["invoke_agent planner", "execute_tool budget"]
+    assert freed, "the run's Query outlived it: a reference cycle holds it"
