@@ -34,7 +34,9 @@ PATCH_TARGETS: Final[tuple[PatchTarget, ...]] = (
 """Every (module, attribute) this instrumentor wraps."""
 
 QUERY_METHODS: Final = PATCH_TARGETS[:3]
-"""The ``Query`` methods, replaced by plain functions (the others are ``wrapt`` patches)."""
+"""The ``Query`` methods, replaced by plain functions that call them (the others are ``wrapt`` patches):
+the SDK calls them several times a run (it closes a run's Query four times), and a plain function in
+the class's slot is bound in C, where a ``wrapt`` proxy is made at each read."""
 
 
 class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
@@ -46,17 +48,17 @@ class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         from wrapt import wrap_function_wrapper
 
-        from otel_guard.instrumentation._replacements import guard_method
+        from otel_guard.instrumentation._replacements import replace
         from otel_guard.instrumentation.claude_agent_sdk import _runs, _tools
 
-        wrappers = (_runs.new_query, _runs.start, _runs.close, _tools.new_sdk_server, _tools.new_tool_server)
-        for target, wrapper in zip(PATCH_TARGETS, wrappers, strict=True):
-            if target in QUERY_METHODS:
-                # Called several times a run (the SDK closes a run's Query four times): a plain
-                # function in the class's slot, not a wrapt proxy made at each read.
-                guard_method(target, wrapper)
-            else:
-                wrap_function_wrapper(*target, wrapper)
+        for target, make in zip(
+            QUERY_METHODS, (_runs.initializing, _runs.starting, _runs.closing), strict=True
+        ):
+            replace(target, make)
+        for target, wrapper in zip(
+            PATCH_TARGETS[3:], (_tools.new_sdk_server, _tools.new_tool_server), strict=True
+        ):
+            wrap_function_wrapper(*target, wrapper)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         from otel_guard.instrumentation._replacements import restore

@@ -47,16 +47,17 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_guard.errors import DelegationRefused
 from otel_guard.guard import Delegation, current_chain, delegate
-from otel_guard.instrumentation._base import refusal_text, unless_suppressed
+from otel_guard.instrumentation._base import refusal_text
 from otel_guard.instrumentation.claude_agent_sdk._scope import ENDING_SERVERS, OPEN_CALLS, SERVING, OpenCall
 from otel_guard.prompt import guidance_for
 from otel_guard.settings import current_settings
@@ -396,16 +397,15 @@ def _denied(reason: str, *, stop: bool) -> dict[str, Any]:
 # -- the wrappers ------------------------------------------------------------------------------
 
 
-def _may_start_sub_agents(transport: Any) -> bool:
+def _may_start_sub_agents(options: Any) -> bool:
     """Whether the run's CLI offers the Agent tool: not when the run's ``tools`` (the CLI's
     ``--tools``) are a list without it, which disables it "in subagents as well as here"."""
-    tools = getattr(getattr(transport, "_options", None), "tools", None)
+    tools = getattr(options, "tools", None)
     return not isinstance(tools, list) or any(tool in AGENT_TOOLS for tool in tools)
 
 
-def _agent_name(transport: Any) -> str | None:
+def _agent_name(options: Any) -> str | None:
     """The CLI's ``--agent`` of the run (``extra_args={"agent": ...}``), if it has one."""
-    options = getattr(transport, "_options", None)
     extra = getattr(options, "extra_args", None)
     name = extra.get("agent") if isinstance(extra, dict) else None
     return name if isinstance(name, str) and name else None
@@ -423,62 +423,72 @@ def _tools_of(options: Any, agents: Any) -> dict[str, list[str]]:
     return tools
 
 
-@unless_suppressed
-def new_query(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Query.__init__``: the run gets its :class:`Run` and the guard's hooks."""
-    wrapped(*args, **kwargs)
-    transport = kwargs.get("transport", args[0] if args else None)
-    servers = getattr(instance, "sdk_mcp_servers", None)
+def initializing(init: Callable[..., None]) -> Callable[..., None]:
+    """``Query.__init__``, after which the run gets its :class:`Run` and the guard's hooks (unless
+    instrumentation is suppressed)."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if is_instrumentation_enabled():
+            _join(self, kwargs.get("transport", args[0] if args else None))
+
+    return __init__
+
+
+def _join(query: Any, transport: Any) -> None:
+    """The run of ``query`` (a new ``Query``) made, and its hooks joined to the app's."""
+    servers = getattr(query, "sdk_mcp_servers", None)
     ending = tuple(str(name) for name, server in (servers or {}).items() if server in ENDING_SERVERS)
-    # Not the Query itself: the Query holds the run (its hooks), and a run that held the Query would
-    # make the two a cycle, the run's every object left to the garbage collector.
-    tools = functools.partial(
-        _tools_of, getattr(transport, "_options", None), getattr(instance, "_agents", None)
-    )
-    run = Run(_agent_name(transport), tools, ending, _may_start_sub_agents(transport))
-    hooks = instance.hooks
+    options = getattr(transport, "_options", None)
+    # The options and agents, not the Query: the Query holds the run (its hooks), and a run holding
+    # the Query would make the two a cycle, left with all they hold to the garbage collector.
+    tools = functools.partial(_tools_of, options, getattr(query, "_agents", None))
+    run = Run(_agent_name(options), tools, ending, _may_start_sub_agents(options))
+    hooks = query.hooks
     for event, (matcher, callback) in run.hooks().items():
         hooks.setdefault(event, []).append({"matcher": matcher, "hooks": [callback]})
-    setattr(instance, RUN_ATTRIBUTE, run)
+    setattr(query, RUN_ATTRIBUTE, run)
 
 
-async def start(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def starting(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """``Query.start``: the run's hop decided, then the CLI read inside it."""
-    run = getattr(instance, RUN_ATTRIBUTE, None)
-    if not isinstance(run, Run) or run.hop is not None:
-        serving = SERVING.set(None)  # its SDK MCP servers serve no run of the guard's
+
+    async def start_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run = getattr(self, RUN_ATTRIBUTE, None)
+        if not isinstance(run, Run) or run.hop is not None:
+            serving = SERVING.set(None)  # its SDK MCP servers serve no run of the guard's
+            try:
+                return await start(self, *args, **kwargs)
+            finally:
+                SERVING.reset(serving)
+        await run.begin()  # a refusal raises here: the SDK closes the query
+        run.counting = current_settings().model_budgets_on
+        # Who made an SDK MCP call matters only where a sub-agent may make one.
+        run.reading = run.counting or bool(run.ending_servers and run.sub_agents)
+        if run.reading:
+            from otel_guard.instrumentation.claude_agent_sdk._replies import ReadingTransport
+
+            self.transport = ReadingTransport(self.transport, run)
+        token = otel_context.attach(run.context)
+        serving = SERVING.set(run)  # the read loop's tasks (its SDK MCP servers') serve this run
         try:
-            return await wrapped(*args, **kwargs)
+            return await start(self, *args, **kwargs)
         finally:
             SERVING.reset(serving)
-    await run.begin()  # a refusal raises here: the SDK closes the query
-    run.counting = current_settings().model_budgets_on
-    # Who made an SDK MCP call matters only where a sub-agent may make one.
-    run.reading = run.counting or bool(run.ending_servers and run.sub_agents)
-    if run.reading:
-        from otel_guard.instrumentation.claude_agent_sdk._replies import ReadingTransport
+            otel_context.detach(token)
 
-        instance.transport = ReadingTransport(instance.transport, run)
-    token = otel_context.attach(run.context)
-    serving = SERVING.set(run)  # the read loop's tasks (its SDK MCP servers') serve this run
-    try:
-        return await wrapped(*args, **kwargs)
-    finally:
-        SERVING.reset(serving)
-        otel_context.detach(token)
+    return start_
 
 
-async def close(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Query.close``: the run's hops end with it."""
-    try:
-        return await wrapped(*args, **kwargs)
-    finally:
-        run = getattr(instance, RUN_ATTRIBUTE, None)
-        if isinstance(run, Run):
-            run.end()
+def closing(close: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``Query.close``: the run's hops end with it (the SDK closes a run's Query several times)."""
+
+    async def close_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await close(self, *args, **kwargs)
+        finally:
+            run = getattr(self, RUN_ATTRIBUTE, None)
+            if isinstance(run, Run):
+                run.end()
+
+    return close_
