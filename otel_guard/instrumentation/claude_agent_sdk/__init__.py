@@ -51,10 +51,10 @@ class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
         from otel_guard.instrumentation._replacements import replace
         from otel_guard.instrumentation.claude_agent_sdk import _runs, _tools
 
-        for target, make in zip(
-            QUERY_METHODS, (_runs.initializing, _runs.starting, _runs.closing), strict=True
-        ):
-            replace(target, make)
+        init, start, close = QUERY_METHODS
+        replace(init, _runs.initializing)
+        replace(start, _runs.starting)
+        replace(close, _runs.closing)
         for target, wrapper in zip(
             PATCH_TARGETS[3:], (_tools.new_sdk_server, _tools.new_tool_server), strict=True
         ):

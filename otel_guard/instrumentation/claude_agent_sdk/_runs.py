@@ -135,6 +135,9 @@ class Run:
         self.agents.clear()
         if self.hop is not None:
             self.hop.finish()
+        # What an ended run holds it lets go: the SDK leaves the task of an SDK MCP server's session
+        # to the garbage collector, and that task's context holds the run it served (SERVING).
+        self._tools = dict
 
     @functools.cached_property
     def tools(self) -> dict[str, list[str]]:
@@ -159,10 +162,10 @@ class Run:
         Python process over its control channel for each: only the calls that can be hops are
         asked about (and every call of a run that may be spent); the user turn only for guidance."""
         settings = current_settings()
-        self.asked_about_every_call = settings.model_budgets_on
-        hop_calls = HOP_TOOLS if settings.model_budgets_on else _asked_by_the_cli(self.ending_servers)
+        every_call = self.asked_about_every_call = settings.model_budgets_on
+        hop_calls = HOP_TOOLS if every_call else _asked_by_the_cli(self.ending_servers)
         hooks: dict[str, tuple[str | None, HookCallback]] = {
-            "PreToolUse": (None if settings.model_budgets_on else hop_calls, self.pre_tool_use),
+            "PreToolUse": (None if every_call else hop_calls, self.pre_tool_use),
             "PostToolUse": (_ended_by_the_cli(self.ending_servers), self.post_tool_use),
             "PostToolUseFailure": (hop_calls, self.post_tool_use_failure),
         }

@@ -1,7 +1,7 @@
 """The Claude Agent SDK instrumentor itself: its patch targets exist in the installed SDK, its
 metadata is in step with the distribution's, it patches the SDK only when the app imports it, the
 providers given to ``instrument()`` get the hops of a real run, and suppression makes none; a run's
-``Query`` is freed when the run ends, as an unguarded one is."""
+``Query`` and options are freed when the run ends, as an unguarded run's are."""
 
 from __future__ import annotations
 
@@ -92,27 +92,30 @@ def test_a_run_suppressed_inside_a_guarded_tool_makes_no_hop(
 
 
 @pytest.mark.integration
-def test_a_guarded_run_leaves_no_reference_cycle_with_its_query(
+def test_a_guarded_run_leaves_its_query_and_options_to_reference_counting(
     instrumented: ClaudeAgentSDKInstrumentor, spans: Any
 ) -> None:
     """The run's ``Query`` holds the guard's run (its hooks); were the run to hold the Query back, the
-    two and all they hold (the transport, its streams) would wait for the garbage collector."""
+    two and all they hold (the transport, its streams) would wait for the garbage collector. The SDK
+    leaves its MCP server's session task to the collector, and that task's context holds the run it
+    served: an ended run holds the run's options no more."""
     from claude_agent_sdk import ClaudeSDKClient
 
-    async def session(loop: Any) -> weakref.ref[Any]:
-        async with ClaudeSDKClient(options=loop.options("planner")) as client:
+    async def session(loop: Any) -> tuple[weakref.ref[Any], weakref.ref[Any]]:
+        options = loop.options("planner")
+        async with ClaudeSDKClient(options=options) as client:
             await client.query("Plan the team offsite")
             _ = [message async for message in client.receive_response()]
-            return weakref.ref(client._query)
+            return weakref.ref(client._query), weakref.ref(options)
 
     with scripted_loop(max_tool_calls=1) as loop:
         gc.collect()
         gc.disable()
         try:
-            query = asyncio.run(asyncio.wait_for(session(loop), timeout=60))
-            freed = query() is None
+            query, options = asyncio.run(asyncio.wait_for(session(loop), timeout=60))
+            freed = (query() is None, options() is None)
         finally:
             gc.enable()
 
     assert [span.name for span in guard_spans(spans)] == ["invoke_agent planner", "execute_tool budget"]
-    assert freed, "the run's Query outlived it: a reference cycle holds it"
+    assert freed == (True, True), "the run's Query or options outlived it (query, options freed)"
