@@ -18,7 +18,8 @@
 //! once per trace, labelled from the return that started first (each name in the label escaped:
 //! [`push_name`]); one call counts once on the edge
 //! from its nearest named ancestor, per path the larger of the guard's spans' calls and the
-//! others' (beside the guard another instrumentation records the same calls beside its spans).
+//! others' (beside the guard another instrumentation records the same calls beside its spans); a
+//! tool's run recorded below the tool by both counts for each.
 //!
 //! What a reader would not guess: counts that later spans can still change wait before they are
 //! made. A tool call's edge waits `tool_edge_wait` seconds for an agent run below it to take its
@@ -29,10 +30,9 @@
 //!
 //! A count once made stays made, so the engine counts otherwise than the reference only where
 //! spans of one trace come further apart than the waits (or than the TTL, or a trace goes at
-//! capacity first): a run below a tool after the tool's edge counted, an earlier return after its
-//! loop counted, or the span of a tool's run that started first, of another source, after the
-//! run's count; and where parents form a loop (broken at another span than the reference breaks
-//! it).
+//! capacity first): a run below a tool after the tool's edge counted, or an earlier return after
+//! its loop counted; and where parents form a loop (broken at another span than the reference
+//! breaks it).
 //!
 //! Bounds: `max_traces` traces (least recently active go first; traces that go together, as at a
 //! sweep, settle what waited across them first), `max_spans` spans over all of them,

@@ -101,11 +101,8 @@ impl Engine {
             let ran = owner.run_mut((tool.index, agent)).map(|run| run.clone());
             Some((tool, agent, ran))
         });
-        let (start, span_id) = facts.order();
-        if let Some((tool, agent, Some(run))) = ran {
-            if (start, span_id) < (run.start, &*run.span_id) {
-                Self::first_of_run(traces, shared, tool, agent, run.node, facts, call.hop.guard);
-            }
+        if let Some((_, _, Some(run))) = ran {
+            Self::also_of_run(traces, shared, run.node, call.hop.guard);
             let trace = traces.get_mut(handle).expect("the trace being read");
             let node = trace.node_for(handle, run.node);
             return trace.plus(base, name, hop, node);
@@ -119,11 +116,7 @@ impl Engine {
         if let (Some((tool, agent, None)), Some(node)) = (ran, node)
             && let Some(owner) = traces.get_mut(tool.trace)
         {
-            let run = Run {
-                node,
-                start,
-                span_id: span_id.into(),
-            };
+            let run = Run { node };
             owner.add_run((tool.index, agent), run, keys);
             if let Some(Node::Local { ran, .. }) = owner.nodes.get_mut(tool.index as usize) {
                 *ran = true;
@@ -132,43 +125,34 @@ impl Engine {
         path
     }
 
-    /// A span of a tool's run that started before the one that made the run: the run is its
-    /// source's (its count moves there when the two sources differ; a count made stays made).
-    fn first_of_run(
+    /// A later span of a tool's run, recorded by `guard`'s source: the run counts for that source
+    /// too if it did not yet (each source counts the calls it recorded, and the larger count is the
+    /// path's: counts only grow, so the order the sources' spans arrive in changes nothing).
+    fn also_of_run(
         traces: &mut Lru<Box<[u8]>, Trace>,
         shared: &mut Shared,
-        tool: NodeRef,
-        agent: u32,
         node: NodeRef,
-        facts: &Facts<'_>,
         guard: bool,
     ) {
-        let (start, span_id) = facts.order();
-        if let Some(run) = traces
-            .get_mut(tool.trace)
-            .and_then(|owner| owner.run_mut((tool.index, agent)))
-        {
-            run.start = start;
-            run.span_id = span_id.into();
-        }
         let Some(trace) = traces.get_mut(node.trace) else {
             return;
         };
         let Some(Node::Local {
-            tally, guard: was, ..
+            tally,
+            guard: first,
+            both,
+            ..
         }) = trace.nodes.get_mut(node.index as usize)
         else {
             return;
         };
-        if *was == guard {
+        if *first == guard || *both {
             return;
         }
-        let (tally, was_guard) = (*tally, *was);
-        *was = guard;
+        *both = true;
+        let tally = *tally;
         if tally != NONE {
-            let calls = &mut trace.tallies[tally as usize].calls;
-            calls[usize::from(was_guard)] = calls[usize::from(was_guard)].saturating_sub(1);
-            calls[usize::from(guard)] += 1;
+            trace.tallies[tally as usize].calls[usize::from(guard)] += 1;
             trace.recount(shared, node.trace, tally);
         }
     }
@@ -189,6 +173,7 @@ impl Engine {
         trace.nodes.push(Node::Local {
             tally,
             guard: hop.guard,
+            both: false,
             ran: false,
         });
         if tool {

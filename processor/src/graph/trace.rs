@@ -9,7 +9,7 @@ use std::mem::{self, size_of};
 
 use super::events::{Cycle, CycleKind, Events, cut};
 use super::flat::{Flat, FlatKind};
-use super::{Limits, MAX_ID_BYTES, MAX_LABEL_CHARS, MAX_PATH_NAMES};
+use super::{Limits, MAX_LABEL_CHARS, MAX_PATH_NAMES};
 use crate::calls::Hop;
 use crate::ids::{self, Keyed, Map, SpanId};
 use crate::lru::Handle;
@@ -188,7 +188,14 @@ pub(super) struct NodeRef {
 /// copied from there leads to.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Node {
-    Local { tally: u32, guard: bool, ran: bool },
+    /// `guard`: the source of its first span; `both`: the other source has recorded it too (a
+    /// tool's run, recorded below the tool by each source, counts once for each).
+    Local {
+        tally: u32,
+        guard: bool,
+        both: bool,
+        ran: bool,
+    },
     Foreign(NodeRef),
 }
 
@@ -204,13 +211,11 @@ pub(super) struct Tally {
     pub(super) unflushed: u32,
 }
 
-/// An agent's run below a tool call: its node, and the span of it that started first (whose
-/// source the run's count is: two sources' spans of one run may arrive in either order).
+/// An agent's run below a tool call: its node (every later span of the run, of either source,
+/// continues it).
 #[derive(Debug, Clone)]
 pub(super) struct Run {
     pub(super) node: NodeRef,
-    pub(super) start: u64,
-    pub(super) span_id: Box<[u8]>,
 }
 
 #[derive(Debug)]
@@ -324,7 +329,6 @@ impl Trace {
             + vec_bytes(&self.nodes)
             + vec_bytes(&self.tallies)
             + vec_bytes(&self.runs)
-            + self.runs.len() * alloc(MAX_ID_BYTES)
             + vec_bytes(&self.due)
             + self.root.as_ref().map_or(0, |root| alloc(root.len()))
             + self.flat.as_ref().map_or(0, |flat| flat.weigh())
@@ -632,7 +636,9 @@ impl Trace {
             }
             match item {
                 Due::Tool(node) => {
-                    if let Some(&Node::Local { tally, guard, ran }) = self.nodes.get(node as usize)
+                    if let Some(&Node::Local {
+                        tally, guard, ran, ..
+                    }) = self.nodes.get(node as usize)
                         && tally != NONE
                     {
                         let state = &mut self.tallies[tally as usize];

@@ -249,10 +249,10 @@ fn a_span_whose_parent_never_comes_settles_on_its_chain_when_its_trace_goes() {
 }
 
 #[test]
-fn a_tools_run_is_the_source_of_its_span_that_started_first_in_any_order() {
+fn a_tools_run_counts_for_each_source_that_recorded_it_in_any_order() {
     // Beside the guard: the guard's spans record planner -> budget twice, and a tool call that ran
-    // budget, recorded by the guard's span (started first) and pydantic-ai's; the run is the
-    // guard's, so the guard's calls at planner > budget are three.
+    // budget, recorded by the guard's span and pydantic-ai's; the run counts for both, so the
+    // guard's calls at planner > budget are three, pydantic-ai's one.
     let planner = span(1, 1, None, "invoke_agent planner", 1);
     let guard_calls = vec![
         span(1, 2, Some(1), "invoke_agent budget", 2),
@@ -275,6 +275,26 @@ fn a_tools_run_is_the_source_of_its_span_that_started_first_in_any_order() {
     ];
     assert_eq!(run(&others_first).edges(), [("planner", "budget", 3)]);
     assert_eq!(run(&guards_first).edges(), [("planner", "budget", 3)]);
+}
+
+#[test]
+fn a_run_recorded_by_both_sources_counts_alike_whichever_arrives_first() {
+    // pydantic-ai records planner calling budget directly and through a tool whose run it records
+    // (started later); the guard records only the run (started first). Each source's calls at
+    // planner > budget: pydantic-ai's two, the guard's one: two calls, in either order. Before,
+    // the run was the source of its first-started span: counted at once as pydantic-ai's (2), then
+    // moved to the guard's when the guard's span came (1), a count made staying made.
+    let planner = span(1, 1, None, "invoke_agent planner", 0);
+    let direct = span(1, 2, Some(1), "invoke_agent budget", 1);
+    let tool = span(1, 3, Some(1), "execute_tool ask_budget", 2);
+    let others_run = span(1, 4, Some(3), "invoke_agent budget", 9);
+    let guards_run = span(1, 5, Some(3), "invoke_agent budget", 3);
+    let others = encode(&[("pydantic-ai", vec![planner, direct, tool, others_run])]);
+    let guard = encode(&[(GUARD, vec![guards_run])]);
+    let others_first = run(&[others.clone(), guard.clone()]);
+    let guard_first = run(&[guard, others]);
+    assert_eq!(others_first.edges(), [("planner", "budget", 2)]);
+    assert_eq!(guard_first.edges(), [("planner", "budget", 2)]);
 }
 
 #[test]

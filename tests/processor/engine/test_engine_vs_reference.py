@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otel_guard_processor._engine import cycle_names, one_call_rules
 from otel_guard_processor.engine import Engine, EngineDetector, dialect_table
-from processor_spans import Trace, encode
+from processor_spans import GUARD_SCOPE, Trace, encode
 from reference import dialects, transfers
 from reference.conventions import FORESTS as SHAPED
 from reference.forests import (
@@ -339,6 +339,25 @@ def test_an_agent_calls_edge_counts_at_once_and_a_tools_after_its_wait() -> None
     assert engine_.ingest(encode(*trace.spans), 50.0).delegations == {("planner", "budget"): 1}
     assert engine_.expire(59.0).delegations == {}
     assert engine_.expire(60.0).delegations == {("planner", "search"): 1}
+
+
+def test_a_run_recorded_by_both_sources_counts_for_each_whichever_arrives_first() -> None:
+    """pydantic-ai records planner calling budget directly and through a tool whose run it records
+    (started later); the guard records only the run (started first). Each source counts the calls
+    it recorded -- pydantic-ai two, the guard one -- and the larger is the edge's: two, in either
+    order. Before, the run was its first-started span's source: the engine counted it at once as
+    pydantic-ai's and could not take the count back when the guard's span came."""
+    trace = Trace()
+    planner = trace.agent("planner", scope="pydantic-ai")
+    trace.agent("budget", planner, scope="pydantic-ai")
+    tool = trace.tool("ask_budget", planner, scope="pydantic-ai")
+    guards_run = trace.agent("budget", tool, scope=GUARD_SCOPE)
+    trace.agent("budget", tool, scope="pydantic-ai")
+    guard = encode(guards_run)
+    others = encode(*(span for span in trace.spans if span is not guards_run))
+    for raws in ([others, guard], [guard, others]):
+        assert engine(raws).counts.delegations == {("planner", "budget"): 2}
+        assert reference(raws).counts.delegations == {("planner", "budget"): 2}
 
 
 # --- the newest conventions' shapes --------------------------------------------------------------

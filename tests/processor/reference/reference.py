@@ -171,6 +171,7 @@ class CallNode:
     names: tuple[str, ...]  # its path's names, its own last
     guard: bool  # first recorded by the inline guard's span
     tool: bool
+    both: bool = False  # a tool's run recorded by the other source too: it counts for each
     runs: dict[str, CallNode] = field(default_factory=dict)  # of a tool: the agents it ran, by name
 
 
@@ -422,6 +423,7 @@ class Detection:
         self.returned(span, base, entry)
         ran = tool.runs.get(entry.name)
         if ran is not None:  # another span of the same run (Traceloop's task and agent)
+            ran.both = ran.both or ran.guard != span.guard
             return base.plus(replace(entry, node=ran))
         path = self.new_call(span, base, entry)
         node = path.entries[-1].node
@@ -502,13 +504,16 @@ class Detection:
 
         Per trace, path of names and kind of call, the calls are counted per source -- the guard's
         spans and the others' -- and the larger count is the trace's (beside the guard, another
-        instrumentation records the same calls, in spans beside the guard's). A tool call that ran
-        an agent counts there as well, but its edge is the agent's (caller -> agent), not its own.
+        instrumentation records the same calls, in spans beside the guard's). A tool's run that both
+        sources recorded counts for each. A tool call that ran an agent counts there as well, but
+        its edge is the agent's (caller -> agent), not its own.
         """
         calls: Counter[tuple[bytes, tuple[str, ...], bool, bool]] = Counter()
         ran: Counter[tuple[bytes, tuple[str, ...], bool, bool]] = Counter()
         for node in self.nodes:
             calls[(node.trace_id, node.names, node.tool, node.guard)] += 1
+            if node.both:
+                calls[(node.trace_id, node.names, node.tool, not node.guard)] += 1
             ran[(node.trace_id, node.names, node.tool, node.guard)] += bool(node.tool and node.runs)
         edges: Counter[tuple[str, str]] = Counter()
         for trace_id, names, tool in {key[:3] for key in calls}:
