@@ -38,6 +38,9 @@ QUERY_METHODS: Final = PATCH_TARGETS[:3]
 the SDK calls them several times a run (it closes a run's Query four times), and a plain function in
 the class's slot is bound in C, where a ``wrapt`` proxy is made at each read."""
 
+SERVER_FACTORIES: Final = PATCH_TARGETS[3:]
+"""What builds the SDK's MCP tool servers: ``wrapt`` patches (called once a server)."""
+
 
 class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
     """Makes Claude Agent SDK runs, sub-agents and MCP tool calls guarded hops."""
@@ -56,7 +59,7 @@ class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
         replace(start, _runs.starting)
         replace(close, _runs.closing)
         for target, wrapper in zip(
-            PATCH_TARGETS[3:], (_tools.new_sdk_server, _tools.new_tool_server), strict=True
+            SERVER_FACTORIES, (_tools.new_sdk_server, _tools.new_tool_server), strict=True
         ):
             wrap_function_wrapper(*target, wrapper)
 
@@ -65,4 +68,4 @@ class ClaudeAgentSDKInstrumentor(GuardInstrumentor):
 
         for target in QUERY_METHODS:
             restore(target)
-        unwrap_all(target for target in PATCH_TARGETS if target not in QUERY_METHODS)
+        unwrap_all(SERVER_FACTORIES)

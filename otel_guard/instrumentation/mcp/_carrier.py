@@ -27,6 +27,7 @@ from opentelemetry.trace import NonRecordingSpan
 from otel_guard._carriers import propagator_reads_baggage
 from otel_guard._context_slots import BAGGAGE_SLOT, FAST_CONTEXT
 from otel_guard.instrumentation.mcp._context import chain_value
+from otel_guard.instrumentation.mcp._in_process import DISPATCHER_ATTRIBUTE
 from otel_guard.telemetry import CHAIN_BAGGAGE_KEY
 
 BAGGAGE_KEY: Final = "baggage"
@@ -38,8 +39,6 @@ try:  # where mcp 2.x keeps it; a version without it gets the context written he
     from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher as _JSONRPCDispatcher
 except ImportError:  # pragma: no cover - depends on the installed mcp
     _JSONRPCDispatcher = None  # type: ignore[assignment,misc]
-
-_DISPATCHER_ATTRIBUTE: Final = "_dispatcher"  # ClientSession's dispatcher (mcp 2.3); tested
 
 
 def meta_with_context(meta: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -68,7 +67,7 @@ def writes_trace_context(session: object) -> bool:
     ``MCP send`` span: the configured propagators' keys, the chain's baggage among them."""
     if _JSONRPCDispatcher is None:
         return False
-    return isinstance(getattr(session, _DISPATCHER_ATTRIBUTE, None), _JSONRPCDispatcher)
+    return isinstance(getattr(session, DISPATCHER_ATTRIBUTE, None), _JSONRPCDispatcher)
 
 
 def _add_chain(carrier: dict[str, Any]) -> None:

@@ -53,10 +53,11 @@ handed_over: ContextVar[Handover | None] = ContextVar("otel_guard_mcp_handed_ove
 
 
 def dispatches_directly(session: object) -> bool:
-    """Whether ``session`` (a ``ClientSession``) awaits its server in the caller's own context."""
-    if _DirectDispatcher is None:
-        return False
-    return isinstance(getattr(session, DISPATCHER_ATTRIBUTE, None), _DirectDispatcher)
+    """Whether ``session`` (a ``ClientSession``) awaits its server in the caller's own context (the
+    client guard reads the same inline, on every call)."""
+    return DIRECT_DISPATCHER is not None and isinstance(
+        getattr(session, DISPATCHER_ATTRIBUTE, None), DIRECT_DISPATCHER
+    )
 
 
 def take_over(tool: object, current: Context) -> bool:
